@@ -1,0 +1,1 @@
+"""Atlas: a self-hosted home of agent bots."""

@@ -1,0 +1,160 @@
+"""config.toml and bot.toml → typed, validated settings.
+
+Every error names the file, the key (and its line where it can be found) and what was
+expected, so a person can fix it without reading code. Secrets never live in these files:
+a provider names the environment variable that holds its key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+import zoneinfo
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from atlas.errors import ConfigError
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
+MODEL_PATTERN = r"^[A-Za-z0-9_.-]+/.+$"
+
+ModelT = TypeVar("ModelT", bound="Strict")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ProviderSettings(Strict):
+    kind: Literal["openai", "anthropic"]
+    base_url: str | None = None
+    api_key_env: str | None = None
+    timeout: float = Field(120.0, gt=0)
+    max_retries: int = Field(3, ge=0, le=10)
+    supports_images: bool = True
+
+    def api_key(self) -> str | None:
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+
+class LimitSettings(Strict):
+    max_rounds: int = Field(40, ge=1, le=500)
+    concurrent_turns: int = Field(8, ge=1, le=1000)
+    tool_result_chars: int = Field(30_000, ge=2_000, le=1_000_000)
+    max_tokens: int = Field(4096, ge=64)
+    retry_base_delay: float = Field(1.0, ge=0)
+    retry_max_delay: float = Field(30.0, ge=0)
+
+
+class ChatSettings(Strict):
+    stream: bool = True
+    mid_turn: Literal["queue", "interrupt"] = "queue"
+
+
+ModelName = Annotated[str, Field(pattern=MODEL_PATTERN)]
+
+
+class Settings(Strict):
+    main: Annotated[str, Field(pattern=NAME_PATTERN)] = "atlas"
+    timezone: str = "UTC"
+    model: ModelName = "openai/gpt-4o-mini"
+    fallback_model: ModelName | None = None
+    providers: dict[str, ProviderSettings] = Field(default_factory=dict)
+    limits: LimitSettings = LimitSettings()
+    chat: ChatSettings = ChatSettings()
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            zoneinfo.ZoneInfo(value)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r} (use an IANA name like 'Europe/Paris')") from None
+        return value
+
+    def provider_for(self, model: str) -> tuple[str, ProviderSettings]:
+        """Split "provider/model" and find the provider's settings."""
+        provider, _, _ = model.partition("/")
+        if provider not in self.providers:
+            known = ", ".join(sorted(self.providers)) or "none"
+            raise ConfigError(
+                f"model {model!r} names provider {provider!r}, which config.toml does not define "
+                f"(defined: {known}); add a [providers.{provider}] table"
+            )
+        return provider, self.providers[provider]
+
+
+class BotSettings(Strict):
+    title: str = ""
+    description: str = ""
+    model: ModelName | None = None  # default: config.toml's model
+    fallback_model: ModelName | None = None
+    tools: list[str] | None = None  # None or empty: every tool
+    mcp_servers: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    channels: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    auto_mode: bool = False
+
+
+def _find_line(text: str, loc: tuple[Any, ...]) -> int | None:
+    """Best-effort line of the key at `loc`: the last string in loc as `key =` or `[...key]`."""
+    keys = [str(part) for part in loc if isinstance(part, str)]
+    if not keys:
+        return None
+    key = re.escape(keys[-1])
+    pattern = re.compile(rf"^\s*(\"?{key}\"?\s*=|\[+[^\]]*\b{key}\b[^\]]*\]+)", re.MULTILINE)
+    match = pattern.search(text)
+    return text.count("\n", 0, match.start()) + 1 if match else None
+
+
+def _describe(path: Path, text: str, error: ValidationError) -> str:
+    lines = [f"{path}: invalid settings"]
+    for item in error.errors():
+        loc = tuple(item["loc"])
+        key = ".".join(str(p) for p in loc) or "(top level)"
+        line = _find_line(text, loc)
+        where = f" (line {line})" if line else ""
+        if item["type"] == "extra_forbidden":
+            what = "unknown key"
+            if loc and loc[-1] in ("api_key", "token", "secret"):
+                what += "; secrets are never stored in config: name an environment variable in api_key_env"
+        elif item["type"] == "missing":
+            what = "required key is missing"
+        else:
+            what = f"{item['msg']} (got {item.get('input')!r})"
+        lines.append(f"  {key}{where}: {what}")
+    return "\n".join(lines)
+
+
+def read_toml(path: Path) -> tuple[dict[str, Any], str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    try:
+        return tomllib.loads(text), text
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: malformed TOML: {exc}") from None
+
+
+def _validate(model: type[ModelT], path: Path) -> ModelT:
+    data, text = read_toml(path)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(path, text, exc)) from None
+
+
+def load_settings(path: Path) -> Settings:
+    settings = _validate(Settings, path)
+    for model in filter(None, (settings.model, settings.fallback_model)):
+        settings.provider_for(model)  # unknown providers fail now, not on the first message
+    return settings
+
+
+def load_bot_settings(path: Path) -> BotSettings:
+    return _validate(BotSettings, path)

@@ -1,0 +1,164 @@
+"""The home folder: config, bots and their files, and where runtime data lives."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from atlas.config import NAME_PATTERN, BotSettings, Settings, load_bot_settings, load_settings
+from atlas.errors import AtlasError, ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def default_home() -> Path:
+    import os
+
+    return Path(os.environ.get("ATLAS_HOME") or Path.home() / ".atlas").expanduser()
+
+
+def check_bot_name(name: str) -> str:
+    if not re.fullmatch(NAME_PATTERN, name):
+        raise AtlasError(
+            f"bot name {name!r} is not allowed: use lowercase letters, digits, '-' and '_', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class Bot:
+    name: str
+    root: Path
+    settings: BotSettings
+    home: Home
+
+    @property
+    def mission_path(self) -> Path:
+        return self.root / "MISSION.md"
+
+    @property
+    def memory_dir(self) -> Path:
+        return self.root / "memory"
+
+    @property
+    def skills_dir(self) -> Path:
+        return self.root / "skills"
+
+    @property
+    def workspace(self) -> Path:
+        return self.root / "workspace"
+
+    @property
+    def db_path(self) -> Path:
+        return self.root / "conversations.db"
+
+    @property
+    def model(self) -> str:
+        return self.settings.model or self.home.settings.model
+
+    @property
+    def fallback_model(self) -> str | None:
+        return self.settings.fallback_model or self.home.settings.fallback_model
+
+    @property
+    def is_main(self) -> bool:
+        return self.name == self.home.settings.main
+
+    def mission(self) -> str:
+        try:
+            return self.mission_path.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            return ""
+
+    def ensure_folders(self) -> None:
+        for folder in (self.memory_dir, self.skills_dir, self.workspace):
+            folder.mkdir(parents=True, exist_ok=True)
+
+
+class Home:
+    """A home folder. Loading it validates config.toml and every bot.toml up front, so the
+    daemon never starts half-configured."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.expanduser().resolve()
+        if not self.config_path.exists():
+            raise AtlasError(
+                f"no Atlas home at {self.root} (missing config.toml); create one with `atlas init`"
+            )
+        self.settings: Settings = load_settings(self.config_path)
+        self.bots: dict[str, Bot] = self._load_bots()
+        if self.settings.main not in self.bots:
+            raise ConfigError(
+                f"{self.config_path}: main = {self.settings.main!r}, but there is no "
+                f"{self.bots_dir / self.settings.main / 'bot.toml'}"
+            )
+        for bot in self.bots.values():
+            for model in filter(None, (bot.model, bot.fallback_model)):
+                try:
+                    self.settings.provider_for(model)
+                except ConfigError as exc:
+                    raise ConfigError(f"{bot.root / 'bot.toml'}: {exc}") from None
+
+    config_path = property(lambda self: self.root / "config.toml")
+    bots_dir = property(lambda self: self.root / "bots")
+    routines_dir = property(lambda self: self.root / "routines")
+    skills_dir = property(lambda self: self.root / "skills")
+    db_path = property(lambda self: self.root / "atlas.db")
+    documents_dir = property(lambda self: self.root / "documents")
+    spill_dir = property(lambda self: self.root / "spill")
+    jobs_dir = property(lambda self: self.root / "jobs")
+
+    def _load_bots(self) -> dict[str, Bot]:
+        bots: dict[str, Bot] = {}
+        if not self.bots_dir.is_dir():
+            return bots
+        for folder in sorted(self.bots_dir.iterdir()):
+            if not (folder / "bot.toml").exists():
+                continue
+            check_bot_name(folder.name)
+            settings = load_bot_settings(folder / "bot.toml")
+            bots[folder.name] = Bot(folder.name, folder, settings, self)
+        return bots
+
+    @cached_property
+    def main_bot(self) -> Bot:
+        return self.bots[self.settings.main]
+
+    def bot(self, name: str | None) -> Bot:
+        if name is None:
+            return self.main_bot
+        if name not in self.bots:
+            known = ", ".join(self.bots) or "none"
+            raise AtlasError(f"no bot named {name!r} in {self.bots_dir} (bots: {known})")
+        return self.bots[name]
+
+
+def init_home(root: Path, source: Path = REPO_ROOT) -> list[Path]:
+    """Copy config.example.toml, bots/ and routines/ into a home; never overwrite a file.
+    Returns the files created."""
+    root = root.expanduser()
+    created: list[Path] = []
+
+    def copy(src: Path, dst: Path) -> None:
+        if dst.exists():
+            return
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+        created.append(dst)
+
+    copy(source / "config.example.toml", root / "config.toml")
+    for folder in ("bots", "routines"):
+        base = source / folder
+        if base.is_dir():
+            for src in sorted(p for p in base.rglob("*") if p.is_file()):
+                copy(src, root / folder / src.relative_to(base))
+    for sub in ("skills",):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    for bot_toml in (root / "bots").glob("*/bot.toml"):
+        for sub in ("memory", "skills", "workspace"):
+            (bot_toml.parent / sub).mkdir(exist_ok=True)
+    return created

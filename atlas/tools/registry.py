@@ -1,0 +1,245 @@
+"""Tools from typed async functions: schema from the signature, description from the docstring.
+
+    @tool(read_only=True, aliases={"file_path": "path"})
+    async def read_file(run: RunContext, path: str, offset: int = 1) -> str:
+        \"\"\"Read a text file...\"\"\"
+
+The first parameter is always the injected RunContext; the model never sees it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, get_type_hints
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from atlas.errors import ToolError
+from atlas.providers.base import Image, ToolSpec
+
+if TYPE_CHECKING:
+    from atlas.config import Settings
+    from atlas.home import Bot, Home
+
+log = logging.getLogger(__name__)
+
+RunKind = Literal["conversation", "bot", "routine", "subagent"]
+# Asks a person a question; returns the chosen answer, or None when nobody can answer.
+Asker = Callable[[str, list[str]], Awaitable[str | None]]
+# Puts a notice into the origin conversation (starts a new turn there).
+Notifier = Callable[[str], Awaitable[None]]
+
+
+@dataclass
+class ConversationState:
+    """What tools remember within one conversation (lost on restart, by design: a restarted
+    conversation must read a file again before overwriting it)."""
+
+    file_hashes: dict[str, str] = field(default_factory=dict)  # resolved path -> sha256 when read
+    loaded_tools: set[str] = field(default_factory=set)  # deferred tools loaded by tool_search
+
+
+@dataclass
+class RunContext:
+    """Everything a tool may need about the run it serves."""
+
+    home: Home
+    bot: Bot
+    conversation_id: int
+    run_kind: RunKind = "conversation"
+    channel: str = "console"
+    state: ConversationState = field(default_factory=ConversationState)
+    ask: Asker | None = None
+    notify: Notifier | None = None
+    supports_images: bool = True
+
+    @property
+    def settings(self) -> Settings:
+        return self.home.settings
+
+
+@dataclass
+class ToolResult:
+    text: str
+    images: list[Image] = field(default_factory=list)
+    is_error: bool = False
+
+
+# Says why a tool is unavailable to a run, or None when it is available.
+Availability = Callable[[RunContext], str | None]
+
+
+def only_for(*kinds: RunKind) -> Availability:
+    def rule(run: RunContext) -> str | None:
+        if run.run_kind in kinds:
+            return None
+        return f"not available in a {run.run_kind} run (only in: {', '.join(kinds)})"
+
+    return rule
+
+
+class _Arguments(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _strip_titles(schema: Any) -> Any:
+    """Pydantic adds a `title` to every property; the model does not need them (tokens)."""
+    if isinstance(schema, dict):
+        return {k: _strip_titles(v) for k, v in schema.items() if k != "title" or not isinstance(v, str)}
+    if isinstance(schema, list):
+        return [_strip_titles(v) for v in schema]
+    return schema
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    fn: Callable[..., Awaitable[str | ToolResult]]
+    arguments: type[BaseModel]
+    read_only: bool = False
+    failure_tolerant: bool = False
+    carried: bool = False
+    deferred: bool = False
+    pages_itself: bool = False  # its output is already paged; never spilled by the loop
+    aliases: dict[str, str] = field(default_factory=dict)
+    available: Availability | None = None
+
+    def spec(self) -> ToolSpec:
+        schema = _strip_titles(self.arguments.model_json_schema())
+        schema.pop("additionalProperties", None)
+        return ToolSpec(self.name, self.description, schema)
+
+    def unavailable_reason(self, run: RunContext) -> str | None:
+        allowed = run.bot.settings.tools
+        if allowed and self.name not in allowed:
+            return f"not in bot {run.bot.name!r}'s tools list ({run.bot.root / 'bot.toml'})"
+        return self.available(run) if self.available else None
+
+    def parse_arguments(self, raw: str | dict[str, Any]) -> dict[str, Any]:
+        """Raw JSON (or a dict) → validated keyword arguments; raises ToolError naming the fault."""
+        if isinstance(raw, str):
+            try:
+                data = json.loads(raw) if raw.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise ToolError(f"arguments are not valid JSON ({exc.msg} at char {exc.pos})") from None
+        else:
+            data = dict(raw)
+        if not isinstance(data, dict):
+            raise ToolError("arguments must be a JSON object")
+        for alias, canonical in self.aliases.items():
+            if alias not in data:
+                continue
+            value = data.pop(alias)
+            if canonical in data and data[canonical] != value:
+                raise ToolError(
+                    f"{alias!r} and {canonical!r} mean the same and disagree "
+                    f"({value!r} vs {data[canonical]!r}); give one"
+                )
+            data[canonical] = value
+        try:
+            return self.arguments.model_validate(data).model_dump()
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors()
+            )
+            raise ToolError(f"invalid arguments for {self.name}: {problems}") from None
+
+    async def invoke(self, run: RunContext, raw: str | dict[str, Any]) -> ToolResult:
+        """Run the tool. Every failure comes back as an error result the model reads."""
+        reason = self.unavailable_reason(run)
+        if reason:
+            return ToolResult(f"Error: tool {self.name} is {reason}", is_error=True)
+        try:
+            kwargs = self.parse_arguments(raw)
+            result = await self.fn(run, **kwargs)
+        except ToolError as exc:
+            return ToolResult(f"Error: {exc}", is_error=True)
+        except Exception as exc:  # a tool's bug must not end the turn: the model reads it
+            log.warning("tool %s failed", self.name, exc_info=True)
+            return ToolResult(f"Error: {type(exc).__name__}: {exc}", is_error=True)
+        return result if isinstance(result, ToolResult) else ToolResult(str(result))
+
+
+def tool(
+    *,
+    read_only: bool = False,
+    failure_tolerant: bool = False,
+    carried: bool = False,
+    deferred: bool = False,
+    pages_itself: bool = False,
+    aliases: dict[str, str] | None = None,
+    available: Availability | None = None,
+) -> Callable[[Callable[..., Awaitable[Any]]], Tool]:
+    def wrap(fn: Callable[..., Awaitable[Any]]) -> Tool:
+        hints = get_type_hints(fn, include_extras=True)
+        params = list(inspect.signature(fn).parameters.values())[1:]  # drop the RunContext
+        fields: dict[str, Any] = {}
+        for p in params:
+            default = ... if p.default is inspect.Parameter.empty else p.default
+            fields[p.name] = (hints[p.name], default)
+        arguments = create_model(f"{fn.__name__}_arguments", __base__=_Arguments, **fields)
+        doc = inspect.cleandoc(fn.__doc__ or "")
+        if not doc:
+            raise TypeError(f"tool {fn.__name__} needs a docstring: it is the model's description")
+        return Tool(
+            name=fn.__name__,
+            description=doc,
+            fn=fn,
+            arguments=arguments,
+            read_only=read_only,
+            failure_tolerant=failure_tolerant,
+            carried=carried,
+            deferred=deferred,
+            pages_itself=pages_itself,
+            aliases=dict(aliases or {}),
+            available=available,
+        )
+
+    return wrap
+
+
+class ToolRegistry:
+    """Tools in a fixed order, so the tool list (and the prompt prefix) is byte-identical
+    from one turn to the next."""
+
+    def __init__(self, tools: Sequence[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for t in tools:
+            self.add(t)
+
+    def add(self, t: Tool) -> None:
+        if t.name in self._tools:
+            raise ValueError(f"tool {t.name!r} registered twice")
+        self._tools[t.name] = t
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def for_run(self, run: RunContext) -> list[Tool]:
+        """The tools this run offers the model: available, and not deferred unless loaded."""
+        return [
+            t
+            for t in self._tools.values()
+            if t.unavailable_reason(run) is None
+            and (not t.deferred or t.name in run.state.loaded_tools)
+        ]
+
+    async def call(self, run: RunContext, name: str, raw: str | dict[str, Any]) -> ToolResult:
+        t = self._tools.get(name)
+        if t is None:
+            near = ", ".join(x.name for x in self.for_run(run))
+            return ToolResult(f"Error: there is no tool named {name!r}; tools: {near}", is_error=True)
+        if t.deferred and name not in run.state.loaded_tools and t.unavailable_reason(run) is None:
+            run.state.loaded_tools.add(name)  # calling a deferred tool by name loads it
+        return await t.invoke(run, raw)
