@@ -134,3 +134,18 @@ class ProviderCallError(Exception):
         self.retryable = retryable
         self.retry_after = retry_after
         self.status = status
+
+
+class ModelClient(Protocol):
+    """What the tool loop talks to: "provider/model" names, retries and fallback inside.
+    Implemented by `providers.router.ModelRouter` and, in tests, `ScriptedModel`."""
+
+    def supports_images(self, model: str) -> bool: ...
+
+    async def complete(
+        self,
+        request: CompletionRequest,  # request.model is "provider/model"
+        *,
+        fallback: str | None = None,
+        on_text: TextSink | None = None,
+    ) -> CompletionResponse: ...
