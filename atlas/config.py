@@ -72,7 +72,9 @@ class Settings(Strict):
         try:
             zoneinfo.ZoneInfo(value)
         except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown time zone {value!r} (use an IANA name like 'Europe/Paris')") from None
+            raise ValueError(
+                f"unknown time zone {value!r} (use an IANA name like 'Europe/Paris')"
+            ) from None
         return value
 
     def provider_for(self, model: str) -> tuple[str, ProviderSettings]:

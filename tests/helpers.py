@@ -23,13 +23,16 @@ retry_base_delay = 0.0
 """
 
 
-def make_home(root: Path, *, base_url: str = "http://127.0.0.1:9/v1", config: str | None = None) -> Home:
+def make_home(
+    root: Path, *, base_url: str = "http://127.0.0.1:9/v1", config: str | None = None
+) -> Home:
     """Initialise a home from the repo's examples, then replace config.toml for tests."""
     init_home(root)
     (root / "config.toml").write_text(config or BASE_CONFIG.format(base_url=base_url))
     return Home(root)
 
 
-def run_context(home: Home, *, bot: str | None = None, kind: RunKind = "conversation",
-                conversation_id: int = 1) -> RunContext:
+def run_context(
+    home: Home, *, bot: str | None = None, kind: RunKind = "conversation", conversation_id: int = 1
+) -> RunContext:
     return RunContext(home=home, bot=home.bot(bot), conversation_id=conversation_id, run_kind=kind)

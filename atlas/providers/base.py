@@ -52,7 +52,9 @@ class Message:
         if self.name:
             out["name"] = self.name
         if self.images:
-            out["images"] = [{"media_type": i.media_type, "data_b64": i.data_b64} for i in self.images]
+            out["images"] = [
+                {"media_type": i.media_type, "data_b64": i.data_b64} for i in self.images
+            ]
         return out
 
     @classmethod
@@ -128,8 +130,14 @@ class ProviderCallError(Exception):
     """One failed call. `retryable` says whether backing off and trying again can help;
     `retry_after` is the server's own wait in seconds, when it gave one."""
 
-    def __init__(self, message: str, *, retryable: bool, retry_after: float | None = None,
-                 status: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        retry_after: float | None = None,
+        status: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after

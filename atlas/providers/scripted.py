@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import itertools
 import json
@@ -27,6 +28,9 @@ class Reply:
     text: str = ""
     calls: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
     error: ProviderCallError | None = None
+    wait_for: asyncio.Event | None = (
+        None  # hold the answer until this is set (for concurrency tests)
+    )
     usage: Usage = field(default_factory=lambda: Usage(input_tokens=10, output_tokens=5))
 
 
@@ -46,13 +50,20 @@ class ScriptedModel:
         return self.images
 
     async def complete(
-        self, request: CompletionRequest, *, fallback: str | None = None,
+        self,
+        request: CompletionRequest,
+        *,
+        fallback: str | None = None,
         on_text: TextSink | None = None,
     ) -> CompletionResponse:
         self.requests.append(request)
         if not self.replies:
-            raise AssertionError(f"ScriptedModel ran out of replies at request {len(self.requests)}")
+            raise AssertionError(
+                f"ScriptedModel ran out of replies at request {len(self.requests)}"
+            )
         reply = self.replies.pop(0)
+        if reply.wait_for:
+            await reply.wait_for.wait()
         if reply.error:
             raise reply.error
         if on_text and reply.text:
@@ -61,12 +72,15 @@ class ScriptedModel:
                 if inspect.isawaitable(result):
                     await result
         calls = [
-            ToolCall(f"call_{next(self._ids)}", name, args if isinstance(args, str) else json.dumps(args))
+            ToolCall(
+                f"call_{next(self._ids)}", name, args if isinstance(args, str) else json.dumps(args)
+            )
             for name, args in reply.calls
         ]
         message = Message("assistant", reply.text, tool_calls=calls)
-        return CompletionResponse(message, reply.usage, request.model,
-                                  "tool_use" if calls else "end_turn")
+        return CompletionResponse(
+            message, reply.usage, request.model, "tool_use" if calls else "end_turn"
+        )
 
     def assert_complete(self) -> None:
         assert not self.replies, f"{len(self.replies)} scripted replies were never requested"

@@ -41,6 +41,7 @@ class ConversationState:
 
     file_hashes: dict[str, str] = field(default_factory=dict)  # resolved path -> sha256 when read
     loaded_tools: set[str] = field(default_factory=set)  # deferred tools loaded by tool_search
+    system_prompt: str | None = None  # the snapshot taken when the conversation started
 
 
 @dataclass
@@ -89,7 +90,9 @@ class _Arguments(BaseModel):
 def _strip_titles(schema: Any) -> Any:
     """Pydantic adds a `title` to every property; the model does not need them (tokens)."""
     if isinstance(schema, dict):
-        return {k: _strip_titles(v) for k, v in schema.items() if k != "title" or not isinstance(v, str)}
+        return {
+            k: _strip_titles(v) for k, v in schema.items() if k != "title" or not isinstance(v, str)
+        }
     if isinstance(schema, list):
         return [_strip_titles(v) for v in schema]
     return schema
@@ -126,7 +129,9 @@ class Tool:
             try:
                 data = json.loads(raw) if raw.strip() else {}
             except json.JSONDecodeError as exc:
-                raise ToolError(f"arguments are not valid JSON ({exc.msg} at char {exc.pos})") from None
+                raise ToolError(
+                    f"arguments are not valid JSON ({exc.msg} at char {exc.pos})"
+                ) from None
         else:
             data = dict(raw)
         if not isinstance(data, dict):
@@ -145,7 +150,8 @@ class Tool:
             return self.arguments.model_validate(data).model_dump()
         except ValidationError as exc:
             problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors()
+                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
+                for e in exc.errors()
             )
             raise ToolError(f"invalid arguments for {self.name}: {problems}") from None
 
@@ -239,7 +245,9 @@ class ToolRegistry:
         t = self._tools.get(name)
         if t is None:
             near = ", ".join(x.name for x in self.for_run(run))
-            return ToolResult(f"Error: there is no tool named {name!r}; tools: {near}", is_error=True)
+            return ToolResult(
+                f"Error: there is no tool named {name!r}; tools: {near}", is_error=True
+            )
         if t.deferred and name not in run.state.loaded_tools and t.unavailable_reason(run) is None:
             run.state.loaded_tools.add(name)  # calling a deferred tool by name loads it
         return await t.invoke(run, raw)

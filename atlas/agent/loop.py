@@ -1,0 +1,181 @@
+"""The tool loop: one turn of one conversation, from its history to a final answer.
+
+context → model → tool calls → gate → tools → results → model … until the model answers
+without calling a tool, a guard halts, or the round cap is reached. Every message is stored
+as it is produced, so a crash loses at most the call in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from atlas.agent.context import build_system_prompt, repair_history
+from atlas.agent.guards import RepeatGuard
+from atlas.agent.spill import spill
+from atlas.providers.base import (
+    CompletionRequest,
+    Message,
+    ModelClient,
+    TextSink,
+    ToolCall,
+    Usage,
+)
+from atlas.tools.registry import RunContext, ToolRegistry, ToolResult
+from atlas.trust.gate import Deny, Gate, settle
+
+log = logging.getLogger(__name__)
+
+ToolCallSink = Callable[[ToolCall], Awaitable[None] | None]
+
+
+class MessageStore(Protocol):
+    async def append(
+        self,
+        conversation_id: int,
+        message: Message,
+        *,
+        usage: Usage | None = None,
+        model: str | None = None,
+    ) -> int | None: ...
+
+    async def history(self, conversation_id: int) -> list[Message]: ...
+
+
+@dataclass
+class TurnHooks:
+    """How a channel watches a turn: streamed text, and one line per tool call."""
+
+    on_text: TextSink | None = None
+    on_tool_call: ToolCallSink | None = None
+
+
+@dataclass
+class TurnOutcome:
+    text: str
+    rounds: int
+    usage: Usage = field(default_factory=Usage)
+    halted: bool = False
+
+
+def _add_usage(total: Usage, more: Usage) -> None:
+    total.input_tokens += more.input_tokens
+    total.output_tokens += more.output_tokens
+    total.cache_read_tokens += more.cache_read_tokens
+    total.cache_write_tokens += more.cache_write_tokens
+
+
+async def _maybe_await(value: object) -> None:
+    if inspect.isawaitable(value):
+        await value
+
+
+class ToolLoop:
+    def __init__(
+        self, model: ModelClient, registry: ToolRegistry, gate: Gate, store: MessageStore
+    ) -> None:
+        self.model = model
+        self.registry = registry
+        self.gate = gate
+        self.store = store
+
+    async def run(self, run: RunContext, hooks: TurnHooks | None = None) -> TurnOutcome:
+        hooks = hooks or TurnHooks()
+        limits = run.settings.limits
+        system = build_system_prompt(run)
+        history = repair_history(await self.store.history(run.conversation_id))
+        guard = RepeatGuard()
+        usage = Usage()
+        for round_number in range(1, limits.max_rounds + 1):
+            # Tools are listed per round: a deferred tool loaded by the last round joins now,
+            # appended after the others so the cached prefix still holds.
+            tools = self.registry.for_run(run)
+            request = CompletionRequest(
+                model=run.bot.model,
+                system=system,
+                messages=list(history),
+                tools=[t.spec() for t in tools],
+                max_tokens=limits.max_tokens,
+            )
+            response = await self.model.complete(
+                request, fallback=run.bot.fallback_model, on_text=hooks.on_text
+            )
+            _add_usage(usage, response.usage)
+            reply = response.message
+            await self.store.append(
+                run.conversation_id, reply, usage=response.usage, model=response.model
+            )
+            history.append(reply)
+            if not reply.tool_calls:
+                return TurnOutcome(reply.content, round_number, usage)
+            for result in await self._run_calls(run, reply.tool_calls, guard, hooks):
+                await self.store.append(run.conversation_id, result)
+                history.append(result)
+            if guard.halted:
+                return await self._finish(run, guard.halted, round_number, usage, history)
+        note = (
+            f"I stopped after {limits.max_rounds} rounds of tool calls without finishing "
+            "(limits.max_rounds). Tell me to go on if you want more."
+        )
+        return await self._finish(run, note, limits.max_rounds, usage, history)
+
+    async def _finish(
+        self, run: RunContext, text: str, rounds: int, usage: Usage, history: list[Message]
+    ) -> TurnOutcome:
+        message = Message("assistant", text)
+        await self.store.append(run.conversation_id, message)
+        history.append(message)
+        return TurnOutcome(text, rounds, usage, halted=True)
+
+    async def _run_calls(
+        self, run: RunContext, calls: list[ToolCall], guard: RepeatGuard, hooks: TurnHooks
+    ) -> list[Message]:
+        """Consecutive read-only calls run together; any other call runs alone, in order."""
+        results: list[Message] = []
+        batch: list[ToolCall] = []
+
+        async def flush() -> None:
+            results.extend(
+                await asyncio.gather(*(self._one_call(run, c, guard, hooks) for c in batch))
+            )
+            batch.clear()
+
+        for call in calls:
+            tool = self.registry.get(call.name)
+            if tool is not None and tool.read_only:
+                batch.append(call)
+                continue
+            await flush()
+            results.append(await self._one_call(run, call, guard, hooks))
+        await flush()
+        return results
+
+    async def _one_call(
+        self, run: RunContext, call: ToolCall, guard: RepeatGuard, hooks: TurnHooks
+    ) -> Message:
+        if hooks.on_tool_call:
+            await _maybe_await(hooks.on_tool_call(call))
+        tool = self.registry.get(call.name)
+        if tool is None:
+            result = await self.registry.call(run, call.name, call.arguments)  # names the tools
+        else:
+            decision = await settle(self.gate, call, tool, run)
+            if isinstance(decision, Deny):
+                result = ToolResult(
+                    f"Error: the approval gate denied this call: {decision.reason}", is_error=True
+                )
+            else:
+                result = await self.registry.call(run, call.name, call.arguments)
+        text = result.text
+        if result.is_error:
+            text += guard.record_failure(
+                call.name, call.arguments, text, tolerant=bool(tool and tool.failure_tolerant)
+            )
+        elif not (tool and tool.pages_itself):
+            path = run.home.spill_dir / run.bot.name / str(run.conversation_id) / f"{call.id}.txt"
+            text = await asyncio.to_thread(spill, text, run.settings.limits.tool_result_chars, path)
+        return Message("tool", text, tool_call_id=call.id, name=call.name, images=result.images)

@@ -1,0 +1,100 @@
+"""Terminal use of a home: `atlas chat` (the console channel) and `atlas tool`."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import signal
+import sys
+from datetime import UTC, datetime
+
+from atlas.channels.base import Address
+from atlas.channels.console import ConsoleChannel, stdin_reader
+from atlas.dispatch import Dispatcher, Inbound
+from atlas.home import Home
+from atlas.providers.base import ToolCall
+from atlas.runtime import Runtime
+from atlas.tools.registry import RunContext
+from atlas.trust.gate import Deny, settle
+
+EXIT_WORDS = {"/exit", "/quit"}
+
+
+async def chat(
+    home: Home, bot_name: str | None, *, chat_name: str | None = None, stream: bool = True
+) -> int:
+    bot = home.bot(bot_name)
+    reader = await stdin_reader()
+    console = ConsoleChannel(reader)
+    console.streams = stream
+    runtime = Runtime(home)
+    dispatcher = Dispatcher(runtime, {"console": console})
+    chat_id = chat_name or "terminal-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    address = Address(bot.name, "console", chat_id, user=getpass.getuser())
+
+    def on_interrupt() -> None:
+        if not dispatcher.stop_turn(address):
+            console.write("\n(type /exit or press Ctrl-D to leave)\nyou> ")
+
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, on_interrupt)
+    console.write(
+        f"Chatting with {bot.name} ({bot.model}) in conversation {chat_id}. "
+        "Ctrl-C stops a reply; /exit leaves.\n"
+    )
+    try:
+        while True:
+            console.write("you> ")
+            line = (await reader.readline()).decode(errors="replace")
+            if not line or line.strip() in EXIT_WORDS:
+                break
+            if not line.strip():
+                continue
+            await dispatcher.submit(Inbound(address, line.rstrip("\n")))
+            await dispatcher.wait_idle(address)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        await dispatcher.shutdown()
+        await runtime.close()
+    console.write("\n")
+    return 0
+
+
+async def run_one_tool(home: Home, bot_name: str | None, name: str, json_args: str) -> int:
+    """Run one tool as the bot would, through the gate; print its result. Exit 1 on an error."""
+    bot = home.bot(bot_name)
+    runtime = Runtime(home)
+    console = ConsoleChannel(await stdin_reader())
+    address = Address(bot.name, "console", "atlas-tool")
+    try:
+        store = await runtime.store(bot)
+        conversation = await store.conversation("console", "atlas-tool", bot=bot.name)
+
+        async def ask(question: str, choices: list[str]) -> str | None:
+            return await console.ask(address, question, choices)
+
+        run = RunContext(
+            home=home,
+            bot=bot,
+            conversation_id=conversation.id,
+            channel="console",
+            state=runtime.state(bot, conversation.id),
+            ask=ask,
+        )
+        tool = runtime.registry.get(name)
+        if tool is None:
+            known = ", ".join(t.name for t in runtime.registry)
+            print(f"atlas: no tool named {name!r} (tools: {known})", file=sys.stderr)
+            return 2
+        call = ToolCall("cli", name, json_args)
+        decision = await settle(runtime.gate, call, tool, run)
+        if isinstance(decision, Deny):
+            print(f"Error: the approval gate denied this call: {decision.reason}")
+            return 1
+        result = await tool.invoke(run, json_args)
+        print(result.text)
+        for image in result.images:
+            print(f"[image {image.media_type}, {len(image.data_b64) * 3 // 4:,} bytes]")
+        return 1 if result.is_error else 0
+    finally:
+        await runtime.close()

@@ -1,0 +1,117 @@
+"""The `atlas` command. Heavy modules are imported inside each command so `--help` is instant."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from atlas.errors import AtlasError
+
+
+def _home_path(args: argparse.Namespace) -> Path:
+    from atlas.home import default_home
+
+    return Path(args.home).expanduser() if args.home else default_home()
+
+
+def _load_home(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from atlas.home import Home
+
+    return Home(_home_path(args))
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from atlas.home import init_home
+
+    root = _home_path(args)
+    created = init_home(root)
+    for path in created:
+        print(f"created {path}")
+    print(f"home ready at {root}" + ("" if created else " (nothing to create: every file exists)"))
+    print("next: set your provider's key (see config.toml), then `atlas chat`")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from atlas.daemon import serve
+
+    home = _load_home(args)
+    asyncio.run(serve(home))
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from atlas.chat import chat
+
+    home = _load_home(args)
+    return asyncio.run(chat(home, args.bot, chat_name=args.chat, stream=not args.no_stream))
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from atlas.doctor import doctor
+
+    return asyncio.run(doctor(_home_path(args), offline=args.offline))
+
+
+def cmd_tool(args: argparse.Namespace) -> int:
+    from atlas.chat import run_one_tool
+
+    home = _load_home(args)
+    return asyncio.run(run_one_tool(home, args.bot, args.name, args.json_args))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="atlas", description="A self-hosted home of agent bots.")
+    parser.add_argument("--home", help="the home folder (default: $ATLAS_HOME or ~/.atlas)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sub.add_parser("init", help="make a home from the examples (never overwrites)").set_defaults(
+        func=cmd_init
+    )
+    sub.add_parser("run", help="run the daemon in the foreground").set_defaults(func=cmd_run)
+
+    chat = sub.add_parser("chat", help="talk to a bot in the terminal")
+    chat.add_argument("--bot", help="the bot (default: the main agent)")
+    chat.add_argument("--chat", help="resume the named terminal conversation (default: a new one)")
+    chat.add_argument("--no-stream", action="store_true", help="print replies whole")
+    chat.set_defaults(func=cmd_chat)
+
+    doctor = sub.add_parser("doctor", help="check the home, config, provider, rg and chromium")
+    doctor.add_argument("--offline", action="store_true", help="skip the provider call")
+    doctor.set_defaults(func=cmd_doctor)
+
+    tool = sub.add_parser("tool", help="run one tool as a bot would, through the gate")
+    tool.add_argument("name", help="the tool's name, e.g. read_file")
+    tool.add_argument(
+        "json_args", nargs="?", default="{}", help='arguments as JSON, e.g. \'{"path": "x"}\''
+    )
+    tool.add_argument("--bot", help="the bot (default: the main agent)")
+    tool.set_defaults(func=cmd_tool)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = (
+        logging.DEBUG
+        if args.verbose
+        else (logging.INFO if args.command == "run" else logging.WARNING)
+    )
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "httpcore", "openai", "anthropic"):
+        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+    try:
+        return args.func(args)
+    except AtlasError as exc:
+        print(f"atlas: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""Inbound messages → one lane per conversation → turns, one at a time per conversation.
+
+The inbound message is stored before anything else happens, so a crash never loses it, and a
+platform event seen before is dropped there (no duplicate replies). A lane wakes when something
+new is stored; one turn then answers everything that arrived since the last one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from atlas.agent.loop import TurnHooks
+from atlas.channels.base import Address, Channel
+from atlas.errors import AtlasError
+from atlas.providers.base import Message, ToolCall
+from atlas.runtime import Runtime
+from atlas.tools.registry import RunContext, RunKind
+
+log = logging.getLogger(__name__)
+
+STOP_COMMAND = "/stop"
+
+
+@dataclass(frozen=True)
+class Inbound:
+    address: Address
+    text: str
+    event_id: str | None = None
+    kind: Literal["message", "notice"] = "message"
+    files: tuple[Path, ...] = ()
+    run_kind: RunKind = "conversation"
+
+
+@dataclass
+class Lane:
+    """One conversation's queue: a wake-up flag, the running turn, and an idle signal."""
+
+    address: Address
+    conversation_id: int
+    run_kind: RunKind
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+    turn: asyncio.Task[None] | None = None
+    worker: asyncio.Task[None] | None = None
+
+
+class Dispatcher:
+    def __init__(self, runtime: Runtime, channels: dict[str, Channel]) -> None:
+        self.runtime = runtime
+        self.channels = channels
+        self._lanes: dict[Address, Lane] = {}
+        self._limit = asyncio.Semaphore(runtime.home.settings.limits.concurrent_turns)
+
+    async def submit(self, inbound: Inbound) -> bool:
+        """Store the message and wake its conversation. False when it was a duplicate event."""
+        address = inbound.address
+        if inbound.kind == "message" and inbound.text.strip() == STOP_COMMAND:
+            stopped = self.stop_turn(address)
+            await self._channel(address).send(
+                address, "Stopped." if stopped else "Nothing is running."
+            )
+            return True
+        bot = self.runtime.home.bot(address.bot)
+        store = await self.runtime.store(bot)
+        conversation = await store.conversation(
+            address.channel,
+            address.chat,
+            thread=address.thread,
+            user=address.user,
+            kind=inbound.run_kind,
+            bot=bot.name,
+        )
+        text = inbound.text if inbound.kind == "message" else f"[notice] {inbound.text}"
+        stored = await store.append(
+            conversation.id, Message("user", text), event_id=inbound.event_id, kind=inbound.kind
+        )
+        if stored is None:
+            log.info("dropped duplicate event %s in %s", inbound.event_id, address)
+            return False
+        lane = self._lane(address, conversation.id, inbound.run_kind)
+        if (
+            lane.turn
+            and not lane.turn.done()
+            and self.runtime.home.settings.chat.mid_turn == "interrupt"
+        ):
+            lane.turn.cancel()
+        lane.idle.clear()
+        lane.wake.set()
+        return True
+
+    def stop_turn(self, address: Address) -> bool:
+        """Cancel the conversation's running turn, if any. True when one was running."""
+        lane = self._lanes.get(address)
+        if lane and lane.turn and not lane.turn.done():
+            lane.turn.cancel()
+            return True
+        return False
+
+    async def wait_idle(self, address: Address) -> None:
+        lane = self._lanes.get(address)
+        if lane:
+            await lane.idle.wait()
+
+    async def shutdown(self) -> None:
+        workers = [lane.worker for lane in self._lanes.values() if lane.worker]
+        for worker in workers:
+            worker.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        self._lanes.clear()
+
+    def _channel(self, address: Address) -> Channel:
+        try:
+            return self.channels[address.channel]
+        except KeyError:
+            raise AtlasError(f"no channel named {address.channel!r} is running") from None
+
+    def _lane(self, address: Address, conversation_id: int, run_kind: RunKind) -> Lane:
+        lane = self._lanes.get(address)
+        if lane is None:
+            lane = Lane(address, conversation_id, run_kind)
+            lane.worker = asyncio.create_task(self._work(lane), name=f"lane {address}")
+            self._lanes[address] = lane
+        return lane
+
+    async def _work(self, lane: Lane) -> None:
+        while True:
+            await lane.wake.wait()
+            lane.wake.clear()
+            async with self._limit:
+                lane.turn = asyncio.create_task(self._turn(lane))
+                try:
+                    await lane.turn
+                except asyncio.CancelledError:
+                    current = asyncio.current_task()
+                    if current and current.cancelling():
+                        raise  # the dispatcher is shutting down
+                    await self._safe_send(lane.address, "Stopped.")
+                except Exception as exc:  # a bug in one turn must not silence the conversation
+                    log.exception("turn crashed in %s", lane.address)
+                    await self._safe_send(lane.address, f"Sorry, something went wrong: {exc}")
+                finally:
+                    lane.turn = None
+            if not lane.wake.is_set():
+                lane.idle.set()
+
+    async def _turn(self, lane: Lane) -> None:
+        address = lane.address
+        channel = self._channel(address)
+        bot = self.runtime.home.bot(address.bot)
+
+        async def ask(question: str, choices: list[str]) -> str | None:
+            return await channel.ask(address, question, choices)
+
+        async def notify(text: str) -> None:
+            await self.submit(Inbound(address, text, kind="notice", run_kind=lane.run_kind))
+
+        run = RunContext(
+            home=self.runtime.home,
+            bot=bot,
+            conversation_id=lane.conversation_id,
+            run_kind=lane.run_kind,
+            channel=address.channel,
+            state=self.runtime.state(bot, lane.conversation_id),
+            ask=ask if lane.run_kind in ("conversation", "bot") else None,
+            notify=notify,
+            supports_images=self.runtime.model.supports_images(bot.model),
+        )
+        streaming = channel.streams and self.runtime.home.settings.chat.stream
+
+        async def on_text(text: str) -> None:
+            await channel.stream(address, text)
+
+        async def on_tool_call(call: ToolCall) -> None:
+            await channel.show_tool_call(address, call)
+
+        hooks = TurnHooks(on_text=on_text if streaming else None, on_tool_call=on_tool_call)
+        await self._safe(channel.typing(address))
+        loop = await self.runtime.loop(bot)
+        try:
+            outcome = await loop.run(run, hooks)
+        except AtlasError as exc:
+            log.warning("turn failed in %s: %s", address, exc)
+            await self._safe_send(address, f"Sorry, I could not answer: {exc}")
+            return
+        await self._safe_send(address, outcome.text)
+
+    async def _safe_send(self, address: Address, text: str) -> None:
+        await self._safe(self._channel(address).send(address, text))
+
+    @staticmethod
+    async def _safe(action: object) -> None:
+        """A channel failure is logged; it must not kill the lane (the message is stored)."""
+        try:
+            await action  # type: ignore[misc]
+        except AtlasError as exc:
+            log.warning("channel: %s", exc)
+        except OSError:
+            log.exception("channel failed")
+
+
+__all__ = ["Dispatcher", "Inbound"]

@@ -1,0 +1,120 @@
+"""`atlas doctor`: check what a home needs and say how to fix what is missing."""
+
+from __future__ import annotations
+
+import shutil
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+from atlas.errors import AtlasError
+
+CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def find_rg() -> str | None:
+    found = shutil.which("rg")
+    if found:
+        return found
+    candidate = Path(sysconfig.get_path("scripts")) / "rg"
+    return str(candidate) if candidate.exists() else None
+
+
+def find_chromium() -> str | None:
+    for path in CHROMIUM_PATHS:
+        if Path(path).exists():
+            return path
+    return shutil.which("chromium")
+
+
+async def _provider_check(home) -> Check:  # type: ignore[no-untyped-def]
+    from atlas.providers.base import CompletionRequest, Message
+    from atlas.providers.router import ModelRouter
+
+    model = home.main_bot.model
+    request = CompletionRequest(
+        model=model,
+        system="Answer with one word.",
+        messages=[Message("user", "ping")],
+        max_tokens=16,
+    )
+    try:
+        response = await ModelRouter(home.settings).complete(request)
+    except AtlasError as exc:
+        return Check(
+            "provider",
+            False,
+            str(exc),
+            "check the provider's base_url and that its key's environment variable is set",
+        )
+    return Check(
+        "provider", True, f"{response.model} answered ({response.usage.input_tokens} tokens in)"
+    )
+
+
+async def run_checks(root: Path, *, offline: bool = False) -> list[Check]:
+    from atlas.home import Home
+
+    checks: list[Check] = []
+    try:
+        home = Home(root)
+    except AtlasError as exc:
+        checks.append(
+            Check(
+                "home and config",
+                False,
+                str(exc),
+                f"run `atlas init --home {root}` or fix the file named above",
+            )
+        )
+        home = None
+    else:
+        bots = ", ".join(home.bots)
+        checks.append(
+            Check(
+                "home and config", True, f"{home.root} (bots: {bots}; main: {home.settings.main})"
+            )
+        )
+        if offline:
+            checks.append(Check("provider", True, "skipped (--offline)"))
+        else:
+            checks.append(await _provider_check(home))
+    rg = find_rg()
+    checks.append(
+        Check(
+            "ripgrep",
+            bool(rg),
+            rg or "rg not found",
+            "reinstall Atlas (`uv sync`): the ripgrep==14.1.0 wheel ships rg",
+        )
+    )
+    chromium = find_chromium()
+    checks.append(
+        Check(
+            "chromium",
+            bool(chromium),
+            chromium or "no Chromium found",
+            "install it: `sudo apt-get install chromium` (the browser tool needs it)",
+        )
+    )
+    return checks
+
+
+async def doctor(root: Path, *, offline: bool = False) -> int:
+    checks = await run_checks(root, offline=offline)
+    for check in checks:
+        mark = "ok  " if check.ok else "FAIL"
+        print(f"[{mark}] {check.name}: {check.detail}")
+        if not check.ok and check.fix:
+            print(f"       fix: {check.fix}")
+    failed = [c for c in checks if not c.ok]
+    print("all good" if not failed else f"{len(failed)} problem(s) found")
+    return 1 if failed else 0

@@ -1,0 +1,238 @@
+"""Chat Completions through the official `openai` SDK, for any OpenAI-compatible endpoint.
+
+The SDK is imported when the first client is made: `atlas --help` should not pay for it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from atlas.config import ProviderSettings
+from atlas.providers.base import (
+    CompletionRequest,
+    CompletionResponse,
+    Image,
+    Message,
+    ProviderCallError,
+    TextSink,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
+from atlas.providers.wire import api_key_for, emit_text, status_error, transport_error
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+
+# Chat Completions finish reasons → the Anthropic-style names the rest of Atlas uses.
+STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
+
+
+def _data_url(image: Image) -> dict[str, Any]:
+    return {
+        "type": "image_url",
+        "image_url": {"url": f"data:{image.media_type};base64,{image.data_b64}"},
+    }
+
+
+def _tool_images_message(tool_messages: list[Message]) -> dict[str, Any]:
+    """One user message carrying the images of a run of tool results (tool messages cannot)."""
+    parts: list[dict[str, Any]] = []
+    for message in tool_messages:
+        label = message.name or message.tool_call_id or "a tool"
+        parts.append({"type": "text", "text": f"Images returned by {label}:"})
+        parts.extend(_data_url(image) for image in message.images)
+    return {"role": "user", "content": parts}
+
+
+def _assistant_message(message: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": "assistant", "content": message.content or None}
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ]
+    elif out["content"] is None:
+        out["content"] = ""
+    return out
+
+
+def _user_message(message: Message) -> dict[str, Any]:
+    if not message.images:
+        return {"role": message.role, "content": message.content}
+    parts: list[dict[str, Any]] = (
+        [{"type": "text", "text": message.content}] if message.content else []
+    )
+    parts.extend(_data_url(image) for image in message.images)
+    return {"role": message.role, "content": parts}
+
+
+def to_openai_messages(system: str, messages: list[Message]) -> list[dict[str, Any]]:
+    """Our messages → Chat Completions messages, the system prompt first."""
+    out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    with_images: list[Message] = []  # tool messages of the current run that returned images
+    for message in messages:
+        if message.role != "tool" and with_images:
+            out.append(_tool_images_message(with_images))
+            with_images = []
+        if message.role == "tool":
+            out.append(
+                {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+            )
+            if message.images:
+                with_images.append(message)
+        elif message.role == "assistant":
+            out.append(_assistant_message(message))
+        else:
+            out.append(_user_message(message))
+    if with_images:
+        out.append(_tool_images_message(with_images))
+    return out
+
+
+def to_openai_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+        }
+        for t in tools
+    ]
+
+
+def _usage(raw: Any) -> Usage:
+    if raw is None:  # some compatible servers send no usage at all
+        return Usage()
+    details = getattr(raw, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None) or 0
+    return Usage(
+        input_tokens=raw.prompt_tokens or 0,
+        output_tokens=raw.completion_tokens or 0,
+        cache_read_tokens=cached,
+    )
+
+
+def _tool_call(index: int, call_id: str | None, name: str, arguments: str | None) -> ToolCall:
+    # Some local servers omit ids or send "" for a call without arguments.
+    return ToolCall(call_id or f"call_{index}", name, arguments or "{}")
+
+
+class OpenAIProvider:
+    """One OpenAI-compatible endpoint, named in config.toml [providers.NAME]."""
+
+    def __init__(self, name: str, settings: ProviderSettings) -> None:
+        self.name = name
+        self.settings = settings
+        self.supports_images = settings.supports_images
+        self._client: AsyncOpenAI | None = None
+
+    def _get_client(self) -> AsyncOpenAI:
+        if self._client is None:
+            api_key = api_key_for(self.name, self.settings)  # raises before anything is cached
+            from openai import AsyncOpenAI
+
+            self._client = AsyncOpenAI(
+                base_url=self.settings.base_url,
+                api_key=api_key,
+                max_retries=0,  # the router retries, with our backoff and logging
+                timeout=self.settings.timeout,
+            )
+        return self._client
+
+    async def complete(
+        self, request: CompletionRequest, on_text: TextSink | None = None
+    ) -> CompletionResponse:
+        client = self._get_client()
+        params: dict[str, Any] = {
+            "model": request.model,
+            "messages": to_openai_messages(request.system, request.messages),
+            "max_tokens": request.max_tokens,
+        }
+        if request.tools:
+            params["tools"] = to_openai_tools(request.tools)
+        try:
+            if on_text is None:
+                message, usage, finish = await self._complete_once(client, params)
+            else:
+                message, usage, finish = await self._complete_streaming(client, params, on_text)
+        except ProviderCallError:
+            raise
+        except Exception as exc:  # the SDK's and the transport's errors; others pass unchanged
+            translated = self._translate(exc, request.model)
+            if translated is None:
+                raise
+            raise translated from exc
+        return CompletionResponse(
+            message, usage, f"{self.name}/{request.model}", STOP_REASONS.get(finish, finish)
+        )
+
+    async def _complete_once(
+        self, client: AsyncOpenAI, params: dict[str, Any]
+    ) -> tuple[Message, Usage, str]:
+        response = await client.chat.completions.create(**params)
+        if not response.choices:
+            raise ProviderCallError(
+                f"{self._where(params['model'])}: the answer held no choices", retryable=True
+            )
+        choice = response.choices[0]
+        calls = [
+            _tool_call(i, c.id, c.function.name, c.function.arguments)
+            for i, c in enumerate(choice.message.tool_calls or [])
+            if c.type == "function"
+        ]
+        message = Message("assistant", choice.message.content or "", tool_calls=calls)
+        return message, _usage(response.usage), choice.finish_reason or ""
+
+    async def _complete_streaming(
+        self, client: AsyncOpenAI, params: dict[str, Any], on_text: TextSink
+    ) -> tuple[Message, Usage, str]:
+        stream = await client.chat.completions.create(
+            **params, stream=True, stream_options={"include_usage": True}
+        )
+        text: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}  # tool calls arrive as deltas keyed by index
+        usage, finish = Usage(), ""
+        async with stream:
+            async for chunk in stream:
+                if chunk.usage is not None:
+                    usage = _usage(chunk.usage)
+                for choice in chunk.choices:
+                    finish = choice.finish_reason or finish
+                    delta = choice.delta
+                    if delta.content:
+                        text.append(delta.content)
+                        await emit_text(on_text, delta.content)
+                    for piece in delta.tool_calls or []:
+                        slot = calls.setdefault(
+                            piece.index, {"id": None, "name": "", "arguments": []}
+                        )
+                        slot["id"] = piece.id or slot["id"]
+                        if piece.function is not None:
+                            slot["name"] = slot["name"] or piece.function.name or ""
+                            slot["arguments"].append(piece.function.arguments or "")
+        tool_calls = [
+            _tool_call(i, s["id"], s["name"], "".join(s["arguments"]))
+            for i, s in sorted(calls.items())
+        ]
+        return Message("assistant", "".join(text), tool_calls=tool_calls), usage, finish
+
+    def _where(self, model: str) -> str:
+        return f"provider {self.name!r} model {model!r}"
+
+    def _translate(self, exc: Exception, model: str) -> ProviderCallError | None:
+        """The SDK's exception → ProviderCallError, or None for one it does not know."""
+        import httpx2
+        import openai
+
+        where = self._where(model)
+        if isinstance(exc, openai.APIStatusError):
+            return status_error(where, exc.status_code, exc.body, exc.response.headers)
+        if isinstance(exc, openai.APIConnectionError | httpx2.TransportError):
+            return transport_error(where, exc)
+        if isinstance(exc, openai.APIResponseValidationError):
+            return ProviderCallError(f"{where}: malformed answer: {exc}", retryable=False)
+        if isinstance(exc, openai.APIError):  # an error event in the middle of a stream
+            return ProviderCallError(
+                f"{where}: the server reported an error: {exc.message}", retryable=True
+            )
+        return None

@@ -1,0 +1,143 @@
+"""The ModelClient the tool loop talks to: "provider/model" names, retries, then the fallback."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import random
+from collections.abc import Awaitable, Callable
+
+from atlas.config import ProviderSettings, Settings
+from atlas.errors import ConfigError, ProviderError
+from atlas.providers.base import (
+    CompletionRequest,
+    CompletionResponse,
+    Provider,
+    ProviderCallError,
+    TextSink,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class _Failure:
+    model: str
+    attempts: int
+    error: Exception
+
+
+def _make_provider(name: str, settings: ProviderSettings) -> Provider:
+    # Imported here: the SDK modules behind them are slow to import and only one may be used.
+    if settings.kind == "anthropic":
+        from atlas.providers.anthropic import AnthropicProvider
+
+        return AnthropicProvider(name, settings)
+    from atlas.providers.openai import OpenAIProvider
+
+    return OpenAIProvider(name, settings)
+
+
+class ModelRouter:
+    """Finds each model's provider, retries retryable failures with backoff, then falls back."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self.settings = settings
+        self._sleep = sleep
+        self._rng = rng
+        self._providers: dict[str, Provider] = {}
+
+    def supports_images(self, model: str) -> bool:
+        _, provider_settings = self.settings.provider_for(model)
+        return provider_settings.supports_images
+
+    def provider(self, name: str) -> Provider:
+        """The one instance of the provider named in config.toml, made on first use."""
+        if name not in self._providers:
+            self._providers[name] = _make_provider(name, self.settings.providers[name])
+        return self._providers[name]
+
+    async def complete(
+        self,
+        request: CompletionRequest,
+        *,
+        fallback: str | None = None,
+        on_text: TextSink | None = None,
+    ) -> CompletionResponse:
+        models = [request.model]
+        if fallback and fallback != request.model:
+            models.append(fallback)
+        failures: list[_Failure] = []
+        for model in models:
+            try:
+                return await self._complete_with_retries(request, model, on_text, failures)
+            except (ProviderCallError, ConfigError) as exc:
+                if model != models[-1]:
+                    log.warning("model %s failed, falling back to %s: %s", model, models[-1], exc)
+        raise ProviderError(_describe(failures))
+
+    async def _complete_with_retries(
+        self,
+        request: CompletionRequest,
+        model: str,
+        on_text: TextSink | None,
+        failures: list[_Failure],
+    ) -> CompletionResponse:
+        try:
+            provider_name, provider_settings = self.settings.provider_for(model)
+        except ConfigError as exc:
+            failures.append(_Failure(model, 0, exc))
+            raise
+        provider = self.provider(provider_name)
+        bare_request = dataclasses.replace(request, model=model.partition("/")[2])
+        retries = provider_settings.max_retries
+        for attempt in range(retries + 1):
+            try:
+                return await provider.complete(bare_request, on_text)
+            except ProviderCallError as exc:
+                if not exc.retryable or attempt == retries:
+                    failures.append(_Failure(model, attempt + 1, exc))
+                    raise
+                delay = self._backoff(attempt, exc.retry_after)
+                log.warning(
+                    "model %s failed (%s); retry %d of %d in %.2fs",
+                    model,
+                    exc,
+                    attempt + 1,
+                    retries,
+                    delay,
+                )
+                await self._sleep(delay)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        """The server's own wait when it gave one, else full jitter; both capped at retry_max_delay."""
+        limits = self.settings.limits
+        if retry_after is not None:
+            return min(limits.retry_max_delay, retry_after)
+        ceiling = min(limits.retry_max_delay, limits.retry_base_delay * 2**attempt)
+        return ceiling * self._rng()
+
+
+def _describe(failures: list[_Failure]) -> str:
+    parts = []
+    for index, failure in enumerate(failures):
+        role = "model" if index == 0 else "then fallback"
+        if failure.attempts:
+            tries = f"failed ({failure.attempts} attempt{'s' if failure.attempts != 1 else ''})"
+        else:
+            tries = "could not be tried"
+        parts.append(f"{role} {failure.model} {tries}: {failure.error}")
+    return (
+        "no model could answer: "
+        + "; ".join(parts)
+        + ". Check the model names and [providers] in config.toml, the API key variables, "
+        "and whether the provider is up."
+    )

@@ -1,0 +1,102 @@
+"""What both SDK providers share at the wire edge: API keys, HTTP failures, streamed text."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+from atlas.config import ProviderSettings
+from atlas.providers.base import ProviderCallError, TextSink
+
+# Local servers (Ollama, vLLM, LM Studio) ignore the key, but the SDKs insist on one.
+PLACEHOLDER_API_KEY = "no-key-needed"
+RETRYABLE_STATUSES = frozenset({408, 409, 429})
+
+
+def api_key_for(name: str, settings: ProviderSettings) -> str:
+    """The provider's API key from its environment variable, or a placeholder when none is named."""
+    if not settings.api_key_env:
+        return PLACEHOLDER_API_KEY
+    key = settings.api_key()
+    if not key:
+        raise ProviderCallError(
+            f"provider {name!r} has no API key: set the environment variable "
+            f"{settings.api_key_env} (named in config.toml [providers.{name}] api_key_env)",
+            retryable=False,
+        )
+    return key
+
+
+def parse_retry_after(headers: Mapping[str, str], now: datetime | None = None) -> float | None:
+    """Seconds the server asked us to wait: `retry-after-ms`, or `Retry-After` as seconds or a date."""
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            return max(0.0, float(millis) / 1000)
+        except ValueError:
+            pass  # a malformed header falls through to Retry-After
+    value = (headers.get("retry-after") or "").strip()
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass  # not seconds: try an HTTP date below
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+def server_message(body: object) -> str:
+    """The human part of an error body: `error.message`, `message`, or the body itself, cut short."""
+    if isinstance(body, Mapping):
+        inner = body.get("error")
+        if isinstance(inner, Mapping) and inner.get("message"):
+            return str(inner["message"])
+        if body.get("message"):
+            return str(body["message"])
+    if body is None:
+        return "(no error message)"
+    return str(body)[:500]
+
+
+def status_error(
+    where: str,
+    status: int,
+    body: object,
+    headers: Mapping[str, str],
+    *,
+    retryable: bool | None = None,
+) -> ProviderCallError:
+    """A ProviderCallError for an HTTP failure: 408/409/429/5xx are worth retrying, other 4xx not."""
+    if retryable is None:
+        retryable = status in RETRYABLE_STATUSES or status >= 500
+    retry_after = parse_retry_after(headers) if retryable else None
+    # Below 400 the error came as an event inside a stream that had begun with 200.
+    what = f"HTTP {status}" if status >= 400 else "error in the middle of the answer"
+    return ProviderCallError(
+        f"{where}: {what}: {server_message(body)}",
+        retryable=retryable,
+        retry_after=retry_after,
+        status=status,
+    )
+
+
+def transport_error(where: str, exc: BaseException) -> ProviderCallError:
+    """A retryable ProviderCallError for a timeout or a broken connection."""
+    kind = "timed out" if "timeout" in type(exc).__name__.lower() else "connection failed"
+    detail = str(exc) or type(exc).__name__
+    return ProviderCallError(f"{where}: {kind}: {detail}", retryable=True)
+
+
+async def emit_text(on_text: TextSink, text: str) -> None:
+    """Hand one streamed piece of text to the sink, awaiting it when it is a coroutine."""
+    result = on_text(text)
+    if inspect.isawaitable(result):
+        await result

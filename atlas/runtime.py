@@ -1,0 +1,59 @@
+"""What a running home shares: model client, tools, gate, per-bot stores, conversation state."""
+
+from __future__ import annotations
+
+import asyncio
+
+from atlas.agent.loop import ToolLoop
+from atlas.home import Bot, Home
+from atlas.providers.base import ModelClient
+from atlas.store.conversations import ConversationStore
+from atlas.tools.catalog import default_registry
+from atlas.tools.registry import ConversationState, ToolRegistry
+from atlas.trust.gate import Gate, OpenGate
+
+
+class Runtime:
+    def __init__(
+        self,
+        home: Home,
+        *,
+        model: ModelClient | None = None,
+        gate: Gate | None = None,
+        registry: ToolRegistry | None = None,
+    ) -> None:
+        if model is None:
+            from atlas.providers.router import ModelRouter
+
+            model = ModelRouter(home.settings)
+        self.home = home
+        self.model = model
+        self.gate = OpenGate() if gate is None else gate
+        self.registry = default_registry() if registry is None else registry
+        self._stores: dict[str, ConversationStore] = {}
+        self._store_lock = asyncio.Lock()
+        self._states: dict[tuple[str, int], ConversationState] = {}
+
+    async def store(self, bot: Bot) -> ConversationStore:
+        """The bot's conversation store, opened on first use."""
+        async with self._store_lock:
+            if bot.name not in self._stores:
+                bot.ensure_folders()
+                store = ConversationStore(bot.db_path)
+                await store.open()
+                self._stores[bot.name] = store
+            return self._stores[bot.name]
+
+    def state(self, bot: Bot, conversation_id: int) -> ConversationState:
+        return self._states.setdefault((bot.name, conversation_id), ConversationState())
+
+    async def loop(self, bot: Bot) -> ToolLoop:
+        return ToolLoop(self.model, self.registry, self.gate, await self.store(bot))
+
+    async def close(self) -> None:
+        from atlas.tools.shell import jobs_for
+
+        await jobs_for(self.home).shutdown()
+        for store in self._stores.values():
+            await store.close()
+        self._stores.clear()

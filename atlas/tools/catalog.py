@@ -1,0 +1,12 @@
+"""Every built-in tool, in the one fixed order the model sees them."""
+
+from __future__ import annotations
+
+from atlas.tools.registry import ToolRegistry
+
+
+def default_registry() -> ToolRegistry:
+    from atlas.tools.files import FILE_TOOLS
+    from atlas.tools.shell import SHELL_TOOLS
+
+    return ToolRegistry([*FILE_TOOLS, *SHELL_TOOLS])

@@ -1,0 +1,123 @@
+"""Documents (PDF, Word, PowerPoint, Excel, EPUB) as Markdown: converted once with markitdown,
+kept in the home's `documents/` folder, converted again only when the file's size or mtime changes.
+
+read_file pages this Markdown and find_files searches it, so a line number from one is a line
+number in the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from atlas.errors import ToolError
+
+if TYPE_CHECKING:
+    from markitdown import MarkItDown
+
+# What the installed markitdown extras ([pdf,docx,pptx,xlsx]) really convert; .epub needs no extra.
+DOCUMENT_SUFFIXES = (".pdf", ".docx", ".pptx", ".xlsx", ".epub")
+# Office formats markitdown cannot read here (no xlrd, no converter for OpenDocument or old .doc).
+UNCONVERTIBLE_SUFFIXES = (".doc", ".xls", ".ppt", ".odt", ".ods", ".odp")
+MAX_DOCUMENT_BYTES = 50 * 1024 * 1024
+
+_markitdown: MarkItDown | None = None
+_markitdown_lock = threading.Lock()
+
+
+def is_document(path: Path) -> bool:
+    """True when the file is a document that is converted to Markdown."""
+    return path.suffix.lower() in DOCUMENT_SUFFIXES
+
+
+def unconvertible_reason(path: Path) -> str | None:
+    """Why a document of this kind cannot be read here, or None when it is not such a document."""
+    suffix = path.suffix.lower()
+    if suffix not in UNCONVERTIBLE_SUFFIXES:
+        return None
+    return (
+        f"{path}: {suffix} files cannot be converted here (documents read: "
+        f"{' '.join(DOCUMENT_SUFFIXES)}); convert it first, e.g. "
+        "`libreoffice --headless --convert-to pdf FILE`"
+    )
+
+
+def cache_paths(documents_dir: Path, path: Path) -> tuple[Path, Path]:
+    """The cached Markdown and its metadata file for a document (keyed by its resolved path)."""
+    key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:32]
+    return documents_dir / f"{key}.md", documents_dir / f"{key}.json"
+
+
+async def cached_markdown_file(documents_dir: Path, path: Path) -> Path:
+    """The cache file holding a document's Markdown, converting the document first if needed."""
+    return await asyncio.to_thread(_refresh, documents_dir, path)
+
+
+async def document_text(home_documents_dir: Path, path: Path) -> str:
+    """A document's text as Markdown (from the cache when the document has not changed)."""
+    markdown_file = await cached_markdown_file(home_documents_dir, path)
+    return await asyncio.to_thread(markdown_file.read_text, encoding="utf-8")
+
+
+def _refresh(documents_dir: Path, path: Path) -> Path:
+    path = path.resolve()
+    markdown_file, meta_file = cache_paths(documents_dir, path)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise ToolError(f"{path}: no such file") from None
+    stamp = {"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    if markdown_file.exists() and _read_meta(meta_file) == stamp:
+        return markdown_file
+    if st.st_size > MAX_DOCUMENT_BYTES:
+        raise ToolError(
+            f"{path}: document of {st.st_size} bytes is over the {MAX_DOCUMENT_BYTES // 2**20} MB "
+            "conversion limit"
+        )
+    text = _convert(path)
+    documents_dir.mkdir(parents=True, exist_ok=True)
+    # Markdown before metadata: a crash in between leaves stale metadata, so it converts again.
+    _write_atomically(markdown_file, text)
+    _write_atomically(meta_file, json.dumps(stamp))
+    return markdown_file
+
+
+def _read_meta(meta_file: Path) -> dict[str, object] | None:
+    try:
+        return json.loads(meta_file.read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _convert(path: Path) -> str:
+    global _markitdown
+    with _markitdown_lock:
+        if _markitdown is None:
+            from markitdown import MarkItDown  # heavy (~2 s): only when a document is read
+
+            _markitdown = MarkItDown(enable_plugins=False)
+        converter = _markitdown
+    try:
+        return converter.convert_local(str(path)).markdown
+    except (
+        Exception
+    ) as exc:  # markitdown raises many kinds; the model needs the reason, not a crash
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ToolError(f"{path}: could not convert the document to text ({reason})") from exc
+
+
+def _write_atomically(target: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

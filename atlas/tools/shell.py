@@ -1,0 +1,378 @@
+"""run_command: bash in the bot's workspace, in the foreground or as a background job.
+
+Every command runs in its own process group, so a timeout, a cancelled turn or `stop` kills
+the whole tree it started, not just the shell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, BinaryIO
+
+from pydantic import Field
+
+from atlas.errors import ToolError
+from atlas.tools.registry import Notifier, RunContext, Tool, tool
+
+if TYPE_CHECKING:
+    from atlas.home import Home
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 120
+MAX_TIMEOUT = 600
+OUTPUT_CAP = 5_000_000  # bytes kept from a foreground command; the rest is counted, not stored
+KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
+DRAIN_SECONDS = 1.0  # after the shell exits, how long to wait for output still in the pipe
+NOTIFY_TAIL_LINES = 20
+
+# No command may wait for a pager, a terminal or a password prompt: nobody is there to answer.
+QUIET_ENV = {
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "MANPAGER": "cat",
+    "NO_COLOR": "1",
+    "CLICOLOR": "0",
+    "TERM": "dumb",
+    "GIT_TERMINAL_PROMPT": "0",
+}
+
+
+async def _spawn(command: str, cwd: Path, stdout: int) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        "bash",
+        "-c",
+        command,
+        cwd=cwd,
+        env={**os.environ, **QUIET_ENV},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,  # its own process group: killpg reaches every descendant
+    )
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # already gone, which is what we wanted
+        os.killpg(pgid, sig)
+
+
+async def _kill_tree(process: asyncio.subprocess.Process) -> None:
+    """SIGTERM the command's process group, SIGKILL it after a grace period; reap the shell."""
+    _signal_group(process.pid, signal.SIGTERM)
+    try:
+        async with asyncio.timeout(KILL_GRACE):
+            await process.wait()
+    except TimeoutError:
+        pass  # the grace is over; SIGKILL below cannot be ignored
+    # Unconditional: descendants that ignored SIGTERM may outlive the shell.
+    _signal_group(process.pid, signal.SIGKILL)
+    await process.wait()
+
+
+class _OutputSink(asyncio.Protocol):
+    """Keeps the first `cap` bytes read from a pipe, counts the rest, and says when it closes."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.kept = bytearray()
+        self.dropped = 0
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def data_received(self, data: bytes) -> None:
+        room = max(self.cap - len(self.kept), 0)
+        self.kept += data[:room]
+        self.dropped += max(len(data) - room, 0)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    async def settle(self, seconds: float) -> bool:
+        """Wait up to `seconds` for the pipe to close; False if a process still holds it."""
+        try:
+            async with asyncio.timeout(seconds):
+                await asyncio.shield(self.closed)
+        except TimeoutError:
+            return False
+        return True
+
+    def text(self) -> str:
+        out = self.kept.decode("utf-8", errors="replace").rstrip("\n")
+        if self.dropped:
+            out += f"\n[output capped: first {len(self.kept):,} bytes kept, {self.dropped:,} more dropped]"
+        return out or "(no output)"
+
+
+def _open_pipe() -> tuple[BinaryIO, int]:
+    read_fd, write_fd = os.pipe()
+    # Not a context manager: the read end belongs to the transport, which closes it.
+    return open(read_fd, "rb", buffering=0), write_fd
+
+
+async def _run_foreground(command: str, cwd: Path, time_limit: int) -> str:
+    loop = asyncio.get_running_loop()
+    reader, write_fd = _open_pipe()
+    try:
+        process = await _spawn(command, cwd, stdout=write_fd)
+    except BaseException:
+        reader.close()
+        raise
+    finally:
+        os.close(write_fd)  # the command holds its own copy; ours would keep the pipe open forever
+    transport, sink = await loop.connect_read_pipe(lambda: _OutputSink(OUTPUT_CAP), reader)
+    try:
+        try:
+            async with asyncio.timeout(time_limit):
+                await process.wait()
+        except TimeoutError:
+            await _kill_tree(process)
+            await sink.settle(DRAIN_SECONDS)
+            return f"{sink.text()}\n[killed after timeout {time_limit}s]"
+        released = await sink.settle(DRAIN_SECONDS)
+        note = (
+            ""
+            if released
+            else "\n[a process it started in the background still holds the output; it keeps "
+            "running but its further output is lost: use background=true for servers]"
+        )
+        return f"{sink.text()}{note}\n[exit code {process.returncode}]"
+    except asyncio.CancelledError:
+        await _kill_tree(process)  # the turn was cancelled: nothing it started may outlive it
+        raise
+    finally:
+        transport.close()
+        if process.returncode is None:  # cancelled again while killing: no grace this time
+            _signal_group(process.pid, signal.SIGKILL)
+
+
+@dataclass
+class Job:
+    """A background command: its process, where its output goes, and how it ended."""
+
+    id: str
+    bot: str
+    command: str
+    log_path: Path
+    process: asyncio.subprocess.Process
+    timeout: int | None
+    notify: Notifier | None
+    started: float = field(default_factory=time.monotonic)
+    outcome: str | None = None  # the log's final line, once the job has ended
+    stop_requested: bool = False
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.outcome is None
+
+
+def _append_final_line(path: Path, line: str) -> None:
+    with path.open("ab+") as log_file:
+        log_file.seek(0, os.SEEK_END)
+        needs_newline = False
+        if log_file.tell():
+            log_file.seek(-1, os.SEEK_END)
+            needs_newline = log_file.read(1) != b"\n"
+        log_file.write(("\n" if needs_newline else "").encode() + line.encode() + b"\n")
+
+
+def _new_log(jobs_dir: Path) -> tuple[str, Path]:
+    jobs_dir.mkdir(parents=True, exist_ok=True)
+    job_id = secrets.token_hex(4)
+    return job_id, jobs_dir / f"{job_id}.log"
+
+
+def _tail(path: Path, lines: int, skip_last: int = 0) -> str:
+    """The last `lines` lines of a log (before its last `skip_last` lines), read from its end."""
+    with path.open("rb") as log_file:
+        log_file.seek(0, os.SEEK_END)
+        log_file.seek(max(log_file.tell() - 64_000, 0))
+        text = log_file.read().decode("utf-8", errors="replace")
+    all_lines = text.rstrip("\n").splitlines()
+    if skip_last:
+        all_lines = all_lines[:-skip_last]
+    return "\n".join(all_lines[-lines:]) or "(no output)"
+
+
+class JobTable:
+    """The background jobs of one home, so `stop` can find them and shutdown can end them."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, Job] = {}
+
+    def get(self, job_id: str) -> Job | None:
+        return self._jobs.get(job_id)
+
+    def running(self, bot: str | None = None) -> list[Job]:
+        return [j for j in self._jobs.values() if j.running and bot in (None, j.bot)]
+
+    async def start(
+        self,
+        command: str,
+        cwd: Path,
+        jobs_dir: Path,
+        *,
+        bot: str,
+        time_limit: int | None = None,
+        notify: Notifier | None = None,
+    ) -> Job:
+        """Start `command` detached from the turn, its output going to `jobs_dir/<id>.log`."""
+        job_id, log_path = _new_log(jobs_dir)
+        with log_path.open("wb") as log_file:
+            process = await _spawn(command, cwd, stdout=log_file.fileno())
+        job = Job(job_id, bot, command, log_path, process, time_limit, notify)
+        job.task = asyncio.create_task(self._supervise(job), name=f"job {job_id}")
+        self._jobs[job_id] = job
+        return job
+
+    async def stop(self, job_id: str) -> Job:
+        """Kill a job's process tree and wait until its log says it ended."""
+        job = self._jobs[job_id]
+        if job.running:
+            job.stop_requested = True
+            await _kill_tree(job.process)
+        assert job.task is not None
+        await job.task
+        return job
+
+    async def shutdown(self) -> None:
+        """Stop every running job and wait for all their supervisors (the daemon is stopping)."""
+        await asyncio.gather(*(self.stop(job.id) for job in self.running()))
+        await asyncio.gather(*(j.task for j in self._jobs.values() if j.task))
+
+    async def _supervise(self, job: Job) -> None:
+        timed_out = False
+        try:
+            async with asyncio.timeout(job.timeout):
+                await job.process.wait()
+        except TimeoutError:
+            timed_out = True
+            await _kill_tree(job.process)
+        except asyncio.CancelledError:  # the loop is going away without a shutdown: still clean up
+            job.stop_requested = True
+            await _kill_tree(job.process)
+            self._finish(job, timed_out=False)
+            raise
+        self._finish(job, timed_out=timed_out)
+        # A stopped job's end is told by `stop` itself (or nobody is left to hear it at shutdown).
+        if job.notify and not job.stop_requested:
+            text = (
+                f"Background job {job.id} ended: {job.outcome}\n$ {job.command}\n"
+                f"Last lines of {job.log_path}:\n{_tail(job.log_path, NOTIFY_TAIL_LINES, 1)}"
+            )
+            try:
+                await job.notify(text)
+            except Exception:  # a failed notice must not lose the job's record
+                log.warning("could not deliver the notice for job %s", job.id, exc_info=True)
+
+    @staticmethod
+    def _finish(job: Job, *, timed_out: bool) -> None:
+        if job.stop_requested:
+            outcome = "[stopped]"
+        elif timed_out:
+            outcome = f"[killed after timeout {job.timeout}s]"
+        else:
+            elapsed = time.monotonic() - job.started
+            outcome = f"[exit code {job.process.returncode} after {elapsed:.1f}s]"
+        _append_final_line(job.log_path, outcome)
+        job.outcome = outcome
+
+
+_tables: dict[Path, JobTable] = {}
+
+
+def jobs_for(home: Home) -> JobTable:
+    """The job table of a home (one per home root)."""
+    return _tables.setdefault(home.root, JobTable())
+
+
+def _resolve_cwd(run: RunContext, cwd: str | None) -> Path:
+    workspace = run.bot.workspace
+    if cwd is None:
+        workspace.mkdir(parents=True, exist_ok=True)
+        return workspace
+    path = Path(cwd).expanduser()
+    path = path if path.is_absolute() else workspace / path
+    if not path.is_dir():
+        problem = "is not a directory" if path.exists() else "does not exist"
+        raise ToolError(f"cwd {path} {problem} (relative paths start at the workspace {workspace})")
+    return path
+
+
+async def _stop_job(run: RunContext, job_id: str) -> str:
+    table = jobs_for(run.home)
+    job = table.get(job_id)
+    if job is None or job.bot != run.bot.name:
+        ids = ", ".join(j.id for j in table.running(run.bot.name)) or "none"
+        raise ToolError(f"no background job {job_id!r} (running jobs: {ids})")
+    was_running = job.running
+    await table.stop(job_id)
+    state = "stopped" if was_running else "had already ended"
+    return (
+        f"Job {job.id} {state}: {job.outcome}\n"
+        f"Last lines of {job.log_path}:\n{_tail(job.log_path, NOTIFY_TAIL_LINES, 1)}"
+    )
+
+
+@tool()
+async def run_command(
+    run: RunContext,
+    command: str | None = None,
+    cwd: Annotated[str | None, Field(description="Default: the workspace; relative to it")] = None,
+    timeout: Annotated[
+        int | None, Field(description="Seconds, 1-600; default 120, none in background")
+    ] = None,
+    background: bool = False,
+    notify_on_complete: Annotated[
+        bool, Field(description="Background only: tell this chat when it ends")
+    ] = False,
+    stop: Annotated[str | None, Field(description="Job id to stop (no command)")] = None,
+) -> str:
+    """Run a bash command; returns its output (stdout+stderr) and exit code.
+
+    No stdin or terminal: use non-interactive flags. Timeout kills the command and its children.
+    For servers and long jobs use background=true: returns at once with a job id and a log file
+    (read_file it; its last line tells how the job ended).
+    """
+    if stop is not None:
+        if command is not None:
+            raise ToolError("give either command or stop, not both")
+        return await _stop_job(run, stop)
+    if not command or not command.strip():
+        raise ToolError("give a command to run (or stop=<job id>)")
+    if timeout is not None and not 1 <= timeout <= MAX_TIMEOUT:
+        raise ToolError(f"timeout must be between 1 and {MAX_TIMEOUT} seconds (got {timeout})")
+    if notify_on_complete and not background:
+        raise ToolError("notify_on_complete needs background=true")
+    workdir = _resolve_cwd(run, cwd)
+    if not background:
+        return await _run_foreground(command, workdir, timeout or DEFAULT_TIMEOUT)
+
+    notify = run.notify if notify_on_complete else None
+    job = await jobs_for(run.home).start(
+        command, workdir, run.home.jobs_dir, bot=run.bot.name, time_limit=timeout, notify=notify
+    )
+    notice = ""
+    if notify_on_complete:
+        notice = (
+            " You will be told when it ends."
+            if notify
+            else " (No notice can reach this run: check the log.)"
+        )
+    return (
+        f"Started background job {job.id} (pid {job.process.pid}) in {workdir}.\n"
+        f"Output: {job.log_path}; its last line will say how the job ended.{notice}\n"
+        f'Stop it with stop="{job.id}".'
+    )
+
+
+SHELL_TOOLS: list[Tool] = [run_command]

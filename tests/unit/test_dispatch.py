@@ -1,0 +1,170 @@
+"""The dispatcher: stored first, no duplicates, one turn at a time, /stop, notices, outages."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from atlas.channels.base import Address
+from atlas.dispatch import Dispatcher, Inbound
+from atlas.errors import ProviderError
+from atlas.providers.base import ProviderCallError, ToolCall
+from atlas.providers.scripted import Reply, ScriptedModel
+from atlas.runtime import Runtime
+from atlas.tools.registry import ToolRegistry
+
+
+class RecordingChannel:
+    """A channel that keeps what it was asked to send."""
+
+    name = "test"
+    streams = False
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[Address, str]] = []
+        self.tool_calls: list[str] = []
+
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+    async def typing(self, address: Address) -> None: ...
+    async def stream(self, address: Address, text: str) -> None: ...
+
+    async def send(self, address: Address, text: str, files: list[Path] | None = None) -> None:
+        self.sent.append((address, text))
+
+    async def ask(self, address: Address, question: str, choices: list[str]) -> str | None:
+        return None
+
+    async def show_tool_call(self, address: Address, call: ToolCall) -> None:
+        self.tool_calls.append(call.name)
+
+
+class FailingModel(ScriptedModel):
+    async def complete(self, request, *, fallback=None, on_text=None):  # type: ignore[no-untyped-def]
+        raise ProviderError("fake/test-model failed: 503 overloaded")
+
+
+def make(home, model) -> tuple[Runtime, Dispatcher, RecordingChannel]:  # type: ignore[no-untyped-def]
+    runtime = Runtime(home, model=model, registry=ToolRegistry())
+    channel = RecordingChannel()
+    return runtime, Dispatcher(runtime, {"test": channel}), channel
+
+
+ADDRESS = Address("atlas", "test", "chat-1", user="u1")
+
+
+async def stored_texts(runtime: Runtime, home) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    store = await runtime.store(home.bot(None))
+    conversation = await store.conversation("test", "chat-1", user="u1", bot="atlas")
+    return [(m.role, m.content) for m in await store.history(conversation.id)]
+
+
+async def test_message_is_stored_and_answered(home) -> None:
+    model = ScriptedModel(Reply("hello back"))
+    runtime, dispatcher, channel = make(home, model)
+    assert await dispatcher.submit(Inbound(ADDRESS, "hello", event_id="e1"))
+    await dispatcher.wait_idle(ADDRESS)
+    assert channel.sent == [(ADDRESS, "hello back")]
+    assert await stored_texts(runtime, home) == [("user", "hello"), ("assistant", "hello back")]
+    await dispatcher.shutdown()
+    await runtime.close()
+
+
+async def test_duplicate_event_is_dropped(home) -> None:
+    model = ScriptedModel(Reply("once"))
+    runtime, dispatcher, channel = make(home, model)
+    assert await dispatcher.submit(Inbound(ADDRESS, "hi", event_id="e1"))
+    assert not await dispatcher.submit(Inbound(ADDRESS, "hi", event_id="e1"))
+    await dispatcher.wait_idle(ADDRESS)
+    assert [t for _, t in channel.sent] == ["once"]
+    model.assert_complete()
+    await dispatcher.shutdown()
+    await runtime.close()
+
+
+async def test_inbound_is_stored_before_the_turn_and_survives_an_outage(home) -> None:
+    runtime, dispatcher, channel = make(home, FailingModel())
+    await dispatcher.submit(Inbound(ADDRESS, "are you there?"))
+    await dispatcher.wait_idle(ADDRESS)
+    assert channel.sent[0][1].startswith("Sorry, I could not answer: fake/test-model failed")
+    assert await stored_texts(runtime, home) == [("user", "are you there?")]
+    await dispatcher.shutdown()
+    await runtime.close()
+
+
+async def test_messages_mid_turn_are_queued_into_one_next_turn(home) -> None:
+    release = asyncio.Event()
+    model = ScriptedModel(Reply("first", wait_for=release), Reply("second"))
+    runtime, dispatcher, channel = make(home, model)
+    await dispatcher.submit(Inbound(ADDRESS, "one"))
+    await asyncio.sleep(0.05)
+    await dispatcher.submit(Inbound(ADDRESS, "two"))
+    await dispatcher.submit(Inbound(ADDRESS, "three"))
+    release.set()
+    await dispatcher.wait_idle(ADDRESS)
+    model.assert_complete()
+    assert [t for _, t in channel.sent] == ["first", "second"]
+    second_request = [m.content for m in model.requests[1].messages if m.role == "user"]
+    assert second_request == ["one", "two", "three"]
+    await dispatcher.shutdown()
+    await runtime.close()
+
+
+async def test_conversations_run_concurrently(home) -> None:
+    release = asyncio.Event()
+    model = ScriptedModel(Reply("a", wait_for=release), Reply("b", wait_for=release))
+    runtime, dispatcher, channel = make(home, model)
+    other = Address("atlas", "test", "chat-2", user="u2")
+    await dispatcher.submit(Inbound(ADDRESS, "x"))
+    await dispatcher.submit(Inbound(other, "y"))
+    for _ in range(50):
+        if len(model.requests) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert len(model.requests) == 2  # both turns are in the model at once
+    release.set()
+    await dispatcher.wait_idle(ADDRESS)
+    await dispatcher.wait_idle(other)
+    assert sorted(t for _, t in channel.sent) == ["a", "b"]
+    await dispatcher.shutdown()
+    await runtime.close()
+
+
+async def test_stop_cancels_the_running_turn(home) -> None:
+    never = asyncio.Event()
+    model = ScriptedModel(Reply("too late", wait_for=never), Reply("fresh"))
+    runtime, dispatcher, channel = make(home, model)
+    await dispatcher.submit(Inbound(ADDRESS, "long job"))
+    await asyncio.sleep(0.05)
+    await dispatcher.submit(Inbound(ADDRESS, "/stop"))
+    await dispatcher.wait_idle(ADDRESS)
+    assert [t for _, t in channel.sent] == ["Stopped.", "Stopped."] or "Stopped." in channel.sent[
+        0
+    ][1]
+    await dispatcher.submit(Inbound(ADDRESS, "next"))
+    await dispatcher.wait_idle(ADDRESS)
+    assert channel.sent[-1][1] == "fresh"
+    assert ("user", "/stop") not in await stored_texts(runtime, home)
+    await dispatcher.shutdown()
+    await runtime.close()
+
+
+async def test_notice_starts_a_turn(home) -> None:
+    model = ScriptedModel(Reply("noted"))
+    runtime, dispatcher, channel = make(home, model)
+    await dispatcher.submit(Inbound(ADDRESS, "job 7 finished", kind="notice"))
+    await dispatcher.wait_idle(ADDRESS)
+    assert model.requests[0].messages[-1].content == "[notice] job 7 finished"
+    assert channel.sent[-1][1] == "noted"
+    await dispatcher.shutdown()
+    await runtime.close()
+
+
+async def test_provider_call_error_reaches_user_as_error(home) -> None:
+    model = ScriptedModel(Reply(error=ProviderCallError("boom", retryable=False)))
+    runtime, dispatcher, channel = make(home, model)
+    await dispatcher.submit(Inbound(ADDRESS, "hi"))
+    await dispatcher.wait_idle(ADDRESS)
+    assert "boom" in channel.sent[-1][1]
+    await dispatcher.shutdown()
+    await runtime.close()

@@ -1,0 +1,276 @@
+"""run_command: output and exit codes, cwd, timeouts and cancellation killing the whole tree,
+background jobs with their logs, notices, stop and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from atlas.home import Home
+from atlas.tools import shell
+from atlas.tools.registry import RunContext, ToolResult
+from atlas.tools.shell import SHELL_TOOLS, jobs_for, run_command
+from tests.helpers import run_context
+
+# Writes the shell's pid (= its process group id) where the test can see it, then starts a
+# child in the background and one in the foreground: a tree of three processes.
+TREE = "echo $$ > pgid; echo started; sleep 100 & sleep 100; wait"
+
+
+@pytest.fixture
+async def run(home: Home) -> AsyncIterator[RunContext]:
+    yield run_context(home)
+    await jobs_for(home).shutdown()  # no test leaves a job running
+
+
+def live_members(pgid: int) -> list[int]:
+    """Processes of a group that are still alive (zombies are dead: nothing may reap them here)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # exited while we looked
+        state, _ppid, pgrp = stat.rsplit(")", 1)[1].split()[:3]
+        if int(pgrp) == pgid and state != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+async def assert_tree_gone(pgid: int) -> None:
+    """Signals are delivered at once, but a killed process takes a moment to finish exiting."""
+    for _ in range(100):
+        if not live_members(pgid):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"processes of group {pgid} survived: {live_members(pgid)}")
+
+
+async def wait_for_pgid(run: RunContext) -> int:
+    pgid_file = run.bot.workspace / "pgid"
+    for _ in range(200):
+        text = pgid_file.read_text().strip() if pgid_file.exists() else ""
+        if text:
+            pgid = int(text)
+            for _ in range(100):  # until both sleeps have started
+                if len(live_members(pgid)) >= 3:
+                    return pgid
+                await asyncio.sleep(0.02)
+            raise AssertionError(f"the tree of {pgid} never grew: {live_members(pgid)}")
+        await asyncio.sleep(0.02)
+    raise AssertionError("the command never wrote its pgid")
+
+
+async def call(run: RunContext, **arguments: object) -> ToolResult:
+    return await run_command.invoke(run, arguments)
+
+
+def job_id_of(answer: str) -> str:
+    match = re.search(r"background job (\w+) \(pid \d+\)", answer)
+    assert match, answer
+    return match.group(1)
+
+
+async def finished_log(run: RunContext, job_id: str) -> list[str]:
+    job = jobs_for(run.home).get(job_id)
+    assert job is not None and job.task is not None
+    await asyncio.wait_for(job.task, 10)
+    return job.log_path.read_text().splitlines()
+
+
+def test_exported() -> None:
+    assert [run_command] == SHELL_TOOLS
+    assert run_command.name == "run_command"
+
+
+async def test_output_and_exit_code(run: RunContext) -> None:
+    result = await call(run, command="echo hello; echo world")
+    assert not result.is_error
+    assert result.text == "hello\nworld\n[exit code 0]"
+
+
+async def test_stderr_is_merged_and_failure_is_output(run: RunContext) -> None:
+    result = await call(run, command="echo out; echo err >&2; exit 3")
+    assert not result.is_error  # the model reads a failing command's output, it is no tool error
+    assert result.text == "out\nerr\n[exit code 3]"
+
+
+async def test_empty_output_says_so(run: RunContext) -> None:
+    result = await call(run, command="true")
+    assert result.text == "(no output)\n[exit code 0]"
+
+
+async def test_stdin_is_closed(run: RunContext) -> None:
+    result = await call(run, command="cat; echo done", timeout=5)
+    assert result.text == "done\n[exit code 0]"
+
+
+async def test_pagers_and_colours_off(run: RunContext) -> None:
+    result = await call(run, command="echo $PAGER $GIT_PAGER $MANPAGER $NO_COLOR $TERM")
+    assert result.text.splitlines()[0] == "cat cat cat 1 dumb"
+
+
+async def test_cwd_defaults_to_workspace(run: RunContext) -> None:
+    result = await call(run, command="pwd -P")
+    assert result.text.splitlines()[0] == str(run.bot.workspace.resolve())
+
+
+async def test_relative_cwd_resolves_against_workspace(run: RunContext) -> None:
+    (run.bot.workspace / "sub").mkdir(parents=True)
+    result = await call(run, command="pwd -P", cwd="sub")
+    assert result.text.splitlines()[0] == str((run.bot.workspace / "sub").resolve())
+
+
+async def test_missing_cwd_refused(run: RunContext) -> None:
+    result = await call(run, command="pwd", cwd="nowhere")
+    assert result.is_error
+    assert "nowhere does not exist" in result.text
+
+
+@pytest.mark.parametrize("timeout", [0, 601])
+async def test_timeout_out_of_range_refused(run: RunContext, timeout: int) -> None:
+    result = await call(run, command="true", timeout=timeout)
+    assert result.is_error
+    assert "between 1 and 600" in result.text
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"command": "true", "stop": "abc"}, "not both"),
+        ({}, "give a command"),
+        ({"command": "true", "notify_on_complete": True}, "needs background=true"),
+    ],
+)
+async def test_refusals(run: RunContext, arguments: dict[str, object], message: str) -> None:
+    result = await call(run, **arguments)
+    assert result.is_error
+    assert message in result.text
+
+
+async def test_timeout_kills_the_whole_tree(run: RunContext) -> None:
+    result = await call(run, command=TREE, timeout=1)
+    assert result.text == "started\n[killed after timeout 1s]"
+    pgid = int((run.bot.workspace / "pgid").read_text())
+    await assert_tree_gone(pgid)
+
+
+async def test_cancellation_kills_the_whole_tree(run: RunContext) -> None:
+    task = asyncio.create_task(call(run, command=TREE))
+    pgid = await wait_for_pgid(run)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await assert_tree_gone(pgid)
+
+
+async def test_output_is_capped(run: RunContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shell, "OUTPUT_CAP", 1000)
+    result = await call(run, command="head -c 5000 /dev/zero | tr '\\0' a")
+    lines = result.text.splitlines()
+    assert lines[0] == "a" * 1000
+    assert "1,000 bytes kept, 4,000 more dropped" in lines[1]
+    assert lines[-1] == "[exit code 0]"
+
+
+async def test_background_job_logs_how_it_ended(run: RunContext) -> None:
+    answer = (await call(run, command="echo hello; exit 3", background=True)).text
+    job_id = job_id_of(answer)
+    log_path = run.home.jobs_dir / f"{job_id}.log"
+    assert str(log_path) in answer
+    lines = await finished_log(run, job_id)
+    assert lines[0] == "hello"
+    assert re.fullmatch(r"\[exit code 3 after \d+\.\ds\]", lines[-1])
+
+
+async def test_background_job_has_no_timeout_unless_given(run: RunContext) -> None:
+    job_id = job_id_of((await call(run, command="sleep 1.5; echo late", background=True)).text)
+    lines = await finished_log(run, job_id)
+    assert lines[0] == "late"  # outlived nothing: no default timeout in the background
+    timed = job_id_of((await call(run, command=TREE, background=True, timeout=1)).text)
+    assert (await finished_log(run, timed))[-1] == "[killed after timeout 1s]"
+    await assert_tree_gone(int((run.bot.workspace / "pgid").read_text()))
+
+
+async def test_notify_on_complete(run: RunContext) -> None:
+    notices: list[str] = []
+
+    async def collect(text: str) -> None:
+        notices.append(text)
+
+    run.notify = collect
+    command = "for i in $(seq 1 30); do echo line$i; done"
+    answer = (await call(run, command=command, background=True, notify_on_complete=True)).text
+    job_id = job_id_of(answer)
+    await finished_log(run, job_id)
+    assert len(notices) == 1
+    notice = notices[0]
+    assert job_id in notice and "[exit code 0 after" in notice
+    assert "line30" in notice and "line11\n" in notice
+    assert "line10\n" not in notice  # only the last 20 lines
+
+
+async def test_stop_by_id(run: RunContext) -> None:
+    notices: list[str] = []
+
+    async def collect(text: str) -> None:
+        notices.append(text)
+
+    run.notify = collect
+    answer = (await call(run, command=TREE, background=True, notify_on_complete=True)).text
+    job_id = job_id_of(answer)
+    pgid = await wait_for_pgid(run)
+    result = await call(run, stop=job_id)
+    assert not result.is_error
+    assert f"Job {job_id} stopped: [stopped]" in result.text
+    assert "started" in result.text
+    assert (run.home.jobs_dir / f"{job_id}.log").read_text().splitlines()[-1] == "[stopped]"
+    await assert_tree_gone(pgid)
+    assert notices == []  # `stop` answered already; no second notice
+    again = await call(run, stop=job_id)
+    assert "had already ended: [stopped]" in again.text
+
+
+async def test_unknown_job_id_lists_running_ones(run: RunContext) -> None:
+    job_id = job_id_of((await call(run, command="sleep 100", background=True)).text)
+    result = await call(run, stop="nope")
+    assert result.is_error
+    assert "'nope'" in result.text and f"running jobs: {job_id}" in result.text
+
+
+async def test_shutdown_kills_running_jobs(run: RunContext) -> None:
+    table = jobs_for(run.home)
+    ids = [job_id_of((await call(run, command=TREE, background=True)).text) for _ in range(2)]
+    await wait_for_pgid(run)
+    jobs = [table.get(i) for i in ids]
+    pgids = [job.process.pid for job in jobs if job]
+    assert all(live_members(p) for p in pgids)
+    await table.shutdown()
+    assert table.running() == []
+    for job_id, pgid in zip(ids, pgids, strict=True):
+        assert (run.home.jobs_dir / f"{job_id}.log").read_text().splitlines()[-1] == "[stopped]"
+        await assert_tree_gone(pgid)
+
+
+async def test_leftover_background_process_does_not_block(
+    run: RunContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shell, "DRAIN_SECONDS", 0.2)
+    result = await call(run, command="echo $$ > pgid; sleep 100 & echo hi", timeout=10)
+    pgid = int((run.bot.workspace / "pgid").read_text())
+    try:
+        lines = result.text.splitlines()
+        assert lines[0] == "hi"
+        assert "still holds the output" in lines[1]
+        assert lines[-1] == "[exit code 0]"
+        assert live_members(pgid)  # left running on purpose: `cmd &` means "keep it going"
+    finally:
+        os.killpg(pgid, signal.SIGKILL)

@@ -1,0 +1,361 @@
+"""The SQLite store: migrations, the writer thread, conversations, messages and FTS5 search."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import AsyncIterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+import sqlite_utils
+
+from atlas.errors import AtlasError
+from atlas.providers.base import Image, Message, ToolCall, Usage
+from atlas.store.conversations import MIGRATIONS, ConversationStore, fts_query
+from atlas.store.db import Database, Migration
+
+
+def _create_notes(db: sqlite_utils.Database) -> None:
+    db["notes"].create({"id": int, "text": str}, pk="id")
+
+
+NOTES: list[Migration] = [("001_notes", _create_notes)]
+
+
+def _applied(path: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(path) as conn:
+        return conn.execute("SELECT name, applied_at FROM _migrations ORDER BY rowid").fetchall()
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[ConversationStore]:
+    async with ConversationStore(tmp_path / "bots" / "atlas" / "conversations.db") as opened:
+        yield opened
+
+
+async def _chat(store: ConversationStore, chat: str = "c1", **key: str) -> int:
+    return (await store.conversation("telegram", chat, bot="atlas", **key)).id
+
+
+# --- Database -------------------------------------------------------------------------------
+
+
+async def test_migrations_recorded_once_and_skipped_on_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "conversations.db"
+    async with ConversationStore(path):
+        pass
+    first = _applied(path)
+    assert [name for name, _ in first] == [name for name, _ in MIGRATIONS]
+    for _, applied_at in first:
+        assert datetime.fromisoformat(applied_at).utcoffset().total_seconds() == 0
+
+    async with ConversationStore(path) as store:  # a second run must not re-create tables
+        conversation_id = await _chat(store)
+        assert await store.append(conversation_id, Message("user", "hi")) is not None
+    assert _applied(path) == first
+
+
+async def test_new_migrations_applied_on_top_of_old_ones(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    async with Database(path, NOTES):
+        pass
+
+    def add_column(db: sqlite_utils.Database) -> None:
+        db["notes"].add_column("tag", str)
+
+    async with Database(path, [*NOTES, ("002_tag", add_column)]) as db:
+        columns = await db.call(lambda d: set(d["notes"].columns_dict))
+    assert columns == {"id", "text", "tag"}
+    assert [name for name, _ in _applied(path)] == ["001_notes", "002_tag"]
+
+
+async def test_unknown_migration_means_newer_atlas(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    async with Database(path, NOTES):
+        pass
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO _migrations VALUES ('099_from_the_future', '2030-01-01')")
+    database = Database(path, NOTES)
+    with pytest.raises(AtlasError, match=r"099_from_the_future.*newer Atlas"):
+        await database.open()
+    assert not database.is_open
+
+
+async def test_failed_migration_is_rolled_back_and_not_recorded(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+
+    def half_then_fail(db: sqlite_utils.Database) -> None:
+        db["half"].create({"id": int}, pk="id")
+        db.execute("INSERT INTO missing_table VALUES (1)")
+
+    with pytest.raises(AtlasError, match="002_broken"):
+        await Database(path, [*NOTES, ("002_broken", half_then_fail)]).open()
+    assert [name for name, _ in _applied(path)] == ["001_notes"]
+    assert not sqlite_utils.Database(path)["half"].exists()
+
+
+async def test_wal_synchronous_and_foreign_keys(tmp_path: Path) -> None:
+    async with Database(tmp_path / "x.db", NOTES) as db:
+        pragmas = await db.call(
+            lambda d: [
+                d.execute(f"PRAGMA {name}").fetchone()[0]
+                for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
+            ]
+        )
+    assert pragmas[0] == "wal"
+    assert pragmas[1] == 1  # NORMAL
+    assert pragmas[2] == 1
+    assert pragmas[3] > 0
+
+
+async def test_call_before_open_and_after_close_is_an_error(tmp_path: Path) -> None:
+    db = Database(tmp_path / "x.db", NOTES)
+    with pytest.raises(AtlasError, match="not open"):
+        await db.call(lambda d: 1)
+    await db.open()
+    assert await db.call(lambda d: 41 + 1) == 42
+    await db.close()
+    with pytest.raises(AtlasError, match="closed"):
+        await db.call(lambda d: 1)
+
+
+async def test_write_survives_cancelled_caller(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    started = threading.Event()
+
+    def slow_write(db: sqlite_utils.Database) -> None:
+        started.set()
+        threading.Event().wait(0.3)  # still writing when the caller is cancelled
+        db["notes"].insert({"text": "kept"})
+
+    db = Database(path, NOTES)
+    await db.open()
+    # A second write queued behind the first one must not be dropped either.
+    running = asyncio.create_task(db.call(slow_write))
+    queued = asyncio.create_task(db.call(lambda d: d["notes"].insert({"text": "queued"})))
+    await asyncio.to_thread(started.wait, 5)
+    running.cancel()
+    queued.cancel()
+    for task in (running, queued):
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    await db.close()  # waits for the work the cancelled callers left behind
+    texts = [row["text"] for row in sqlite_utils.Database(path)["notes"].rows]
+    assert texts == ["kept", "queued"]
+
+
+async def test_failure_after_cancelled_caller_is_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    started = threading.Event()
+
+    def slow_failing_write(db: sqlite_utils.Database) -> None:
+        started.set()
+        threading.Event().wait(0.1)
+        db.execute("INSERT INTO no_such_table VALUES (1)")
+
+    async with Database(tmp_path / "x.db", NOTES) as db:
+        task = asyncio.create_task(db.call(slow_failing_write))
+        await asyncio.to_thread(started.wait, 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    await asyncio.sleep(0)  # let the done-callback run
+    assert "after its caller was cancelled" in caplog.text
+    assert "no_such_table" in caplog.text
+
+
+async def test_calls_run_on_one_thread(tmp_path: Path) -> None:
+    async with Database(tmp_path / "x.db", NOTES) as db:
+        threads = await asyncio.gather(
+            *(db.call(lambda d: threading.get_ident()) for _ in range(20))
+        )
+    assert len(set(threads)) == 1
+    assert threads[0] != threading.get_ident()
+
+
+def test_duplicate_migration_names_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="001_notes"):
+        Database(tmp_path / "x.db", [*NOTES, *NOTES])
+
+
+# --- Conversations ------------------------------------------------------------------------
+
+
+async def test_conversation_get_or_create(store: ConversationStore) -> None:
+    first = await store.conversation("slack", "C1", bot="atlas", title="Planning")
+    again = await store.conversation("slack", "C1", bot="atlas")
+    assert again == first
+    assert first.thread == "" and first.user == "" and first.kind == "conversation"
+    assert first.title == "Planning" and first.bot == "atlas"
+    assert datetime.fromisoformat(first.created_at).utcoffset().total_seconds() == 0
+
+    in_thread = await store.conversation("slack", "C1", thread="t1", bot="atlas")
+    by_user = await store.conversation("slack", "C1", user="u1", bot="atlas")
+    other_channel = await store.conversation("telegram", "C1", bot="atlas")
+    ids = {first.id, in_thread.id, by_user.id, other_channel.id}
+    assert len(ids) == 4
+    assert (await store.conversation("slack", "C1", thread="t1", bot="atlas")).id == in_thread.id
+
+    routine = await store.conversation("routine", "daily", kind="routine", bot="atlas")
+    assert routine.kind == "routine"
+    assert await store.get_conversation(routine.id) == routine
+    assert await store.get_conversation(9999) is None
+
+
+async def test_unknown_kinds_rejected(store: ConversationStore) -> None:
+    with pytest.raises(ValueError, match="conversation kind"):
+        await store.conversation("slack", "C1", bot="atlas", kind="chat")  # type: ignore[arg-type]
+    conversation_id = await _chat(store)
+    with pytest.raises(ValueError, match="message kind"):
+        await store.append(conversation_id, Message("user", "x"), kind="note")  # type: ignore[arg-type]
+
+
+async def test_append_and_history_round_trip(store: ConversationStore) -> None:
+    conversation_id = await _chat(store)
+    messages = [
+        Message("user", "what is on this picture?", images=[Image("image/png", "aGVsbG8=")]),
+        Message(
+            "assistant",
+            "",
+            tool_calls=[
+                ToolCall("call_1", "read_file", '{"path": "a.txt"}'),
+                ToolCall("call_2", "web_search", "{not json"),
+            ],
+        ),
+        Message("tool", "contents of a", tool_call_id="call_1", name="read_file"),
+        Message("tool", "Error: bad arguments", tool_call_id="call_2", name="web_search"),
+        Message("assistant", "A cat. ✨ «ok»"),
+    ]
+    ids = [await store.append(conversation_id, m) for m in messages]
+    assert all(isinstance(i, int) for i in ids) and ids == sorted(ids)
+    assert await store.history(conversation_id) == messages
+    assert await store.history(await _chat(store, "other")) == []
+
+
+async def test_append_bumps_updated_at(store: ConversationStore) -> None:
+    before = await store.conversation("telegram", "c1", bot="atlas")
+    await asyncio.sleep(0.001)
+    await store.append(before.id, Message("user", "hi"))
+    after = await store.get_conversation(before.id)
+    assert after is not None
+    assert after.updated_at > before.updated_at
+    assert after.created_at == before.created_at
+
+
+async def test_append_to_missing_conversation(store: ConversationStore) -> None:
+    with pytest.raises(AtlasError, match="no conversation with id 404"):
+        await store.append(404, Message("user", "hi"))
+
+
+async def test_duplicate_event_id_is_stored_once(store: ConversationStore) -> None:
+    conversation_id = await _chat(store)
+    other_id = await _chat(store, "c2")
+    first = await store.append(conversation_id, Message("user", "hello"), event_id="evt-1")
+    assert first is not None
+    assert await store.append(conversation_id, Message("user", "hello"), event_id="evt-1") is None
+    assert await store.append(other_id, Message("user", "hello"), event_id="evt-1") is not None
+    # Messages without an event id never collide.
+    assert await store.append(conversation_id, Message("assistant", "a")) is not None
+    assert await store.append(conversation_id, Message("assistant", "a")) is not None
+    assert [m.content for m in await store.history(conversation_id)] == ["hello", "a", "a"]
+
+
+async def test_concurrent_appends_all_land(store: ConversationStore) -> None:
+    conversation_ids = [await _chat(store, f"c{i}") for i in range(4)]
+    results = await asyncio.gather(
+        *(
+            store.append(conversation_ids[n % 4], Message("user", f"message {n}"), event_id=str(n))
+            for n in range(100)
+        )
+    )
+    assert None not in results and len(set(results)) == 100
+    stored = [m.content for cid in conversation_ids for m in await store.history(cid)]
+    assert sorted(stored) == sorted(f"message {n}" for n in range(100))
+
+
+async def test_usage_totals(store: ConversationStore) -> None:
+    conversation_id = await _chat(store)
+    await store.append(conversation_id, Message("user", "hi"))
+    await store.append(
+        conversation_id,
+        Message("assistant", "one"),
+        usage=Usage(input_tokens=100, output_tokens=10, cache_read_tokens=5),
+        model="fake/test-model",
+    )
+    await store.append(
+        conversation_id,
+        Message("assistant", "two"),
+        usage=Usage(input_tokens=50, output_tokens=7, cache_write_tokens=3),
+    )
+    other_id = await _chat(store, "other")
+    await store.append(other_id, Message("assistant", "x"), usage=Usage(input_tokens=1000))
+    assert await store.usage_totals(conversation_id) == Usage(150, 17, 5, 3)
+    assert await store.usage_totals(await _chat(store, "empty")) == Usage()
+
+
+# --- Search -------------------------------------------------------------------------------
+
+
+async def test_search_stems_and_ignores_diacritics(store: ConversationStore) -> None:
+    conversation_id = await _chat(store)
+    run_id = await store.append(conversation_id, Message("user", "I like to run in the park"))
+    cafe_id = await store.append(conversation_id, Message("assistant", "Meet me at the café"))
+    await store.append(conversation_id, Message("user", "nothing relevant here"))
+
+    hits = await store.search("running")
+    assert [h.message_id for h in hits] == [run_id]
+    assert hits[0].conversation_id == conversation_id and hits[0].role == "user"
+    assert "**run**" in hits[0].snippet
+    assert datetime.fromisoformat(hits[0].created_at).utcoffset().total_seconds() == 0
+
+    assert [h.message_id for h in await store.search("cafe")] == [cafe_id]
+    assert [h.message_id for h in await store.search("CAFÉ meet")] == [cafe_id]
+    assert await store.search("cafe park") == []  # every word must match
+
+
+async def test_search_ranks_by_bm25_and_limits(store: ConversationStore) -> None:
+    conversation_id = await _chat(store)
+    weak = await store.append(conversation_id, Message("user", "deploy " + "filler " * 40))
+    strong = await store.append(conversation_id, Message("user", "deploy deploy deploy"))
+    assert [h.message_id for h in await store.search("deploy")] == [strong, weak]
+    assert [h.message_id for h in await store.search("deploy", limit=1)] == [strong]
+    assert await store.search("deploy", limit=0) == []
+
+
+async def test_search_within_one_conversation(store: ConversationStore) -> None:
+    mine = await _chat(store, "mine")
+    theirs = await _chat(store, "theirs")
+    mine_msg = await store.append(mine, Message("user", "the invoice is due"))
+    theirs_msg = await store.append(theirs, Message("user", "another invoice"))
+    assert {h.message_id for h in await store.search("invoice")} == {mine_msg, theirs_msg}
+    assert [h.message_id for h in await store.search("invoice", conversation_id=mine)] == [mine_msg]
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["c++", "what's", '"', '"unbalanced', "AND OR NOT", "*", "NEAR(", "a:b", "-x", "^", "", "  "],
+)
+async def test_tricky_queries_never_raise(store: ConversationStore, query: str) -> None:
+    conversation_id = await _chat(store)
+    await store.append(conversation_id, Message("user", "what's new in c++ and rust"))
+    hits = await store.search(query)
+    assert isinstance(hits, list)
+    if not query.strip() or query in ('"', "*", "^"):
+        assert hits == []
+
+
+async def test_tricky_queries_still_find_text(store: ConversationStore) -> None:
+    conversation_id = await _chat(store)
+    message_id = await store.append(conversation_id, Message("user", "what's new in c++ and rust"))
+    for query in ("c++", "what's", "AND", '"rust', "rust*"):
+        assert [h.message_id for h in await store.search(query)] == [message_id], query
+
+
+def test_fts_query_quotes_each_term() -> None:
+    assert fts_query('say "hi" c++') == '"say" AND """hi""" AND "c++"'
+    assert fts_query('* ^ "') is None
+    assert fts_query("") is None
