@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from atlas.config import ProviderSettings
 from atlas.providers.base import (
     CompletionRequest,
     CompletionResponse,
@@ -22,7 +21,7 @@ from atlas.providers.base import (
     ToolSpec,
     Usage,
 )
-from atlas.providers.wire import api_key_for, emit_text, status_error, transport_error
+from atlas.providers.wire import SdkProvider, emit_text, status_error, transport_error
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
@@ -135,27 +134,13 @@ def _from_anthropic(response: Any) -> Message:
     return Message("assistant", "".join(text), tool_calls=calls)
 
 
-class AnthropicProvider:
+class AnthropicProvider(SdkProvider):
     """One Anthropic Messages endpoint, named in config.toml [providers.NAME]."""
 
-    def __init__(self, name: str, settings: ProviderSettings) -> None:
-        self.name = name
-        self.settings = settings
-        self.supports_images = settings.supports_images
-        self._client: AsyncAnthropic | None = None
+    def _sdk_client_class(self) -> type[AsyncAnthropic]:
+        from anthropic import AsyncAnthropic
 
-    def _get_client(self) -> AsyncAnthropic:
-        if self._client is None:
-            api_key = api_key_for(self.name, self.settings)  # raises before anything is cached
-            from anthropic import AsyncAnthropic
-
-            self._client = AsyncAnthropic(
-                base_url=self.settings.base_url,
-                api_key=api_key,
-                max_retries=0,  # the router retries, with our backoff and logging
-                timeout=self.settings.timeout,
-            )
-        return self._client
+        return AsyncAnthropic
 
     async def complete(
         self, request: CompletionRequest, on_text: TextSink | None = None

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from atlas.config import ProviderSettings
 from atlas.providers.base import (
     CompletionRequest,
     CompletionResponse,
@@ -19,7 +18,7 @@ from atlas.providers.base import (
     ToolSpec,
     Usage,
 )
-from atlas.providers.wire import api_key_for, emit_text, status_error, transport_error
+from atlas.providers.wire import SdkProvider, emit_text, status_error, transport_error
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -117,27 +116,13 @@ def _tool_call(index: int, call_id: str | None, name: str, arguments: str | None
     return ToolCall(call_id or f"call_{index}", name, arguments or "{}")
 
 
-class OpenAIProvider:
+class OpenAIProvider(SdkProvider):
     """One OpenAI-compatible endpoint, named in config.toml [providers.NAME]."""
 
-    def __init__(self, name: str, settings: ProviderSettings) -> None:
-        self.name = name
-        self.settings = settings
-        self.supports_images = settings.supports_images
-        self._client: AsyncOpenAI | None = None
+    def _sdk_client_class(self) -> type[AsyncOpenAI]:
+        from openai import AsyncOpenAI
 
-    def _get_client(self) -> AsyncOpenAI:
-        if self._client is None:
-            api_key = api_key_for(self.name, self.settings)  # raises before anything is cached
-            from openai import AsyncOpenAI
-
-            self._client = AsyncOpenAI(
-                base_url=self.settings.base_url,
-                api_key=api_key,
-                max_retries=0,  # the router retries, with our backoff and logging
-                timeout=self.settings.timeout,
-            )
-        return self._client
+        return AsyncOpenAI
 
     async def complete(
         self, request: CompletionRequest, on_text: TextSink | None = None

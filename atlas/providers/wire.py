@@ -6,6 +6,7 @@ import inspect
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import Any
 
 from atlas.config import ProviderSettings
 from atlas.providers.base import ProviderCallError, TextSink
@@ -100,3 +101,28 @@ async def emit_text(on_text: TextSink, text: str) -> None:
     result = on_text(text)
     if inspect.isawaitable(result):
         await result
+
+
+class SdkProvider:
+    """What both SDK-backed providers share: settings, and one client made on first use
+    (so importing a provider module never imports its SDK)."""
+
+    def __init__(self, name: str, settings: ProviderSettings) -> None:
+        self.name = name
+        self.settings = settings
+        self.supports_images = settings.supports_images
+        self._client: Any = None
+
+    def _sdk_client_class(self) -> Any:
+        raise NotImplementedError
+
+    def _get_client(self) -> Any:
+        if self._client is None:
+            api_key = api_key_for(self.name, self.settings)  # raises before anything is cached
+            self._client = self._sdk_client_class()(
+                base_url=self.settings.base_url,
+                api_key=api_key,
+                max_retries=0,  # the router retries, with our backoff and logging
+                timeout=self.settings.timeout,
+            )
+        return self._client
