@@ -17,6 +17,7 @@ from atlas.providers.base import (
     ProviderCallError,
     TextSink,
 )
+from atlas.providers.wire import emit_text
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +76,10 @@ class ModelRouter:
         if fallback and fallback != request.model:
             models.append(fallback)
         failures: list[_Failure] = []
+        sink = _StreamWatch(on_text) if on_text else None
         for model in models:
             try:
-                return await self._complete_with_retries(request, model, on_text, failures)
+                return await self._complete_with_retries(request, model, sink, failures)
             except (ProviderCallError, ConfigError) as exc:
                 if model != models[-1]:
                     log.warning("model %s failed, falling back to %s: %s", model, models[-1], exc)
@@ -87,7 +89,7 @@ class ModelRouter:
         self,
         request: CompletionRequest,
         model: str,
-        on_text: TextSink | None,
+        sink: _StreamWatch | None,
         failures: list[_Failure],
     ) -> CompletionResponse:
         try:
@@ -99,8 +101,10 @@ class ModelRouter:
         bare_request = dataclasses.replace(request, model=model.partition("/")[2])
         retries = provider_settings.max_retries
         for attempt in range(retries + 1):
+            if sink:
+                await sink.restart()
             try:
-                return await provider.complete(bare_request, on_text)
+                return await provider.complete(bare_request, sink)
             except ProviderCallError as exc:
                 if not exc.retryable or attempt == retries:
                     failures.append(_Failure(model, attempt + 1, exc))
@@ -124,6 +128,26 @@ class ModelRouter:
             return min(limits.retry_max_delay, retry_after)
         ceiling = min(limits.retry_max_delay, limits.retry_base_delay * 2**attempt)
         return ceiling * self._rng()
+
+
+class _StreamWatch:
+    """Passes streamed text on, and remembers whether any went out: an answer that failed
+    midway is answered again from the start, and the reader must be told so."""
+
+    RESTART_NOTE = "\n[the connection failed; answering again]\n"
+
+    def __init__(self, on_text: TextSink) -> None:
+        self.on_text = on_text
+        self.streamed = False
+
+    async def __call__(self, text: str) -> None:
+        self.streamed = True
+        await emit_text(self.on_text, text)
+
+    async def restart(self) -> None:
+        if self.streamed:
+            await emit_text(self.on_text, self.RESTART_NOTE)
+            self.streamed = False
 
 
 def _describe(failures: list[_Failure]) -> str:

@@ -15,11 +15,13 @@ from atlas.errors import ProviderError
 from atlas.providers.anthropic import AnthropicProvider
 from atlas.providers.base import (
     CompletionRequest,
+    CompletionResponse,
     Image,
     Message,
     ProviderCallError,
     ToolCall,
     ToolSpec,
+    Usage,
 )
 from atlas.providers.openai import OpenAIProvider
 from atlas.providers.router import ModelRouter
@@ -486,3 +488,31 @@ def test_parse_retry_after_forms() -> None:
     assert parse_retry_after({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
     assert parse_retry_after({"retry-after": "soon"}) is None
     assert parse_retry_after({}) is None
+
+
+class BreaksMidStream:
+    """A provider whose first answer dies after some text went out (a dropped stream)."""
+
+    name = "p0"
+    supports_images = False
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(self, request, on_text=None):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        await on_text("Hello wor")
+        if self.calls == 1:
+            raise ProviderCallError("connection dropped", retryable=True)
+        await on_text("ld")
+        return CompletionResponse(Message("assistant", "Hello world"), Usage(), request.model)
+
+
+async def test_router_tells_the_reader_when_a_broken_stream_starts_again() -> None:
+    async with FakeOpenAIServer() as server:
+        router = ModelRouter(router_settings(server, retries=1), sleep=RecordingSleep())
+        router._providers["p0"] = BreaksMidStream()
+        received: list[str] = []
+        response = await router.complete(request(model="p0/test-model"), on_text=received.append)
+    assert response.message.content == "Hello world"
+    assert "".join(received) == "Hello wor\n[the connection failed; answering again]\nHello world"

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from atlas.home import Home
-from atlas.tools import documents, files
-from atlas.tools.files import FILE_TOOLS, edit_file, find_files, read_file, write_file
+from atlas.tools import documents, files, search_files
+from atlas.tools.files import FILE_TOOLS, edit_file, read_file, write_file
 from atlas.tools.registry import RunContext
+from atlas.tools.search_files import find_files
 from tests.helpers import run_context
 
 
@@ -499,7 +500,7 @@ async def test_find_stops_after_the_timeout(
 ) -> None:
     fifo = ws / "pipe"
     os.mkfifo(fifo)  # rg blocks reading a FIFO nobody writes to
-    monkeypatch.setattr(files, "SEARCH_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(search_files, "SEARCH_TIMEOUT_S", 0.5)
     result = await call(run, find_files, pattern="x", path="pipe")
     assert not result.is_error
     assert result.text.startswith("Search stopped after 0.5 s; the results are partial.")

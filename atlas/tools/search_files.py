@@ -1,0 +1,309 @@
+"""find_files: file contents by regex, or file names by glob, with ripgrep (documents as Markdown).
+
+Hidden and git-ignored files are skipped unless the search starts inside them; a search stops at
+SEARCH_TIMEOUT_S and answers with what it found so far, one page of result lines at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import sysconfig
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from atlas.errors import ToolError
+from atlas.tools.documents import DOCUMENT_SUFFIXES, cached_markdown_file, is_document
+from atlas.tools.paths import resolve_path, shown_path
+from atlas.tools.registry import RunContext, tool
+
+SEARCH_TIMEOUT_S = 60.0
+GIT_TIMEOUT_S = 5.0
+
+
+def _ripgrep() -> str:
+    bundled = Path(sysconfig.get_path("scripts")) / "rg"
+    if bundled.exists():
+        return str(bundled)  # the pinned one first: its flags are the ones tested
+    if found := shutil.which("rg"):
+        return found
+    raise ToolError(
+        "ripgrep (rg) is not installed; install it (`apt install ripgrep`) or run `uv sync`"
+    )
+
+
+@dataclass
+class _Results:
+    """Counts every result line and keeps only the requested page of them."""
+
+    offset: int
+    limit: int
+    total: int = 0
+    weight: int = 0  # matching lines (content and count modes)
+    files: set[str] = field(default_factory=set)
+    page: list[str] = field(default_factory=list)
+
+    def add(self, line: str, file: str | None, weight: int) -> None:
+        if file is not None:
+            self.files.add(file)
+        self.weight += weight
+        if self.offset <= self.total < self.offset + self.limit:
+            self.page.append(line)
+        self.total += 1
+
+
+def _strip_dot(path: str) -> str:
+    return path[2:] if path.startswith("./") else path
+
+
+def _collector(results: _Results, mode: str, rename: Callable[[str], str]) -> Callable[[str], None]:
+    """Turns rg's output lines (paths ended by NUL, see --null) into result lines."""
+
+    def collect(raw: str) -> None:
+        if mode in ("files", "files_only"):
+            results.add(rename(raw), rename(raw), 0)
+        elif raw == "--":  # rg's separator between context groups
+            results.add(raw, None, 0)
+        else:
+            path, _, rest = raw.partition("\0")
+            name = rename(path)
+            if mode == "count":
+                results.add(f"{name}:{rest}", name, int(rest) if rest.isdigit() else 0)
+            else:  # rest is "12:text" for a match, "12-text" for context
+                separator = ":" if re.match(r"\d+:", rest) else "-"
+                results.add(f"{name}{separator}{rest}", name, separator == ":")
+
+    return collect
+
+
+async def _drain(stream: asyncio.StreamReader, keep: int = 64 * 1024) -> bytes:
+    """Reads a stream to its end (so the writer never blocks on a full pipe), keeping the start."""
+    kept = bytearray()
+    while chunk := await stream.read(65536):
+        if len(kept) < keep:
+            kept += chunk[: keep - len(kept)]
+    return bytes(kept)
+
+
+async def _run_rg(
+    rg: str, args: list[str], cwd: Path, deadline: float, on_line: Callable[[str], None]
+) -> tuple[bool, str]:
+    """Runs rg until done or the deadline; returns (stopped, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        rg, "--no-config", *args, cwd=cwd, limit=4 * 2**20,
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    errors = asyncio.create_task(_drain(proc.stderr))
+    lines, stopped = 0, False
+    try:
+        async with asyncio.timeout_at(deadline):
+            while raw := await proc.stdout.readline():
+                on_line(raw.decode("utf-8", errors="replace").removesuffix("\n"))
+                lines += 1
+            await proc.wait()
+    except TimeoutError:
+        stopped = True
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        stderr = (await errors).decode("utf-8", errors="replace").strip()
+    if proc.returncode == 2 and not lines and not stopped:
+        raise ToolError(f"rg: {stderr[:1000]}")
+    return stopped, stderr
+
+
+def _inside_hidden(run: RunContext, resolved: Path) -> bool:
+    try:  # inside the workspace only the part below it counts (the home itself is often ~/.atlas)
+        parts = resolved.relative_to(run.bot.workspace.resolve()).parts
+    except ValueError:
+        parts = resolved.parts
+    return any(p.startswith(".") and p not in (".", "..") for p in parts)
+
+
+async def _git_ignored(resolved: Path, folder: Path) -> bool:
+    git = shutil.which("git")
+    if git is None:
+        return False
+    proc = await asyncio.create_subprocess_exec(
+        git, "-C", str(folder), "check-ignore", "-q", "--", str(resolved),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        return await asyncio.wait_for(proc.wait(), GIT_TIMEOUT_S) == 0
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return False
+
+
+async def _scope_flags(run: RunContext, resolved: Path, is_dir: bool) -> list[str]:
+    """Hidden and ignored files are skipped, unless the search starts inside such a folder."""
+    flags = ["--hidden"] if _inside_hidden(run, resolved) else []
+    if await _git_ignored(resolved, resolved if is_dir else resolved.parent):
+        flags.append("--no-ignore")
+    return flags
+
+
+def _content_flags(output_mode: str, context: int, ignore_case: bool) -> list[str]:
+    flags = ["--sort=path", "--color=never", "--with-filename"]
+    if output_mode == "files_only":
+        flags.append("--files-with-matches")
+    elif output_mode == "count":
+        flags += ["--count", "--null"]
+    else:
+        flags += [
+            "--null",
+            "--line-number",
+            "--no-heading",
+            "--max-columns=500",
+            "--max-columns-preview",
+        ]
+        if context:
+            flags.append(f"--context={context}")
+    return [*flags, "--ignore-case"] if ignore_case else flags
+
+
+@dataclass
+class _Search:
+    """One find_files call: where rg runs, how results are named, and what went wrong."""
+
+    run: RunContext
+    rg: str
+    cwd: Path
+    deadline: float
+    results: _Results
+    stopped: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    async def rg_lines(self, args: list[str], on_line: Callable[[str], None]) -> None:
+        stopped, stderr = await _run_rg(self.rg, args, self.cwd, self.deadline, on_line)
+        self.stopped = self.stopped or stopped
+        if stderr:
+            self.notes.append("rg: " + " | ".join(stderr.splitlines()[:3]))
+
+    async def documents(
+        self, arg: str, is_dir: bool, scope: list[str], file_glob: str | None
+    ) -> list[str]:
+        if not is_dir:
+            return [arg]
+        globs = ["--glob", file_glob] if file_glob else [f"--iglob=*{s}" for s in DOCUMENT_SUFFIXES]
+        found: list[str] = []
+        await self.rg_lines(["--files", "--sort=path", *scope, *globs, "--", arg], found.append)
+        return [p for p in found if is_document(Path(p))]
+
+    async def search_documents(self, documents: list[str], rg_args: list[str], mode: str) -> None:
+        """Converts each document once (cached), then runs rg over the cached Markdown."""
+        cached: dict[str, str] = {}
+        failed: list[str] = []
+        loop = asyncio.get_running_loop()
+        for doc in documents:
+            try:
+                async with asyncio.timeout_at(self.deadline):
+                    md = await cached_markdown_file(self.run.home.documents_dir, self.cwd / doc)
+            except TimeoutError:
+                self.stopped = True
+                break
+            except ToolError as exc:
+                failed.append(str(exc))
+                continue
+            cached[str(md)] = _strip_dot(doc)
+        if failed:
+            self.notes.append(f"{len(failed)} documents not searched: " + "; ".join(failed[:3]))
+        if cached and loop.time() < self.deadline:
+            collect = _collector(self.results, mode, lambda p: cached.get(p, p))
+            await self.rg_lines([*rg_args, "--", *cached], collect)
+
+
+def _summary(results: _Results, target: str, mode: str, where: str, pattern: str) -> str:
+    if results.total == 0:
+        return f"No {'files' if target == 'files' else 'matches'} for {pattern!r} in {where}."
+    if target == "files" or mode == "files_only":
+        what = f"{results.total} files"
+    elif mode == "count":
+        what = f"{results.weight} matching lines in {results.total} files"
+    else:
+        what = f"{results.weight} matching lines in {len(results.files)} files"
+    first, last = results.offset + 1, results.offset + len(results.page)
+    if not results.page:
+        return f"({what}; {results.total} result lines; offset {results.offset} is past the end)"
+    more = f"; next page: call find_files with offset={last}" if last < results.total else ""
+    return f"({what}; result lines {first}-{last} of {results.total}{more})"
+
+
+async def _search_root(run: RunContext, resolved: Path, shown: str) -> tuple[Path, str]:
+    """Where rg runs and what it is told to search: the workspace, so that results come out
+    relative to it, unless it does not exist yet."""
+    workspace = run.bot.workspace.resolve()
+    cwd = workspace if await asyncio.to_thread(workspace.is_dir) else Path(resolved.anchor)
+    return cwd, shown if cwd == workspace else str(resolved)
+
+
+def _answer(search: _Search, summary: str) -> str:
+    """The page of result lines, after a warning if the search was cut short, before the notes."""
+    parts = []
+    if search.stopped:
+        parts.append(f"Search stopped after {SEARCH_TIMEOUT_S:g} s; the results are partial.")
+    parts += search.results.page
+    parts.append(summary)
+    parts += search.notes
+    return "\n".join(parts)
+
+
+@tool(
+    read_only=True,
+    pages_itself=True,
+    aliases={"glob": "file_glob", "-i": "ignore_case", "-C": "context", "head_limit": "limit"},
+)
+async def find_files(
+    run: RunContext,
+    pattern: Annotated[
+        str, Field(description="regex (target=content) or file-name glob (target=files)")
+    ],
+    target: Literal["content", "files"] = "content",
+    path: Annotated[str, Field(description="file or folder to search")] = ".",
+    file_glob: Annotated[str | None, Field(description="only files matching, e.g. '*.py'")] = None,
+    output_mode: Literal["content", "files_only", "count"] = "content",
+    context: Annotated[int, Field(ge=0, le=10, description="lines around each match")] = 0,
+    ignore_case: bool = False,
+    limit: Annotated[int, Field(ge=1, le=500, description="result lines per page")] = 50,
+    offset: Annotated[int, Field(ge=0, description="result lines to skip")] = 0,
+) -> str:
+    """Search with ripgrep: file contents by regex (documents such as PDF and Word too), or file
+    names by glob (target=files). Skips hidden and git-ignored files unless path is inside them."""
+    if target == "files" and file_glob:
+        raise ToolError(
+            "file_glob is for target=content; with target=files put the glob in pattern"
+        )
+    rg = _ripgrep()
+    resolved = resolve_path(run, path)
+    shown = shown_path(run, resolved)
+    is_dir = await asyncio.to_thread(resolved.is_dir)
+    if not is_dir and not await asyncio.to_thread(resolved.exists):
+        raise ToolError(f"{shown}: no such file or folder")
+    cwd, arg = await _search_root(run, resolved, shown)
+    loop = asyncio.get_running_loop()
+    search = _Search(run, rg, cwd, loop.time() + SEARCH_TIMEOUT_S, _Results(offset, limit))
+    scope = await _scope_flags(run, resolved, is_dir)
+    mode = "files" if target == "files" else output_mode
+    if target == "files":
+        glob_flag = "--iglob" if ignore_case else "--glob"
+        args = ["--files", "--sort=path", *scope, glob_flag, pattern, "--", arg]
+        await search.rg_lines(args, _collector(search.results, mode, _strip_dot))
+    else:
+        flags = [*_content_flags(output_mode, context, ignore_case), "--regexp", pattern]
+        if is_dir or not is_document(resolved):
+            skip_documents = [f"--iglob=!*{s}" for s in DOCUMENT_SUFFIXES]  # searched as Markdown
+            globs = ["--glob", file_glob] if file_glob else []
+            args = [*flags, *scope, *globs, *skip_documents, "--", arg]
+            await search.rg_lines(args, _collector(search.results, mode, _strip_dot))
+        if not search.stopped and (is_dir or is_document(resolved)):
+            documents = await search.documents(arg, is_dir, scope, file_glob)
+            await search.search_documents(documents, flags, mode)
+    return _answer(search, _summary(search.results, target, mode, shown, pattern))
