@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -15,8 +16,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def default_home() -> Path:
-    import os
-
     return Path(os.environ.get("ATLAS_HOME") or Path.home() / ".atlas").expanduser()
 
 
@@ -103,14 +102,40 @@ class Home:
                 except ConfigError as exc:
                     raise ConfigError(f"{bot.root / 'bot.toml'}: {exc}") from None
 
-    config_path = property(lambda self: self.root / "config.toml")
-    bots_dir = property(lambda self: self.root / "bots")
-    routines_dir = property(lambda self: self.root / "routines")
-    skills_dir = property(lambda self: self.root / "skills")
-    db_path = property(lambda self: self.root / "atlas.db")
-    documents_dir = property(lambda self: self.root / "documents")
-    spill_dir = property(lambda self: self.root / "spill")
-    jobs_dir = property(lambda self: self.root / "jobs")
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.toml"
+
+    @property
+    def bots_dir(self) -> Path:
+        return self.root / "bots"
+
+    @property
+    def routines_dir(self) -> Path:
+        return self.root / "routines"
+
+    @property
+    def skills_dir(self) -> Path:
+        return self.root / "skills"
+
+    @property
+    def db_path(self) -> Path:
+        return self.root / "atlas.db"
+
+    @property
+    def documents_dir(self) -> Path:
+        """Markdown text of documents, cached for find_files and read_file."""
+        return self.root / "documents"
+
+    @property
+    def spill_dir(self) -> Path:
+        """Whole tool results too large for the model's context."""
+        return self.root / "spill"
+
+    @property
+    def jobs_dir(self) -> Path:
+        """Output of background commands."""
+        return self.root / "jobs"
 
     def _load_bots(self) -> dict[str, Bot]:
         bots: dict[str, Bot] = {}
