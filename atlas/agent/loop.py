@@ -91,8 +91,7 @@ class ToolLoop:
         guard = RepeatGuard()
         usage = Usage()
         for round_number in range(1, limits.max_rounds + 1):
-            # Tools are listed per round: a deferred tool loaded by the last round joins now,
-            # appended after the others so the cached prefix still holds.
+            # Listed per round: a deferred tool loaded by the last round joins now, at the end.
             tools = self.registry.for_run(run)
             request = CompletionRequest(
                 model=run.bot.model,

@@ -40,7 +40,7 @@ class ConversationState:
     conversation must read a file again before overwriting it)."""
 
     file_hashes: dict[str, str] = field(default_factory=dict)  # resolved path -> sha256 when read
-    loaded_tools: set[str] = field(default_factory=set)  # deferred tools loaded by tool_search
+    loaded_tools: list[str] = field(default_factory=list)  # deferred tools, in the order loaded
     system_prompt: str | None = None  # the snapshot taken when the conversation started
 
 
@@ -233,13 +233,12 @@ class ToolRegistry:
         return len(self._tools)
 
     def for_run(self, run: RunContext) -> list[Tool]:
-        """The tools this run offers the model: available, and not deferred unless loaded."""
-        return [
-            t
-            for t in self._tools.values()
-            if t.unavailable_reason(run) is None
-            and (not t.deferred or t.name in run.state.loaded_tools)
-        ]
+        """The tools this run offers the model: the available always-on tools in registry
+        order, then deferred tools in the order they were loaded. A loaded tool joins at the
+        end so the tools before it (and the provider's cached prefix) stay byte-identical."""
+        always_on = [t for t in self._tools.values() if not t.deferred]
+        loaded = [self._tools[name] for name in run.state.loaded_tools if name in self._tools]
+        return [t for t in always_on + loaded if t.unavailable_reason(run) is None]
 
     async def call(self, run: RunContext, name: str, raw: str | dict[str, Any]) -> ToolResult:
         t = self._tools.get(name)
@@ -249,5 +248,5 @@ class ToolRegistry:
                 f"Error: there is no tool named {name!r}; tools: {near}", is_error=True
             )
         if t.deferred and name not in run.state.loaded_tools and t.unavailable_reason(run) is None:
-            run.state.loaded_tools.add(name)  # calling a deferred tool by name loads it
+            run.state.loaded_tools.append(name)  # calling a deferred tool by name loads it
         return await t.invoke(run, raw)
