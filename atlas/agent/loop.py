@@ -17,6 +17,7 @@ from typing import Protocol
 from atlas.agent.context import build_system_prompt, repair_history
 from atlas.agent.guards import RepeatGuard
 from atlas.agent.spill import spill
+from atlas.agent.untrusted import wrap_untrusted
 from atlas.providers.base import (
     CompletionRequest,
     Message,
@@ -177,4 +178,6 @@ class ToolLoop:
         elif not (tool and tool.pages_itself):
             path = run.home.spill_dir / run.bot.name / str(run.conversation_id) / f"{call.id}.txt"
             text = await asyncio.to_thread(spill, text, run.settings.limits.tool_result_chars, path)
+        if not result.is_error and (result.untrusted or (tool and tool.untrusted)):
+            text = wrap_untrusted(call.name, text)
         return Message("tool", text, tool_call_id=call.id, name=call.name, images=result.images)

@@ -68,6 +68,7 @@ class ToolResult:
     text: str
     images: list[Image] = field(default_factory=list)
     is_error: bool = False
+    untrusted: bool = False  # text from outside (a document, a page): wrapped as data for the model
 
 
 # Says why a tool is unavailable to a run, or None when it is available.
@@ -109,6 +110,7 @@ class Tool:
     carried: bool = False
     deferred: bool = False
     pages_itself: bool = False  # its output is already paged; never spilled by the loop
+    untrusted: bool = False  # every result comes from outside (web, MCP): wrapped as data
     aliases: dict[str, str] = field(default_factory=dict)
     available: Availability | None = None
 
@@ -178,6 +180,7 @@ def tool(
     carried: bool = False,
     deferred: bool = False,
     pages_itself: bool = False,
+    untrusted: bool = False,
     aliases: dict[str, str] | None = None,
     available: Availability | None = None,
 ) -> Callable[[Callable[..., Awaitable[Any]]], Tool]:
@@ -202,6 +205,7 @@ def tool(
             carried=carried,
             deferred=deferred,
             pages_itself=pages_itself,
+            untrusted=untrusted,
             aliases=dict(aliases or {}),
             available=available,
         )
