@@ -80,6 +80,7 @@ async def run_one_tool(home: Home, bot_name: str | None, name: str, json_args: s
             channel="console",
             state=runtime.state(bot, conversation.id),
             ask=ask,
+            open_store=runtime.store,
         )
         tool = runtime.registry.get(name)
         if tool is None:

@@ -168,6 +168,7 @@ class Dispatcher:
             ask=ask if lane.run_kind in ("conversation", "bot") else None,
             notify=notify,
             supports_images=self.runtime.model.supports_images(bot.model),
+            open_store=self.runtime.store,
         )
         streaming = channel.streams and self.runtime.home.settings.chat.stream
 

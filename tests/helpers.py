@@ -36,3 +36,23 @@ def run_context(
     home: Home, *, bot: str | None = None, kind: RunKind = "conversation", conversation_id: int = 1
 ) -> RunContext:
     return RunContext(home=home, bot=home.bot(bot), conversation_id=conversation_id, run_kind=kind)
+
+
+async def open_store_for_tests(bot):  # type: ignore[no-untyped-def]
+    """A store opener for RunContext.open_store in tests; close with close_test_stores()."""
+    from atlas.store.conversations import ConversationStore
+
+    if bot.name not in _STORES:
+        store = ConversationStore(bot.db_path)
+        await store.open()
+        _STORES[bot.name] = store
+    return _STORES[bot.name]
+
+
+async def close_test_stores() -> None:
+    for store in _STORES.values():
+        await store.close()
+    _STORES.clear()
+
+
+_STORES: dict = {}

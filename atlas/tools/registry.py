@@ -24,6 +24,7 @@ from atlas.providers.base import Image, ToolSpec
 if TYPE_CHECKING:
     from atlas.config import Settings
     from atlas.home import Bot, Home
+    from atlas.store.conversations import ConversationStore
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ class RunContext:
     ask: Asker | None = None
     notify: Notifier | None = None
     supports_images: bool = True
+    # Opens a bot's conversation store (the runtime's, shared): for tools that search or record.
+    open_store: Callable[[Bot], Awaitable[ConversationStore]] | None = None
 
     @property
     def settings(self) -> Settings:
