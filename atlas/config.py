@@ -54,6 +54,40 @@ class ChatSettings(Strict):
     mid_turn: Literal["queue", "interrupt"] = "queue"
 
 
+class WebSettings(Strict):
+    """web_search and web_fetch (docs/tools.md). Keys live in the environment, named here."""
+
+    tavily_url: str = "https://api.tavily.com/search"
+    tavily_api_key_env: str = "TAVILY_API_KEY"
+    brave_url: str = "https://api.search.brave.com/res/v1/web/search"
+    brave_api_key_env: str = "BRAVE_SEARCH_API_KEY"
+    search_timeout: float = Field(20.0, gt=0)  # seconds for one engine
+    fetch_timeout: float = Field(30.0, gt=0)  # seconds for one page, redirects included
+    cache_minutes: float = Field(15.0, ge=0)  # a fetched page is reused this long; 0: never
+    max_redirects: int = Field(5, ge=0, le=20)  # same-site hops followed
+    # Hosts, addresses or networks (CIDR) web_fetch may reach although they are private.
+    allow_private: list[str] = Field(default_factory=list)
+
+
+class BrowserSettings(Strict):
+    """browser_exec's Chromium (docs/tools.md)."""
+
+    chrome: str = "/usr/bin/chromium"
+    extra_args: list[str] = Field(default_factory=list)  # added to Chromium's command line
+
+
+ModelNameOrNone = Annotated[str | None, Field(pattern=MODEL_PATTERN)]
+
+
+class TrustSettings(Strict):
+    """The approval gate (docs/trust.md)."""
+
+    deny: list[str] = Field(default_factory=list)  # fnmatch globs over each normalised command part
+    vault: str | None = None  # a folder no file tool may reach; default: the home's vault/
+    guardian_model: ModelNameOrNone = None  # default: the bot's own model
+    ask_timeout: float = Field(120.0, gt=0)  # seconds a person has to answer; silence denies
+
+
 ModelName = Annotated[str, Field(pattern=MODEL_PATTERN)]
 
 
@@ -65,6 +99,9 @@ class Settings(Strict):
     providers: dict[str, ProviderSettings] = Field(default_factory=dict)
     limits: LimitSettings = LimitSettings()
     chat: ChatSettings = ChatSettings()
+    trust: TrustSettings = TrustSettings()
+    web: WebSettings = WebSettings()
+    browser: BrowserSettings = BrowserSettings()
 
     @field_validator("timezone")
     @classmethod
@@ -97,7 +134,9 @@ class BotSettings(Strict):
     tools: list[str] | None = None  # None or empty: every tool
     mcp_servers: dict[str, dict[str, Any]] = Field(default_factory=dict)
     channels: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    auto_mode: bool = False
+    # ask: the gate asks the guardian and the person; auto: skips the guardian only;
+    # read-only: no write_file/edit_file, and commands that are not clearly read-only ask.
+    mode: Literal["ask", "auto", "read-only"] = "ask"
 
 
 def _find_line(text: str, loc: tuple[Any, ...]) -> int | None:

@@ -8,9 +8,12 @@ from atlas.agent.loop import ToolLoop
 from atlas.home import Bot, Home
 from atlas.providers.base import ModelClient
 from atlas.store.conversations import ConversationStore
+from atlas.store.home_db import HomeStore
 from atlas.tools.catalog import default_registry
 from atlas.tools.registry import ConversationState, ToolRegistry
-from atlas.trust.gate import Gate, OpenGate
+from atlas.trust.gate import BaseGate
+from atlas.trust.guardian import Guardian
+from atlas.trust.policy import RuleGate
 
 
 class Runtime:
@@ -19,7 +22,7 @@ class Runtime:
         home: Home,
         *,
         model: ModelClient | None = None,
-        gate: Gate | None = None,
+        gate: BaseGate | None = None,
         registry: ToolRegistry | None = None,
     ) -> None:
         if model is None:
@@ -28,7 +31,8 @@ class Runtime:
             model = ModelRouter(home.settings)
         self.home = home
         self.model = model
-        self.gate = OpenGate() if gate is None else gate
+        self.audit = HomeStore(home.db_path)
+        self.gate = RuleGate(home, Guardian(model), self.audit) if gate is None else gate
         self.registry = default_registry() if registry is None else registry
         self._stores: dict[str, ConversationStore] = {}
         self._store_lock = asyncio.Lock()
@@ -57,3 +61,4 @@ class Runtime:
         for store in self._stores.values():
             await store.close()
         self._stores.clear()
+        await self.audit.close()

@@ -27,7 +27,7 @@ from atlas.providers.base import (
     Usage,
 )
 from atlas.tools.registry import RunContext, ToolRegistry, ToolResult
-from atlas.trust.gate import Deny, Gate, settle
+from atlas.trust.gate import BaseGate, Deny, settle
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ async def _maybe_await(value: object) -> None:
 
 class ToolLoop:
     def __init__(
-        self, model: ModelClient, registry: ToolRegistry, gate: Gate, store: MessageStore
+        self, model: ModelClient, registry: ToolRegistry, gate: BaseGate, store: MessageStore
     ) -> None:
         self.model = model
         self.registry = registry

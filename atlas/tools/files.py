@@ -255,7 +255,7 @@ def _write_checked(hashes: dict[str, str], path: Path, shown: str, data: bytes) 
     return current is not None
 
 
-@tool(aliases={"file_path": "path"})
+@tool(edits_files=True, aliases={"file_path": "path"})
 async def write_file(run: RunContext, path: PathArg, content: str) -> str:
     """Write a whole file (folders created). Replacing a file needs a read_file of it first;
     for small changes use edit_file."""
@@ -338,7 +338,7 @@ def _edit(
     return text, after, count, _sha256(data)
 
 
-@tool(aliases={"file_path": "path"})
+@tool(edits_files=True, aliases={"file_path": "path"})
 async def edit_file(
     run: RunContext,
     path: PathArg,

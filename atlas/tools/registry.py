@@ -43,6 +43,8 @@ class ConversationState:
     file_hashes: dict[str, str] = field(default_factory=dict)  # resolved path -> sha256 when read
     loaded_tools: list[str] = field(default_factory=list)  # deferred tools, in the order loaded
     system_prompt: str | None = None  # the snapshot taken when the conversation started
+    approvals: set[tuple[str, str]] = field(default_factory=set)  # (tool, rule) allowed by the user
+    mode: str | None = None  # the gate mode set by /mode; None: the bot's own
 
 
 @dataclass
@@ -64,6 +66,11 @@ class RunContext:
     @property
     def settings(self) -> Settings:
         return self.home.settings
+
+
+def effective_mode(run: RunContext) -> str:
+    """The gate mode of a run: the conversation's (/mode), else the bot's."""
+    return run.state.mode or run.bot.settings.mode
 
 
 @dataclass
@@ -114,6 +121,7 @@ class Tool:
     deferred: bool = False
     pages_itself: bool = False  # its output is already paged; never spilled by the loop
     untrusted: bool = False  # every result comes from outside (web, MCP): wrapped as data
+    edits_files: bool = False  # withheld in read-only mode
     aliases: dict[str, str] = field(default_factory=dict)
     available: Availability | None = None
 
@@ -126,6 +134,8 @@ class Tool:
         allowed = run.bot.settings.tools
         if allowed and self.name not in allowed:
             return f"not in bot {run.bot.name!r}'s tools list ({run.bot.root / 'bot.toml'})"
+        if self.edits_files and effective_mode(run) == "read-only":
+            return "withheld in read-only mode (change the mode with /mode ask)"
         return self.available(run) if self.available else None
 
     def parse_arguments(self, raw: str | dict[str, Any]) -> dict[str, Any]:
@@ -184,6 +194,7 @@ def tool(
     deferred: bool = False,
     pages_itself: bool = False,
     untrusted: bool = False,
+    edits_files: bool = False,
     aliases: dict[str, str] | None = None,
     available: Availability | None = None,
 ) -> Callable[[Callable[..., Awaitable[Any]]], Tool]:
@@ -209,6 +220,7 @@ def tool(
             deferred=deferred,
             pages_itself=pages_itself,
             untrusted=untrusted,
+            edits_files=edits_files,
             aliases=dict(aliases or {}),
             available=available,
         )

@@ -14,7 +14,7 @@ from atlas.providers.base import Message, ToolCall
 from atlas.providers.scripted import Reply, ScriptedModel
 from atlas.store.conversations import ConversationStore
 from atlas.tools.registry import RunContext, Tool, ToolRegistry, ToolResult, only_for, tool
-from atlas.trust.gate import Allow, Ask, Decision, Deny, OpenGate
+from atlas.trust.gate import Allow, Ask, BaseGate, Decision, Deny, OpenGate
 from tests.helpers import run_context
 
 events: list[str] = []
@@ -202,7 +202,7 @@ async def test_round_cap(home, store, conversation) -> None:
     assert outcome.halted and f"after {cap} rounds" in outcome.text
 
 
-class AskingGate:
+class AskingGate(BaseGate):
     def __init__(self, decision: Decision) -> None:
         self.decision = decision
 
