@@ -63,6 +63,22 @@ def cmd_tool(args: argparse.Namespace) -> int:
     return asyncio.run(run_one_tool(home, args.bot, args.name, args.json_args))
 
 
+def cmd_trust_check(args: argparse.Namespace) -> int:
+    from atlas.home import Home
+    from atlas.trust.check import check_main
+
+    root = _home_path(args)
+    # The home's deny list counts when there is a home; the rules work without one.
+    deny = Home(root).settings.trust.deny if (root / "config.toml").exists() else []
+    return check_main(["--home", str(root), *args.check_args], deny=deny)
+
+
+def cmd_trust_log(args: argparse.Namespace) -> int:
+    from atlas.trust.audit_cli import print_log
+
+    return asyncio.run(print_log(_load_home(args), limit=args.limit, as_json=args.json))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="atlas", description="A self-hosted home of agent bots.")
     parser.add_argument("--home", help="the home folder (default: $ATLAS_HOME or ~/.atlas)")
@@ -91,11 +107,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tool.add_argument("--bot", help="the bot (default: the main agent)")
     tool.set_defaults(func=cmd_tool)
+
+    trust = sub.add_parser("trust", help="the approval gate: check a command, read the record")
+    trust_sub = trust.add_subparsers(dest="trust_command", required=True, metavar="ACTION")
+    check = trust_sub.add_parser(
+        "check", add_help=False, help="the verdict on a command, nothing run: trust check -- CMD"
+    )
+    check.add_argument("check_args", nargs=argparse.REMAINDER)
+    check.set_defaults(func=cmd_trust_check)
+    log = trust_sub.add_parser("log", help="the latest gate decisions")
+    log.add_argument("--limit", type=int, default=20, help="how many (default 20)")
+    log.add_argument("--json", action="store_true", help="one JSON object per line")
+    log.set_defaults(func=cmd_trust_log)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # `trust check` passes its own options and a raw command through untouched; argparse
+    # would take them for ours, so they arrive as unknown arguments and are handed over.
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.func is not cmd_trust_check:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.func is cmd_trust_check:
+        args.check_args = unknown + args.check_args
     level = (
         logging.DEBUG
         if args.verbose

@@ -16,13 +16,17 @@ from typing import Literal
 from atlas.agent.loop import TurnHooks
 from atlas.channels.base import Address, Channel
 from atlas.errors import AtlasError
+from atlas.home import Bot
 from atlas.providers.base import Message, ToolCall
 from atlas.runtime import Runtime
+from atlas.store.conversations import ConversationStore
 from atlas.tools.registry import RunContext, RunKind
 
 log = logging.getLogger(__name__)
 
 STOP_COMMAND = "/stop"
+MODE_COMMAND = "/mode"
+MODES = ("ask", "auto", "read-only")
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,9 @@ class Dispatcher:
             return True
         bot = self.runtime.home.bot(address.bot)
         store = await self.runtime.store(bot)
+        if inbound.kind == "message" and inbound.text.strip().split(" ")[0] == MODE_COMMAND:
+            await self._set_mode(inbound, bot, store)
+            return True
         conversation = await store.conversation(
             address.channel,
             address.chat,
@@ -91,6 +98,27 @@ class Dispatcher:
         lane.idle.clear()
         lane.wake.set()
         return True
+
+    async def _set_mode(self, inbound: Inbound, bot: Bot, store: ConversationStore) -> None:
+        """`/mode [ask|auto|read-only]`: the gate mode of this conversation (until a restart)."""
+        address = inbound.address
+        conversation = await store.conversation(
+            address.channel,
+            address.chat,
+            thread=address.thread,
+            user=address.user,
+            kind=inbound.run_kind,
+            bot=bot.name,
+        )
+        state = self.runtime.state(bot, conversation.id)
+        wanted = inbound.text.strip()[len(MODE_COMMAND) :].strip()
+        if wanted in MODES:
+            state.mode = wanted
+            reply = f"Mode for this conversation: {wanted}."
+        else:
+            current = state.mode or f"{bot.settings.mode} (the bot's)"
+            reply = f"Mode: {current}. Change it with /mode {' | '.join(MODES)}."
+        await self._channel(address).send(address, reply)
 
     def stop_turn(self, address: Address) -> bool:
         """Cancel the conversation's running turn, if any. True when one was running."""

@@ -230,7 +230,7 @@ async def read_file(
         else:
             answer = f"{shown} as Markdown:\n" + _page(markdown.splitlines(), offset, limit, shown)
         run.state.file_hashes[str(resolved)] = digest
-        return answer
+        return ToolResult(answer, untrusted=True)  # a document's text may come from anyone
     content, digest = await asyncio.to_thread(_read_plain, resolved, shown, offset, limit)
     run.state.file_hashes[str(resolved)] = digest
     if not isinstance(content, _ImageFile):

@@ -168,3 +168,17 @@ async def test_provider_call_error_reaches_user_as_error(home) -> None:
     assert "boom" in channel.sent[-1][1]
     await dispatcher.shutdown()
     await runtime.close()
+
+
+async def test_mode_command_sets_the_conversations_gate_mode(home) -> None:
+    runtime, dispatcher, channel = make(home, ScriptedModel())
+    await dispatcher.submit(Inbound(ADDRESS, "/mode"))
+    assert "Mode: ask (the bot's)" in channel.sent[-1][1]
+    await dispatcher.submit(Inbound(ADDRESS, "/mode read-only"))
+    assert channel.sent[-1][1] == "Mode for this conversation: read-only."
+    store = await runtime.store(home.bot(None))
+    conversation = await store.conversation("test", "chat-1", user="u1", bot="atlas")
+    assert runtime.state(home.bot(None), conversation.id).mode == "read-only"
+    assert await store.history(conversation.id) == []  # commands are not messages
+    await dispatcher.shutdown()
+    await runtime.close()

@@ -221,6 +221,9 @@ async def test_read_documents_as_markdown(run: RunContext, ws: Path) -> None:
     xlsx = await call(run, read_file, path="sheet.xlsx", offset=2, limit=1)
     assert "     2\t| okapi count |" in xlsx.text and "call read_file with offset=3" in xlsx.text
     assert str((ws / "memo.docx").resolve()) in run.state.file_hashes
+    assert docx.untrusted and pdf.untrusted  # documents reach the model marked as data
+    (ws / "plain.txt").write_text("mine")
+    assert not (await call(run, read_file, path="plain.txt")).untrusted
 
 
 async def test_read_refuses_documents_it_cannot_convert(run: RunContext, ws: Path) -> None:
