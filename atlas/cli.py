@@ -79,6 +79,21 @@ def cmd_trust_log(args: argparse.Namespace) -> int:
     return asyncio.run(print_log(_load_home(args), limit=args.limit, as_json=args.json))
 
 
+def cmd_skills_import(args: argparse.Namespace) -> int:
+    from atlas.skills.claude_code import import_skill
+    from atlas.skills.library import SkillError
+
+    home = _load_home(args)
+    dest = home.bot(args.bot).skills_dir if args.bot else home.skills_dir
+    try:
+        report = import_skill(Path(args.path).expanduser(), dest, replace=args.replace)
+    except SkillError as exc:
+        print(f"atlas: {exc}", file=sys.stderr)
+        return 1
+    print(report.summary())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="atlas", description="A self-hosted home of agent bots.")
     parser.add_argument("--home", help="the home folder (default: $ATLAS_HOME or ~/.atlas)")
@@ -119,6 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
     log.add_argument("--limit", type=int, default=20, help="how many (default 20)")
     log.add_argument("--json", action="store_true", help="one JSON object per line")
     log.set_defaults(func=cmd_trust_log)
+
+    skills = sub.add_parser("skills", help="the skill library")
+    skills_sub = skills.add_subparsers(dest="skills_command", required=True, metavar="ACTION")
+    imp = skills_sub.add_parser("import", help="copy a skill folder in (Claude Code skills work)")
+    imp.add_argument("path", help="the skill's folder (holding SKILL.md)")
+    imp.add_argument("--bot", help="into this bot's own skills (default: the home's library)")
+    imp.add_argument("--replace", action="store_true", help="replace a skill of the same name")
+    imp.set_defaults(func=cmd_skills_import)
     return parser
 
 

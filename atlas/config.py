@@ -45,6 +45,7 @@ class LimitSettings(Strict):
     concurrent_turns: int = Field(8, ge=1, le=1000)
     tool_result_chars: int = Field(30_000, ge=2_000, le=1_000_000)
     max_tokens: int = Field(4096, ge=64)
+    context_window: int = Field(128_000, ge=4_096)  # the model's window, in tokens
     retry_base_delay: float = Field(1.0, ge=0)
     retry_max_delay: float = Field(30.0, ge=0)
 

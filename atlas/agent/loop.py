@@ -98,7 +98,7 @@ class ToolLoop:
                 model=run.bot.model,
                 system=system,
                 messages=list(history),
-                tools=[t.spec() for t in tools],
+                tools=[t.spec(run) for t in tools],
                 max_tokens=limits.max_tokens,
             )
             response = await self.model.complete(

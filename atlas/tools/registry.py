@@ -45,6 +45,7 @@ class ConversationState:
     system_prompt: str | None = None  # the snapshot taken when the conversation started
     approvals: set[tuple[str, str]] = field(default_factory=set)  # (tool, rule) allowed by the user
     mode: str | None = None  # the gate mode set by /mode; None: the bot's own
+    tool_state: dict[str, Any] = field(default_factory=dict)  # what tools keep per conversation
 
 
 @dataclass
@@ -124,11 +125,13 @@ class Tool:
     edits_files: bool = False  # withheld in read-only mode
     aliases: dict[str, str] = field(default_factory=dict)
     available: Availability | None = None
+    describe: Callable[[RunContext], str] | None = None  # a description made for the run
 
-    def spec(self) -> ToolSpec:
+    def spec(self, run: RunContext | None = None) -> ToolSpec:
         schema = _strip_titles(self.arguments.model_json_schema())
         schema.pop("additionalProperties", None)
-        return ToolSpec(self.name, self.description, schema)
+        description = self.describe(run) if run is not None and self.describe else self.description
+        return ToolSpec(self.name, description, schema)
 
     def unavailable_reason(self, run: RunContext) -> str | None:
         allowed = run.bot.settings.tools
@@ -197,6 +200,7 @@ def tool(
     edits_files: bool = False,
     aliases: dict[str, str] | None = None,
     available: Availability | None = None,
+    describe: Callable[[RunContext], str] | None = None,
 ) -> Callable[[Callable[..., Awaitable[Any]]], Tool]:
     def wrap(fn: Callable[..., Awaitable[Any]]) -> Tool:
         hints = get_type_hints(fn, include_extras=True)
@@ -223,6 +227,7 @@ def tool(
             edits_files=edits_files,
             aliases=dict(aliases or {}),
             available=available,
+            describe=describe,
         )
 
     return wrap

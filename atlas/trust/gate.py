@@ -83,12 +83,20 @@ async def settle(gate: BaseGate, call: ToolCall, tool: Tool, run: RunContext) ->
     if gate.audit is not None:
         from atlas.store.home_db import GateRecord
 
-        await gate.audit.record_decision(GateRecord(
-            bot=run.bot.name, conversation_id=run.conversation_id, run_kind=run.run_kind,
-            tool=call.name, arguments_digest=arguments_digest(call),
-            summary=call.arguments[:200], verdict="allow" if isinstance(decision, Allow) else "deny",
-            rule=decision.rule, reason=decision.reason, answered_by=decision.answered_by,
-        ))
+        await gate.audit.record_decision(
+            GateRecord(
+                bot=run.bot.name,
+                conversation_id=run.conversation_id,
+                run_kind=run.run_kind,
+                tool=call.name,
+                arguments_digest=arguments_digest(call),
+                summary=call.arguments[:200],
+                verdict="allow" if isinstance(decision, Allow) else "deny",
+                rule=decision.rule,
+                reason=decision.reason,
+                answered_by=decision.answered_by,
+            )
+        )
     return decision
 
 
@@ -97,8 +105,12 @@ async def _ask(gate: BaseGate, ask: Ask, call: ToolCall, run: RunContext) -> All
     if remembered in run.state.approvals:
         return Allow("allowed earlier in this conversation", ask.rule, "earlier approval")
     if run.ask is None:
-        return Deny(f"{ask.question} — this needs a person's approval, and nobody can answer in "
-                    f"a {run.run_kind} run", ask.rule, "nobody")
+        return Deny(
+            f"{ask.question} — this needs a person's approval, and nobody can answer in "
+            f"a {run.run_kind} run",
+            ask.rule,
+            "nobody",
+        )
     try:
         answer = await asyncio.wait_for(run.ask(ask.question, CHOICES), gate.ask_timeout)
     except TimeoutError:

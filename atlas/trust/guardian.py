@@ -56,8 +56,9 @@ class Guardian:
     def __init__(self, model: ModelClient) -> None:
         self.model = model
 
-    async def judge(self, *, model_name: str, tool: str, arguments: str, flagged: str,
-                    user_request: str) -> Judgement:
+    async def judge(
+        self, *, model_name: str, tool: str, arguments: str, flagged: str, user_request: str
+    ) -> Judgement:
         facts = {
             "person's latest request": user_request[:2000],
             "tool": tool,
@@ -65,7 +66,9 @@ class Guardian:
             "call arguments": arguments[:4000],
         }
         request = CompletionRequest(
-            model=model_name, system=PROMPT, max_tokens=200,
+            model=model_name,
+            system=PROMPT,
+            max_tokens=200,
             messages=[Message("user", json.dumps(facts, ensure_ascii=False, indent=1))],
         )
         try:

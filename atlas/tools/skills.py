@@ -1,0 +1,309 @@
+"""use_skill (load a skill's instructions) and skill_manage (create and change the bot's skills).
+
+skill_manage works on the bot's own skills (`bots/<name>/skills/`). Changing a skill of the home's
+library makes the bot its own copy first (the bot's wins on a name clash), so one bot never
+rewrites what other bots use. A call's operations are applied to a staged copy and installed
+only when all of them succeeded; the previous version is kept (atlas/skills/versions.py).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path, PurePosixPath
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from atlas.errors import ToolError
+from atlas.skills import versions
+from atlas.skills.claude_code import describe_mapping, map_allowed_tools
+from atlas.skills.library import (
+    SKILL_FILE,
+    SUBFOLDERS,
+    Library,
+    Skill,
+    SkillError,
+    check_skill_name,
+    count_tokens,
+    discover,
+    load_skill,
+    skill_index,
+)
+from atlas.tools.registry import RunContext, Tool, tool
+from atlas.trust.threats import scan
+
+# Until LimitSettings has `context_window`, budgets assume a common 128k-token model.
+DEFAULT_CONTEXT_WINDOW = 128_000
+INDEX_SHARE = 0.01  # use_skill's description (the skill list) gets 1% of the context window
+CARRIED_SKILL_TOKENS = 5_000
+MAX_FILE_CHARS = 200_000
+UNSCANNED_FOLDERS = ("scripts", "assets")  # code and binaries: not read as instructions
+_DESCRIPTION_KEY = "use_skill.description"
+_IN_USE_KEY = "use_skill.in_use"
+
+
+def library_for(run: RunContext) -> Library:
+    return discover(run.home.skills_dir, run.bot.skills_dir)
+
+
+def context_window(run: RunContext) -> int:
+    return run.settings.limits.context_window
+
+
+# ---- use_skill --------------------------------------------------------------------------------
+
+
+def _when_a_skill_exists(run: RunContext) -> str | None:
+    return None if library_for(run).skills else "not available: there are no skills yet"
+
+
+def _substitute(body: str, skill: Skill, arguments: str) -> tuple[str, bool]:
+    """Claude Code's placeholders: $ARGUMENTS and the skill's folder. True if arguments went in."""
+    for placeholder in ("${CLAUDE_SKILL_DIR}", "{baseDir}"):
+        body = body.replace(placeholder, str(skill.folder))
+    used = "$ARGUMENTS" in body
+    return body.replace("$ARGUMENTS", arguments), used
+
+
+@tool(
+    read_only=True,
+    carried=True,
+    available=_when_a_skill_exists,
+    describe=lambda run: describe_use_skill(run),
+)
+async def use_skill(run: RunContext, name: str, arguments: str = "") -> str:
+    """Load a skill: its instructions, folder and files. Use one when the task matches it."""
+    library = library_for(run)
+    skill = library.skills.get(name.strip())
+    if skill is None:
+        known = ", ".join(library.skills) or "none"
+        raise ToolError(f"no skill named {name!r} (skills: {known})")
+    try:
+        body, used_arguments = _substitute(skill.instructions(), skill, arguments)
+    except (SkillError, OSError, UnicodeDecodeError) as exc:
+        raise ToolError(f"cannot read skill {name!r}: {exc}") from None
+    files = skill.files()
+    head = [f"# Skill {skill.name}", f"Folder: {skill.folder} (paths below are relative to it)"]
+    if files:
+        shown = files[:100]
+        more = f" (+{len(files) - 100} more)" if len(files) > 100 else ""
+        head.append(f"Files: {', '.join(shown)}{more}")
+    if mapping := describe_mapping(map_allowed_tools(list(skill.allowed_tools))):
+        head.append(mapping)
+    if arguments and not used_arguments:
+        head.append(f"Arguments: {arguments}")
+    in_use: list[str] = run.state.tool_state.setdefault(_IN_USE_KEY, [])
+    if skill.name not in in_use:
+        in_use.append(skill.name)
+    return "\n".join(head) + "\n\n" + body
+
+
+def describe_use_skill(run: RunContext) -> str:
+    """The docstring plus the skill index, within 1% of the context window. Kept per
+    conversation so the tool list (and the provider's cached prefix) does not change midway."""
+    state = run.state.tool_state
+    if _DESCRIPTION_KEY not in state:
+        base = f"{use_skill.description}\nSkills:\n"
+        budget = int(context_window(run) * INDEX_SHARE) - count_tokens(base)
+        index = skill_index(library_for(run).skills.values(), max(budget, 0))
+        state[_DESCRIPTION_KEY] = base + index
+    return state[_DESCRIPTION_KEY]
+
+
+def carried_skills(run: RunContext) -> list[tuple[str, str]]:
+    """(name, instructions) of each skill used in this conversation, each cut to 5,000 tokens,
+    for compaction to carry over."""
+    library = library_for(run)
+    carried: list[tuple[str, str]] = []
+    for name in run.state.tool_state.get(_IN_USE_KEY, []):
+        skill = library.skills.get(name)
+        if skill is None:
+            continue
+        text = skill.instructions()
+        if count_tokens(text) > CARRIED_SKILL_TOKENS:
+            text = text[: CARRIED_SKILL_TOKENS * 3] + "\n… [cut; use_skill loads it whole]"
+        carried.append((name, text))
+    return carried
+
+
+# ---- skill_manage -----------------------------------------------------------------------------
+
+SkillAction = Literal["create", "patch", "write_file", "remove_file", "delete", "restore"]
+
+
+class SkillOperation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    action: SkillAction
+    content: str = ""
+    old_string: str = ""
+    new_string: str = ""
+    replace_all: bool = False
+    file_path: str = ""
+
+
+def _relative(file_path: str, where: str, *, sub_folder_only: bool) -> PurePosixPath:
+    path = PurePosixPath(file_path.strip().replace("\\", "/"))
+    if not file_path.strip():
+        raise ToolError(f"{where}: give file_path, e.g. references/notes.md")
+    if path.is_absolute() or any(part in ("..", "") or part.startswith(".") for part in path.parts):
+        raise ToolError(f"{where}: file_path {file_path!r} must be a plain path inside the skill")
+    if sub_folder_only and (len(path.parts) < 2 or path.parts[0] not in SUBFOLDERS):
+        raise ToolError(
+            f"{where}: file_path {file_path!r} must be under one of {', '.join(SUBFOLDERS)}/ "
+            f"(change {SKILL_FILE} with patch)"
+        )
+    return path
+
+
+def _checked_text(text: str, relative: PurePosixPath, where: str) -> str:
+    if len(text) > MAX_FILE_CHARS:
+        raise ToolError(
+            f"{where}: {relative} would be {len(text):,} characters (at most {MAX_FILE_CHARS:,})"
+        )
+    if relative.parts[0] not in UNSCANNED_FOLDERS and (reason := scan(text)):
+        raise ToolError(f"{where}: refused, {reason}; skills are followed as instructions")
+    return text
+
+
+def _patched(original: str, op: SkillOperation, relative: PurePosixPath, where: str) -> str:
+    if not op.old_string:
+        if not op.content:
+            raise ToolError(f"{where}: give old_string and new_string, or the whole new content")
+        return _checked_text(op.content, relative, where)
+    count = original.count(op.old_string)
+    if count == 0:
+        raise ToolError(f"{where}: old_string not found in {relative}; read the skill again")
+    if count > 1 and not op.replace_all:
+        raise ToolError(
+            f"{where}: old_string occurs {count} times in {relative}; quote more context "
+            "or set replace_all"
+        )
+    _checked_text(op.new_string, relative, where)
+    result = original.replace(op.old_string, op.new_string, -1 if op.replace_all else 1)
+    return _checked_text(result, relative, where) if len(result) > MAX_FILE_CHARS else result
+
+
+def _apply(work: Path, op: SkillOperation, where: str) -> None:
+    """One operation on the staged copy of a skill."""
+    if op.action == "create":
+        (work / SKILL_FILE).write_text(
+            _checked_text(op.content, PurePosixPath(SKILL_FILE), where), encoding="utf-8"
+        )
+    elif op.action == "patch":
+        relative = _relative(op.file_path or SKILL_FILE, where, sub_folder_only=False)
+        target = work / relative
+        if not target.is_file():
+            raise ToolError(f"{where}: the skill has no file {relative}")
+        target.write_text(
+            _patched(target.read_text(encoding="utf-8"), op, relative, where), encoding="utf-8"
+        )
+    elif op.action == "write_file":
+        relative = _relative(op.file_path, where, sub_folder_only=True)
+        target = work / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(_checked_text(op.content, relative, where), encoding="utf-8")
+    elif op.action == "remove_file":
+        relative = _relative(op.file_path, where, sub_folder_only=True)
+        if not (work / relative).is_file():
+            raise ToolError(f"{where}: the skill has no file {relative}")
+        (work / relative).unlink()
+    else:
+        raise ToolError(f"{where}: {op.action} must be the only operation of its call")
+
+
+def _validated(work: Path, name: str) -> Skill:
+    try:
+        skill = load_skill(work, "bot")
+    except SkillError as exc:
+        raise ToolError(f"the skill would be invalid, nothing was changed: {exc}") from None
+    if not skill.description:
+        raise ToolError(
+            f"{SKILL_FILE} of {name!r} needs a `description` in its frontmatter: it is how the "
+            "skill is found later; nothing was changed"
+        )
+    return skill
+
+
+def _delete_or_restore(run: RunContext, name: str, op: SkillOperation, library: Library) -> str:
+    root = run.bot.skills_dir
+    if op.action == "restore":
+        try:
+            return versions.restore(root, name).capitalize() + "."
+        except SkillError as exc:
+            raise ToolError(str(exc)) from None
+    skill = library.skills.get(name)
+    if skill is None or skill.origin == "home":
+        where = "is in the home's library; only its owner removes it" if skill else "does not exist"
+        raise ToolError(f"skill {name!r} {where}")
+    kept = versions.archive(skill.folder)
+    return f"Deleted skill {name!r}; archived in {kept} (restore brings it back)."
+
+
+def _stage(
+    run: RunContext, name: str, operations: list[SkillOperation], skill: Skill | None
+) -> str:
+    root = run.bot.skills_dir
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=root, prefix=".staging-"))
+    work = staging / name
+    try:
+        if skill is None:
+            work.mkdir()
+        else:
+            shutil.copytree(skill.folder, work, ignore=shutil.ignore_patterns(versions.HISTORY))
+        for number, op in enumerate(operations, 1):
+            _apply(work, op, f"operation {number} ({op.action})")
+        new = _validated(work, name)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)  # a refused call leaves nothing behind
+        raise
+    # Not removed if installing fails midway: the staging folder may then hold the old version.
+    kept = versions.install(root / name, work)
+    staging.rmdir()
+    files = len(new.files())
+    done = "created" if skill is None else "changed"
+    note = f"; previous version kept in {kept}" if kept else ""
+    if skill is not None and skill.origin == "home":
+        note = f"; the home library's version is untouched ({skill.folder})"
+    return f"Skill {name!r} {done} in {root / name} ({SKILL_FILE} and {files} other files){note}."
+
+
+@tool()
+async def skill_manage(run: RunContext, name: str, operations: list[SkillOperation]) -> str:
+    """Create or change one of your skills (a reusable procedure; SKILL.md with frontmatter name,
+    description). Operations, applied all or none: create (content: the whole SKILL.md); patch
+    (old_string/new_string, replace_all, file_path default SKILL.md; or content for the whole
+    file); write_file/remove_file (file_path under references/, templates/, scripts/ or assets/;
+    content); delete or restore (alone: restore brings back the previous version or a deleted
+    skill)."""
+    try:
+        check_skill_name(name)
+    except SkillError as exc:
+        raise ToolError(str(exc)) from None
+    if not operations:
+        raise ToolError("give at least one operation")
+    # The registry hands nested models over as dicts (model_dump): make them models again.
+    operations = [SkillOperation.model_validate(op) for op in operations]
+    library = library_for(run)
+    actions = [op.action for op in operations]
+    if {"delete", "restore"} & set(actions):
+        if len(operations) > 1:
+            raise ToolError(
+                f"{actions[0] if len(actions) == 1 else 'delete/restore'} must be alone in its call"
+            )
+        return _delete_or_restore(run, name, operations[0], library)
+    skill = library.skills.get(name)
+    if "create" in actions[1:]:
+        raise ToolError("create must be the first operation")
+    if actions[0] == "create" and skill is not None:
+        raise ToolError(f"skill {name!r} already exists ({skill.folder}); change it with patch")
+    if actions[0] != "create" and skill is None:
+        raise ToolError(
+            f"no skill named {name!r}; create it first (skills: {', '.join(library.skills) or 'none'})"
+        )
+    return _stage(run, name, operations, skill)
+
+
+SKILL_TOOLS: list[Tool] = [use_skill, skill_manage]
