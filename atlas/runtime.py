@@ -55,9 +55,11 @@ class Runtime:
         return ToolLoop(self.model, self.registry, self.gate, await self.store(bot))
 
     async def close(self) -> None:
+        from atlas.tools.browser import close_browsers
         from atlas.tools.shell import jobs_for
 
         await jobs_for(self.home).shutdown()
+        await close_browsers(self.home)
         for store in self._stores.values():
             await store.close()
         self._stores.clear()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -16,14 +18,23 @@ async def stdin_reader() -> asyncio.StreamReader:
     """stdin as an asyncio stream: no thread left blocked in input() at exit."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
-    try:
+    if _watchable(sys.stdin):
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    except (ValueError, OSError):
-        # A regular file (`< answers.txt`) cannot be watched as a pipe: read it whole.
+    else:
+        # A file or /dev/null cannot be watched by epoll: read it whole instead.
         data = await asyncio.to_thread(sys.stdin.buffer.read) if not sys.stdin.closed else b""
         reader.feed_data(data)
         reader.feed_eof()
     return reader
+
+
+def _watchable(stream: TextIO) -> bool:
+    """A terminal, a pipe or a socket; not a regular file or another device."""
+    try:
+        mode = os.fstat(stream.fileno()).st_mode
+    except (OSError, ValueError):
+        return False
+    return stream.isatty() or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 def describe_call(call: ToolCall, width: int = 100) -> str:

@@ -6,10 +6,22 @@ from atlas.tools.registry import ToolRegistry
 
 
 def default_registry() -> ToolRegistry:
+    from atlas.tools.browser import BROWSER_TOOLS
     from atlas.tools.files import FILE_TOOLS
     from atlas.tools.memory import MEMORY_TOOLS
     from atlas.tools.plan import PLAN_TOOLS
     from atlas.tools.shell import SHELL_TOOLS
     from atlas.tools.skills import SKILL_TOOLS
+    from atlas.tools.web import WEB_TOOLS
 
-    return ToolRegistry([*FILE_TOOLS, *SHELL_TOOLS, *MEMORY_TOOLS, *SKILL_TOOLS, *PLAN_TOOLS])
+    return ToolRegistry(
+        [
+            *FILE_TOOLS,
+            *SHELL_TOOLS,
+            *WEB_TOOLS,
+            *MEMORY_TOOLS,
+            *SKILL_TOOLS,
+            *PLAN_TOOLS,
+            *BROWSER_TOOLS,
+        ]
+    )

@@ -80,7 +80,7 @@ def _refresh(documents_dir: Path, path: Path) -> Path:
             f"{path}: document of {st.st_size} bytes is over the {MAX_DOCUMENT_BYTES // 2**20} MB "
             "conversion limit"
         )
-    text = _convert(path)
+    text = convert_document(path)
     documents_dir.mkdir(parents=True, exist_ok=True)
     # Markdown before metadata: a crash in between leaves stale metadata, so it converts again.
     _write_atomically(markdown_file, text)
@@ -95,7 +95,7 @@ def _read_meta(meta_file: Path) -> dict[str, object] | None:
         return None
 
 
-def _convert(path: Path) -> str:
+def convert_document(path: Path) -> str:
     global _markitdown
     with _markitdown_lock:
         if _markitdown is None:

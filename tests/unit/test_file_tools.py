@@ -472,13 +472,13 @@ async def test_find_searches_documents_and_caches_their_text(
     (ws / "docs/memo.docx").write_bytes(docx_bytes("intro", "the giraffe budget"))
     (ws / "docs/paper.pdf").write_bytes(pdf_bytes("zebra giraffe"))
     conversions: list[Path] = []
-    real_convert = documents._convert
+    real_convert = documents.convert_document
 
     def counting_convert(path: Path) -> str:
         conversions.append(path)
         return real_convert(path)
 
-    monkeypatch.setattr(documents, "_convert", counting_convert)
+    monkeypatch.setattr(documents, "convert_document", counting_convert)
     first = await call(run, find_files, pattern="giraffe")
     assert "docs/memo.docx:3:the giraffe budget" in first.text
     assert "docs/paper.pdf:1:zebra giraffe" in first.text
