@@ -36,17 +36,18 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    home = _load_home(args)  # first: a broken config fails at once, before the slow imports
     from atlas.daemon import serve
 
-    home = _load_home(args)
     asyncio.run(serve(home))
     return 0
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    home = _load_home(args)
+    home.bot(args.bot)  # an unknown bot fails here, before the slow imports
     from atlas.chat import chat
 
-    home = _load_home(args)
     return asyncio.run(chat(home, args.bot, chat_name=args.chat, stream=not args.no_stream))
 
 
@@ -57,9 +58,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_tool(args: argparse.Namespace) -> int:
+    home = _load_home(args)
+    home.bot(args.bot)  # an unknown bot fails here, before the slow imports
     from atlas.chat import run_one_tool
 
-    home = _load_home(args)
     return asyncio.run(run_one_tool(home, args.bot, args.name, args.json_args))
 
 
@@ -92,6 +94,13 @@ def cmd_skills_import(args: argparse.Namespace) -> int:
         return 1
     print(report.summary())
     return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from atlas.search_cli import search_main
+
+    home = _load_home(args)
+    return asyncio.run(search_main(home, args.query, args.bot, args.json))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -134,6 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
     log.add_argument("--limit", type=int, default=20, help="how many (default 20)")
     log.add_argument("--json", action="store_true", help="one JSON object per line")
     log.set_defaults(func=cmd_trust_log)
+
+    search = sub.add_parser("search", help="search past conversations (every bot's, or one bot's)")
+    search.add_argument("query", help="the words to find (all required; accents ignored)")
+    search.add_argument("--bot", help="only this bot's conversations")
+    search.add_argument("--json", action="store_true", help="print one JSON object")
+    search.set_defaults(func=cmd_search)
 
     skills = sub.add_parser("skills", help="the skill library")
     skills_sub = skills.add_subparsers(dest="skills_command", required=True, metavar="ACTION")

@@ -46,6 +46,7 @@ class LimitSettings(Strict):
     tool_result_chars: int = Field(30_000, ge=2_000, le=1_000_000)
     max_tokens: int = Field(4096, ge=64)
     context_window: int = Field(128_000, ge=4_096)  # the model's window, in tokens
+    compact_at: float = Field(0.75, gt=0.1, le=0.95)  # share of the window that triggers compaction
     retry_base_delay: float = Field(1.0, ge=0)
     retry_max_delay: float = Field(30.0, ge=0)
 
@@ -140,15 +141,36 @@ class BotSettings(Strict):
     mode: Literal["ask", "auto", "read-only"] = "ask"
 
 
+_KEY_PART = r"""(?:"[^"]*"|'[^']*'|[A-Za-z0-9_-]+)"""
+_DOTTED_KEY = rf"{_KEY_PART}(?:\s*\.\s*{_KEY_PART})*"
+_TABLE_HEADER = re.compile(rf"^\s*\[\[?\s*({_DOTTED_KEY})\s*\]\]?")
+_ASSIGNMENT = re.compile(rf"^\s*({_DOTTED_KEY})\s*=")
+
+
+def _key_parts(dotted: str) -> tuple[str, ...]:
+    return tuple(part.strip("\"'") for part in re.findall(_KEY_PART, dotted))
+
+
 def _find_line(text: str, loc: tuple[Any, ...]) -> int | None:
-    """Best-effort line of the key at `loc`: the last string in loc as `key =` or `[...key]`."""
-    keys = [str(part) for part in loc if isinstance(part, str)]
+    """Best-effort line of the key at `loc`, following [table] headers so that the same key in
+    two tables is told apart; else the line of the nearest enclosing table or key."""
+    keys = tuple(str(part) for part in loc if isinstance(part, str))
     if not keys:
         return None
-    key = re.escape(keys[-1])
-    pattern = re.compile(rf"^\s*(\"?{key}\"?\s*=|\[+[^\]]*\b{key}\b[^\]]*\]+)", re.MULTILINE)
-    match = pattern.search(text)
-    return text.count("\n", 0, match.start()) + 1 if match else None
+    table: tuple[str, ...] = ()
+    nearest, nearest_depth = None, 0
+    for number, line in enumerate(text.splitlines(), start=1):
+        if header := _TABLE_HEADER.match(line):
+            table = path = _key_parts(header.group(1))
+        elif assignment := _ASSIGNMENT.match(line):
+            path = table + _key_parts(assignment.group(1))
+        else:
+            continue
+        if path == keys:
+            return number
+        if keys[: len(path)] == path and len(path) > nearest_depth:
+            nearest, nearest_depth = number, len(path)
+    return nearest
 
 
 def _describe(path: Path, text: str, error: ValidationError) -> str:
@@ -165,7 +187,8 @@ def _describe(path: Path, text: str, error: ValidationError) -> str:
         elif item["type"] == "missing":
             what = "required key is missing"
         else:
-            what = f"{item['msg']} (got {item.get('input')!r})"
+            message = item["msg"].removeprefix("Value error, ")  # pydantic's wrapper, not ours
+            what = f"{message} (got {item.get('input')!r})"
         lines.append(f"  {key}{where}: {what}")
     return "\n".join(lines)
 
@@ -183,20 +206,44 @@ def read_toml(path: Path) -> tuple[dict[str, Any], str]:
         raise ConfigError(f"{path}: malformed TOML: {exc}") from None
 
 
-def _validate(model: type[ModelT], path: Path) -> ModelT:
+def _validate(model: type[ModelT], path: Path) -> tuple[ModelT, str]:
     data, text = read_toml(path)
     try:
-        return model.model_validate(data)
+        return model.model_validate(data), text
     except ValidationError as exc:
         raise ConfigError(_describe(path, text, exc)) from None
 
 
+def _check_providers(
+    settings: Settings, path: Path, text: str, models: dict[str, str | None]
+) -> None:
+    """Every model named must have its provider defined: fail now, not on the first message."""
+    for key, model in models.items():
+        if not model:
+            continue
+        try:
+            settings.provider_for(model)
+        except ConfigError as exc:
+            line = _find_line(text, tuple(key.split(".")))
+            where = f" (line {line})" if line else ""
+            raise ConfigError(f"{path}: {key}{where}: {exc}") from None
+
+
 def load_settings(path: Path) -> Settings:
-    settings = _validate(Settings, path)
-    for model in filter(None, (settings.model, settings.fallback_model)):
-        settings.provider_for(model)  # unknown providers fail now, not on the first message
+    settings, text = _validate(Settings, path)
+    models = {
+        "model": settings.model,
+        "fallback_model": settings.fallback_model,
+        "trust.guardian_model": settings.trust.guardian_model,
+    }
+    _check_providers(settings, path, text, models)
     return settings
 
 
-def load_bot_settings(path: Path) -> BotSettings:
-    return _validate(BotSettings, path)
+def load_bot_settings(path: Path, settings: Settings | None = None) -> BotSettings:
+    """A bot.toml; with the home's settings, its models' providers are checked too."""
+    bot, text = _validate(BotSettings, path)
+    if settings is not None:
+        models = {"model": bot.model, "fallback_model": bot.fallback_model}
+        _check_providers(settings, path, text, models)
+    return bot

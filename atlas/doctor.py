@@ -67,14 +67,9 @@ async def run_checks(root: Path, *, offline: bool = False) -> list[Check]:
     try:
         home = Home(root)
     except AtlasError as exc:
-        checks.append(
-            Check(
-                "home and config",
-                False,
-                str(exc),
-                f"run `atlas init --home {root}` or fix the file named above",
-            )
-        )
+        has_config = (root / "config.toml").exists()
+        fix = "fix the file named above" if has_config else f"run `atlas init --home {root}`"
+        checks.append(Check("home and config", False, str(exc), fix))
         home = None
     else:
         bots = ", ".join(home.bots)

@@ -95,12 +95,6 @@ class Home:
                 f"{self.config_path}: main = {self.settings.main!r}, but there is no "
                 f"{self.bots_dir / self.settings.main / 'bot.toml'}"
             )
-        for bot in self.bots.values():
-            for model in filter(None, (bot.model, bot.fallback_model)):
-                try:
-                    self.settings.provider_for(model)
-                except ConfigError as exc:
-                    raise ConfigError(f"{bot.root / 'bot.toml'}: {exc}") from None
 
     @property
     def config_path(self) -> Path:
@@ -144,8 +138,12 @@ class Home:
         for folder in sorted(self.bots_dir.iterdir()):
             if not (folder / "bot.toml").exists():
                 continue
-            check_bot_name(folder.name)
-            settings = load_bot_settings(folder / "bot.toml")
+            try:
+                check_bot_name(folder.name)
+            except AtlasError as exc:
+                raise ConfigError(f"{folder}: {exc}; rename the folder") from None
+            # With the home's settings, so a bot's model must name a defined provider.
+            settings = load_bot_settings(folder / "bot.toml", self.settings)
             bots[folder.name] = Bot(folder.name, folder, settings, self)
         return bots
 

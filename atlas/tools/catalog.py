@@ -7,6 +7,7 @@ from atlas.tools.registry import ToolRegistry
 
 def default_registry() -> ToolRegistry:
     from atlas.tools.browser import BROWSER_TOOLS
+    from atlas.tools.conversations import CONVERSATION_TOOLS
     from atlas.tools.files import FILE_TOOLS
     from atlas.tools.memory import MEMORY_TOOLS
     from atlas.tools.plan import PLAN_TOOLS
@@ -22,6 +23,7 @@ def default_registry() -> ToolRegistry:
             *MEMORY_TOOLS,
             *SKILL_TOOLS,
             *PLAN_TOOLS,
+            *CONVERSATION_TOOLS,
             *BROWSER_TOOLS,
         ]
     )

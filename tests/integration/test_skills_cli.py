@@ -18,7 +18,9 @@ Run scripts/fill.py with the form and the values.
 """
 
 
-def test_import_maps_claude_code_tools_and_never_overwrites(home_path: Path, tmp_path: Path) -> None:
+def test_import_maps_claude_code_tools_and_never_overwrites(
+    home_path: Path, tmp_path: Path
+) -> None:
     make_home(home_path)
     src = tmp_path / "pdf-fill"
     (src / "scripts").mkdir(parents=True)

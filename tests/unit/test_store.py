@@ -14,7 +14,14 @@ import sqlite_utils
 
 from atlas.errors import AtlasError
 from atlas.providers.base import Image, Message, ToolCall, Usage
-from atlas.store.conversations import MIGRATIONS, ConversationStore, fts_query
+from atlas.store.conversations import (
+    MIGRATIONS,
+    ConversationStore,
+    MessageFilter,
+    TextQuery,
+    fts_query,
+    has_cjk,
+)
 from atlas.store.db import Database, Migration
 
 
@@ -359,3 +366,83 @@ def test_fts_query_quotes_each_term() -> None:
     assert fts_query('say "hi" c++') == '"say" AND """hi""" AND "c++"'
     assert fts_query('* ^ "') is None
     assert fts_query("") is None
+
+
+# --- Trigram index (004) ----------------------------------------------------------------------
+
+
+def _trigram_ids(path: Path, text: str) -> list[int]:
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute(
+            "SELECT rowid FROM messages_trigram WHERE messages_trigram MATCH ? ORDER BY rowid",
+            [f'"{text}"'],
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+async def test_trigram_migration_indexes_messages_already_stored(tmp_path: Path) -> None:
+    path = tmp_path / "conversations.db"
+    async with Database(path, MIGRATIONS[:3]) as db:  # a store from before 004
+
+        def fill(d: sqlite_utils.Database) -> None:
+            d.execute(
+                "INSERT INTO conversations (bot, channel, chat, created_at, updated_at) "
+                "VALUES ('atlas', 'telegram', 'c1', '2024-01-01', '2024-01-01')"
+            )
+            d.execute(
+                "INSERT INTO messages (conversation_id, role, content, created_at) "
+                "VALUES (1, 'user', '明日は東京タワーで会議', '2024-01-01')"
+            )
+
+        await db.call(fill)
+    async with ConversationStore(path) as store:
+        assert [name for name, _ in _applied(path)][-1] == "004_messages_trigram"
+        assert _trigram_ids(path, "東京タワー") == [1]
+        later = await store.append(1, Message("assistant", "タワーの会議は三時です"))
+        assert _trigram_ids(path, "タワー") == [1, later]
+
+
+async def test_trigram_index_follows_updates_and_deletes(store: ConversationStore) -> None:
+    conversation_id = await _chat(store)
+    message_id = await store.append(conversation_id, Message("user", "北京的天气很好"))
+    assert _trigram_ids(store.path, "天气很") == [message_id]
+
+    def edit(db: sqlite_utils.Database) -> None:
+        db.execute("UPDATE messages SET content = '上海下雨了' WHERE id = ?", [message_id])
+
+    await store.db.call(edit)
+    assert _trigram_ids(store.path, "天气很") == []
+    assert _trigram_ids(store.path, "上海下") == [message_id]
+    await store.db.call(lambda db: db.execute("DELETE FROM messages WHERE id = ?", [message_id]))
+    assert _trigram_ids(store.path, "上海下") == []
+    # The index holds nothing that the messages table does not.
+    await store.db.call(
+        lambda db: db.execute(
+            "INSERT INTO messages_trigram (messages_trigram) VALUES ('integrity-check')"
+        )
+    )
+
+
+def test_text_query_for_each_index() -> None:
+    assert TextQuery.build("c++ rust", "words") == TextQuery(
+        "words", '"c++" AND "rust"', terms=("c++", "rust")
+    )
+    trigram = TextQuery.build('東京タワー 北京 "rust*"', "trigram")
+    assert trigram == TextQuery(
+        "trigram", '"東京タワー" AND "rust"', ("北京",), ("東京タワー", "北京", "rust")
+    )
+    assert TextQuery.build("北京", "trigram") == TextQuery("trigram", None, ("北京",), ("北京",))
+    assert TextQuery.build('* " ^', "trigram") is None
+    assert has_cjk("会議") and has_cjk("회의") and has_cjk("タワー") and not has_cjk("café")
+
+
+async def test_like_terms_escape_wildcards(store: ConversationStore) -> None:
+    conversation_id = await _chat(store)
+    await store.append(conversation_id, Message("user", "北京 100 people"))  # 0, but no 0%
+    percent = await store.append(conversation_id, Message("user", "北京 100% sure"))
+    query = TextQuery.build("北京 0%", "trigram")
+    assert query is not None
+    found = await store.matching_messages(
+        query, MessageFilter(conversation_id=conversation_id), limit=10
+    )
+    assert [m.id for m in found] == [percent]
