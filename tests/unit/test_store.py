@@ -446,3 +446,18 @@ async def test_like_terms_escape_wildcards(store: ConversationStore) -> None:
         query, MessageFilter(conversation_id=conversation_id), limit=10
     )
     assert [m.id for m in found] == [percent]
+
+
+def test_loading_the_store_does_not_load_pandas() -> None:
+    """sqlite-utils would import pandas eagerly (~1.2 s); markitdown can still import it later."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, atlas.store.conversations\n"
+        "assert 'pandas' not in sys.modules and 'numpy' not in sys.modules\n"
+        "import pandas\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr
