@@ -114,11 +114,11 @@ async def _ask(gate: BaseGate, ask: Ask, call: ToolCall, run: RunContext) -> All
     try:
         answer = await asyncio.wait_for(run.ask(ask.question, CHOICES), gate.ask_timeout)
     except TimeoutError:
-        answer = None
+        return Deny(f"nobody answered within {gate.ask_timeout:.0f} s", ask.rule, "timeout")
     if answer == ALLOW_CONVERSATION:
         run.state.approvals.add(remembered)
     if answer in (ALLOW_ONCE, ALLOW_CONVERSATION):
         return Allow(f"approved by the user ({answer})", ask.rule, "user")
-    if answer is None:
-        return Deny(f"nobody answered within {gate.ask_timeout:.0f} s", ask.rule, "timeout")
+    if answer is None:  # the channel could not put the question (e.g. a terminal with no input)
+        return Deny("the approval question could not be put to anyone", ask.rule, "nobody")
     return Deny("the user denied it", ask.rule, "user")
