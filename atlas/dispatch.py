@@ -215,6 +215,8 @@ class Dispatcher:
             log.warning("turn failed in %s: %s", address, exc)
             await self._safe_send(address, f"Sorry, I could not answer: {exc}")
             return
+        for note in outcome.notes:
+            await self._safe_send(address, f"({note})")
         await self._safe_send(address, outcome.text)
 
     async def _safe_send(self, address: Address, text: str) -> None:

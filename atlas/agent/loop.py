@@ -14,10 +14,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from atlas.agent.compaction import compact, over_budget, truncate_old_tool_outputs
 from atlas.agent.context import build_system_prompt, repair_history
 from atlas.agent.guards import RepeatGuard
 from atlas.agent.spill import spill
 from atlas.agent.untrusted import wrap_untrusted
+from atlas.errors import AtlasError
 from atlas.providers.base import (
     CompletionRequest,
     Message,
@@ -46,6 +48,12 @@ class MessageStore(Protocol):
 
     async def history(self, conversation_id: int) -> list[Message]: ...
 
+    async def record_compaction(
+        self, conversation_id: int, first_kept_id: int, summary: str
+    ) -> None: ...
+
+    async def last_compaction(self, conversation_id: int) -> tuple[int, str] | None: ...
+
 
 @dataclass
 class TurnHooks:
@@ -61,6 +69,7 @@ class TurnOutcome:
     rounds: int
     usage: Usage = field(default_factory=Usage)
     halted: bool = False
+    notes: list[str] = field(default_factory=list)  # told to the user before the answer
 
 
 def _add_usage(total: Usage, more: Usage) -> None:
@@ -88,17 +97,20 @@ class ToolLoop:
         hooks = hooks or TurnHooks()
         limits = run.settings.limits
         system = build_system_prompt(run)
-        history = repair_history(await self.store.history(run.conversation_id))
+        history = await self._load_history(run)
         guard = RepeatGuard()
         usage = Usage()
+        notes: list[str] = []
         for round_number in range(1, limits.max_rounds + 1):
             # Listed per round: a deferred tool loaded by the last round joins now, at the end.
-            tools = self.registry.for_run(run)
+            specs = [t.spec(run) for t in self.registry.for_run(run)]
+            if over_budget(run, system, specs, history):
+                history = await self._compact(run, history, notes)
             request = CompletionRequest(
                 model=run.bot.model,
                 system=system,
                 messages=list(history),
-                tools=[t.spec(run) for t in tools],
+                tools=specs,
                 max_tokens=limits.max_tokens,
             )
             response = await self.model.complete(
@@ -111,25 +123,62 @@ class ToolLoop:
             )
             history.append(reply)
             if not reply.tool_calls:
-                return TurnOutcome(reply.content, round_number, usage)
+                return TurnOutcome(reply.content, round_number, usage, notes=notes)
             for result in await self._run_calls(run, reply.tool_calls, guard, hooks):
                 await self.store.append(run.conversation_id, result)
                 history.append(result)
             if guard.halted:
-                return await self._finish(run, guard.halted, round_number, usage, history)
+                return await self._finish(run, guard.halted, round_number, usage, notes)
         note = (
             f"I stopped after {limits.max_rounds} rounds of tool calls without finishing "
             "(limits.max_rounds). Tell me to go on if you want more."
         )
-        return await self._finish(run, note, limits.max_rounds, usage, history)
+        return await self._finish(run, note, limits.max_rounds, usage, notes)
+
+    async def _load_history(self, run: RunContext) -> list[Message]:
+        """The stored messages as the model should see them: after the latest compaction,
+        the first message, the summary, then what was kept and came since."""
+        messages = await self.store.history(run.conversation_id)
+        compaction = await self.store.last_compaction(run.conversation_id)
+        if compaction and messages:
+            first_kept_id, summary = compaction
+            kept = [m for m in messages[1:] if m.id is not None and m.id >= first_kept_id]
+            messages = [messages[0], Message("user", summary), *kept]
+        return repair_history(messages)
+
+    async def _compact(
+        self, run: RunContext, history: list[Message], notes: list[str]
+    ) -> list[Message]:
+        try:
+            compacted = await compact(run, self.model, history)
+        except AtlasError as exc:
+            log.warning("compaction failed in %s#%s: %s", run.bot.name, run.conversation_id, exc)
+            compacted, why = None, f"summarising it failed ({exc})"
+        else:
+            why = "there was nothing old enough to summarise"
+        if compacted is None or compacted.messages[2].id is None:
+            notes.append(
+                f"This conversation is near the model's context limit and {why}, so I "
+                "cut the oldest tool outputs from what I send. Nothing is lost: the "
+                "whole history stays stored and searchable."
+            )
+            return truncate_old_tool_outputs(history)
+        await self.store.record_compaction(
+            run.conversation_id, compacted.messages[2].id, compacted.summary
+        )
+        log.info(
+            "compacted %s#%s: %d messages summarised",
+            run.bot.name,
+            run.conversation_id,
+            compacted.upto_index - 1,
+        )
+        return compacted.messages
 
     async def _finish(
-        self, run: RunContext, text: str, rounds: int, usage: Usage, history: list[Message]
+        self, run: RunContext, text: str, rounds: int, usage: Usage, notes: list[str]
     ) -> TurnOutcome:
-        message = Message("assistant", text)
-        await self.store.append(run.conversation_id, message)
-        history.append(message)
-        return TurnOutcome(text, rounds, usage, halted=True)
+        await self.store.append(run.conversation_id, Message("assistant", text))
+        return TurnOutcome(text, rounds, usage, halted=True, notes=notes)
 
     async def _run_calls(
         self, run: RunContext, calls: list[ToolCall], guard: RepeatGuard, hooks: TurnHooks

@@ -40,6 +40,8 @@ class Message:
     tool_call_id: str | None = None  # for role == "tool"
     name: str | None = None  # the tool's name, for role == "tool"
     images: list[Image] = field(default_factory=list)
+    # The store's row id, when the message came from a store; never sent to a provider.
+    id: int | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "content": self.content}

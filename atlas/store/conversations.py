@@ -113,11 +113,29 @@ def _index_messages_by_trigram(db: sqlite_utils.Database) -> None:
     db.execute("INSERT INTO messages_trigram (messages_trigram) VALUES ('rebuild')")
 
 
+def _create_compactions(db: sqlite_utils.Database) -> None:
+    """A compaction replaces, in what the model is sent, every message from the second up to
+    (not including) `first_kept_id` by `summary`. The messages themselves stay."""
+    db["compactions"].create(
+        {
+            "id": int,
+            "conversation_id": int,
+            "first_kept_id": int,
+            "summary": str,
+            "created_at": str,
+        },
+        pk="id",
+        foreign_keys=[("conversation_id", "conversations", "id")],
+    )
+    db["compactions"].create_index(["conversation_id", "id"])
+
+
 MIGRATIONS: list[Migration] = [
     ("001_conversations", _create_conversations),
     ("002_messages", _create_messages),
     ("003_messages_fts", _index_messages),
     ("004_messages_trigram", _index_messages_by_trigram),
+    ("005_compactions", _create_compactions),
 ]
 
 
@@ -326,6 +344,7 @@ def _message_from_row(row: dict[str, Any]) -> Message:
         tool_call_id=row["tool_call_id"],
         name=row["name"],
         images=[Image(**image) for image in json.loads(row["images"] or "[]")],
+        id=row.get("id"),
     )
 
 
@@ -461,14 +480,40 @@ class ConversationStore:
 
         return await self.db.call(insert)
 
+    async def record_compaction(
+        self, conversation_id: int, first_kept_id: int, summary: str
+    ) -> None:
+        row = {
+            "conversation_id": conversation_id,
+            "first_kept_id": first_kept_id,
+            "summary": summary,
+            "created_at": utc_now_iso(),
+        }
+        await self.db.call(lambda db: db["compactions"].insert(row))
+
+    async def last_compaction(self, conversation_id: int) -> tuple[int, str] | None:
+        """(first kept message id, summary) of the conversation's latest compaction."""
+
+        def select(db: sqlite_utils.Database) -> list[dict[str, Any]]:
+            return list(
+                db.query(
+                    "SELECT first_kept_id, summary FROM compactions WHERE conversation_id = ? "
+                    "ORDER BY id DESC LIMIT 1",
+                    [conversation_id],
+                )
+            )
+
+        rows = await self.db.call(select)
+        return (rows[0]["first_kept_id"], rows[0]["summary"]) if rows else None
+
     async def history(self, conversation_id: int) -> list[Message]:
         """Every message of a conversation, oldest first, as provider messages."""
 
         def select(db: sqlite_utils.Database) -> list[dict[str, Any]]:
             return list(
                 db.query(
-                    "SELECT role, content, tool_calls, tool_call_id, name, images FROM messages "
-                    "WHERE conversation_id = ? ORDER BY id",
+                    "SELECT id, role, content, tool_calls, tool_call_id, name, images "
+                    "FROM messages WHERE conversation_id = ? ORDER BY id",
                     [conversation_id],
                 )
             )

@@ -396,7 +396,7 @@ async def test_trigram_migration_indexes_messages_already_stored(tmp_path: Path)
 
         await db.call(fill)
     async with ConversationStore(path) as store:
-        assert [name for name, _ in _applied(path)][-1] == "004_messages_trigram"
+        assert "004_messages_trigram" in [name for name, _ in _applied(path)]
         assert _trigram_ids(path, "東京タワー") == [1]
         later = await store.append(1, Message("assistant", "タワーの会議は三時です"))
         assert _trigram_ids(path, "タワー") == [1, later]
@@ -461,3 +461,16 @@ def test_loading_the_store_does_not_load_pandas() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+async def test_compactions_are_recorded_and_history_carries_ids(tmp_path: Path) -> None:
+    async with ConversationStore(tmp_path / "c.db") as store:
+        conversation = await store.conversation("console", "c", bot="atlas")
+        ids = [await store.append(conversation.id, Message("user", f"m{i}")) for i in range(3)]
+        history = await store.history(conversation.id)
+        assert [m.id for m in history] == ids
+        assert await store.last_compaction(conversation.id) is None
+        await store.record_compaction(conversation.id, ids[1], "first summary")
+        await store.record_compaction(conversation.id, ids[2], "second summary")
+        assert await store.last_compaction(conversation.id) == (ids[2], "second summary")
+        assert len(await store.history(conversation.id)) == 3  # nothing is deleted
