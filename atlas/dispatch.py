@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from atlas.agent.loop import TurnHooks
+from atlas.agent.loop import TurnHooks, TurnOutcome
 from atlas.channels.base import Address, Channel
 from atlas.errors import AtlasError
 from atlas.home import Bot
 from atlas.providers.base import Message, ToolCall
 from atlas.runtime import Runtime
 from atlas.store.conversations import ConversationStore
-from atlas.tools.registry import RunContext, RunKind
+from atlas.tools.registry import Asker, Notifier, RunContext, RunKind
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,13 @@ class Inbound:
     kind: Literal["message", "notice"] = "message"
     files: tuple[Path, ...] = ()
     run_kind: RunKind = "conversation"
+
+
+@dataclass(frozen=True)
+class Detached:
+    conversation_id: int
+    outcome: TurnOutcome | None
+    error: str | None  # why there is no outcome
 
 
 @dataclass
@@ -186,17 +193,13 @@ class Dispatcher:
         async def notify(text: str) -> None:
             await self.submit(Inbound(address, text, kind="notice", run_kind=lane.run_kind))
 
-        run = RunContext(
-            home=self.runtime.home,
-            bot=bot,
-            conversation_id=lane.conversation_id,
-            run_kind=lane.run_kind,
-            channel=address.channel,
-            state=self.runtime.state(bot, lane.conversation_id),
+        run = self._run_context(
+            bot,
+            lane.conversation_id,
+            lane.run_kind,
+            address.channel,
             ask=ask if lane.run_kind in ("conversation", "bot") else None,
             notify=notify,
-            supports_images=self.runtime.model.supports_images(bot.model),
-            open_store=self.runtime.store,
         )
         streaming = channel.streams and self.runtime.home.settings.chat.stream
 
@@ -218,6 +221,67 @@ class Dispatcher:
         for note in outcome.notes:
             await self._safe_send(address, f"({note})")
         await self._safe_send(address, outcome.text)
+
+    def _run_context(
+        self,
+        bot: Bot,
+        conversation_id: int,
+        run_kind: RunKind,
+        channel: str,
+        *,
+        ask: Asker | None,
+        notify: Notifier | None,
+    ) -> RunContext:
+        return RunContext(
+            home=self.runtime.home,
+            bot=bot,
+            conversation_id=conversation_id,
+            run_kind=run_kind,
+            channel=channel,
+            state=self.runtime.state(bot, conversation_id),
+            ask=ask,
+            notify=notify,
+            supports_images=self.runtime.model.supports_images(bot.model),
+            open_store=self.runtime.store,
+        )
+
+    async def run_detached(
+        self,
+        bot_name: str,
+        prompt: str,
+        *,
+        run_kind: RunKind,
+        chat: str,
+        notify: Notifier | None = None,
+        time_limit: float | None = None,
+    ) -> Detached:
+        """One turn in a conversation of its own, with nobody to ask: a routine run, a
+        subagent, a review. Nothing is sent anywhere; the caller gets the outcome (or why not)."""
+        bot = self.runtime.home.bot(bot_name)
+        store = await self.runtime.store(bot)
+        conversation = await store.conversation(run_kind, chat, kind=run_kind, bot=bot.name)
+        await store.append(conversation.id, Message("user", prompt))
+        run = self._run_context(bot, conversation.id, run_kind, run_kind, ask=None, notify=notify)
+        loop = await self.runtime.loop(bot)
+        try:
+            async with self._limit, asyncio.timeout(time_limit):
+                outcome = await loop.run(run)
+        except TimeoutError:
+            return Detached(
+                conversation.id, None, f"stopped after its time limit of {time_limit:.0f} s"
+            )
+        except AtlasError as exc:
+            return Detached(conversation.id, None, str(exc))
+        return Detached(conversation.id, outcome, None)
+
+    async def deliver(self, address: Address, text: str) -> str | None:
+        """Send to a conversation's channel; None when delivered, else why not."""
+        try:
+            await self._channel(address).send(address, text)
+        except (AtlasError, OSError) as exc:
+            log.warning("could not deliver to %s: %s", address, exc)
+            return str(exc)
+        return None
 
     async def _safe_send(self, address: Address, text: str) -> None:
         await self._safe(self._channel(address).send(address, text))

@@ -182,3 +182,20 @@ async def test_mode_command_sets_the_conversations_gate_mode(home) -> None:
     assert await store.history(conversation.id) == []  # commands are not messages
     await dispatcher.shutdown()
     await runtime.close()
+
+
+async def test_detached_run_has_its_own_conversation_and_nobody_to_ask(home) -> None:
+    model = ScriptedModel(Reply("report ready"), Reply("late", wait_for=asyncio.Event()))
+    runtime, dispatcher, channel = make(home, model)
+    result = await dispatcher.run_detached("atlas", "write the report", run_kind="routine", chat="r1")
+    assert result.error is None and result.outcome.text == "report ready"
+    assert channel.sent == []  # nothing is sent by a detached run itself
+    store = await runtime.store(home.bot(None))
+    conversation = await store.get_conversation(result.conversation_id)
+    assert conversation.kind == "routine" and conversation.chat == "r1"
+    stuck = await dispatcher.run_detached("atlas", "hang", run_kind="routine", chat="r2", time_limit=0.1)
+    assert stuck.outcome is None and "time limit" in stuck.error
+    assert await dispatcher.deliver(ADDRESS, "done") is None and channel.sent[-1][1] == "done"
+    assert "no channel" in await dispatcher.deliver(Address("atlas", "nowhere", "x"), "lost")
+    await dispatcher.shutdown()
+    await runtime.close()

@@ -99,3 +99,13 @@ def test_a_tool_needs_a_docstring() -> None:
 
     with pytest.raises(TypeError, match="docstring"):
         tool()(undocumented)
+
+
+def test_outside_tools_are_marked_untrusted_and_own_tools_are_not() -> None:
+    from atlas.tools.catalog import default_registry
+
+    registry = default_registry()
+    for name in ("web_search", "web_fetch", "browser_exec"):
+        assert registry.get(name).untrusted, name
+    for name in ("run_command", "write_file", "memory"):
+        assert not registry.get(name).untrusted, name
