@@ -96,6 +96,17 @@ def cmd_skills_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_budget(args: argparse.Namespace) -> int:
+    from atlas.agent.budget import measure, render
+    from atlas.tools.catalog import default_registry
+    from atlas.tools.registry import RunContext
+
+    home = _load_home(args)
+    run = RunContext(home=home, bot=home.bot(args.bot), conversation_id=0)
+    print(render(measure(run, default_registry())))
+    return 0
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     from atlas.search_cli import search_main
 
@@ -143,6 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
     log.add_argument("--limit", type=int, default=20, help="how many (default 20)")
     log.add_argument("--json", action="store_true", help="one JSON object per line")
     log.set_defaults(func=cmd_trust_log)
+
+    budget = sub.add_parser("budget", help="the fixed token cost of every request, by part")
+    budget.add_argument("--bot", help="the bot (default: the main agent)")
+    budget.set_defaults(func=cmd_budget)
 
     search = sub.add_parser("search", help="search past conversations (every bot's, or one bot's)")
     search.add_argument("query", help="the words to find (all required; accents ignored)")

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from atlas.agent.compaction import request_tokens
+from atlas.agent.context import build_system_prompt
 from atlas.agent.loop import TurnHooks, TurnOutcome
 from atlas.channels.base import Address, Channel
 from atlas.errors import AtlasError
@@ -26,6 +28,7 @@ log = logging.getLogger(__name__)
 
 STOP_COMMAND = "/stop"
 MODE_COMMAND = "/mode"
+STATUS_COMMAND = "/status"
 MODES = ("ask", "auto", "read-only")
 
 
@@ -77,8 +80,12 @@ class Dispatcher:
             return True
         bot = self.runtime.home.bot(address.bot)
         store = await self.runtime.store(bot)
-        if inbound.kind == "message" and inbound.text.strip().split(" ")[0] == MODE_COMMAND:
+        command = inbound.text.strip().split(" ")[0] if inbound.kind == "message" else ""
+        if command == MODE_COMMAND:
             await self._set_mode(inbound, bot, store)
+            return True
+        if command == STATUS_COMMAND:
+            await self._channel(address).send(address, await self._status(inbound, bot, store))
             return True
         conversation = await store.conversation(
             address.channel,
@@ -126,6 +133,38 @@ class Dispatcher:
             current = state.mode or f"{bot.settings.mode} (the bot's)"
             reply = f"Mode: {current}. Change it with /mode {' | '.join(MODES)}."
         await self._channel(address).send(address, reply)
+
+    async def _status(self, inbound: Inbound, bot: Bot, store: ConversationStore) -> str:
+        """`/status`: the model, how full the context is, approvals waiting."""
+        address = inbound.address
+        conversation = await store.conversation(
+            address.channel,
+            address.chat,
+            thread=address.thread,
+            user=address.user,
+            kind=inbound.run_kind,
+            bot=bot.name,
+        )
+        run = self._run_context(
+            bot, conversation.id, inbound.run_kind, address.channel, ask=None, notify=None
+        )
+        loop = await self.runtime.loop(bot)
+        history = await loop.load_history(run)
+        specs = [t.spec(run) for t in self.runtime.registry.for_run(run)]
+        used = request_tokens(build_system_prompt(run), specs, history)
+        window = run.settings.limits.context_window
+        lane = self._lanes.get(address)
+        running = "a turn is running" if lane and lane.turn and not lane.turn.done() else "idle"
+        pending = run.state.pending_asks
+        lines = [
+            f"Bot {bot.name}, model {bot.model}"
+            + (f" (fallback {bot.fallback_model})" if bot.fallback_model else ""),
+            f"Context: {used:,} of {window:,} tokens ({used / window:.0%}); compaction at "
+            f"{run.settings.limits.compact_at:.0%}; {len(history)} messages in view",
+            f"Mode: {run.state.mode or bot.settings.mode}; {running}",
+            f"Approvals waiting: {len(pending)}" + "".join(f"\n  - {q}" for q in pending),
+        ]
+        return "\n".join(lines)
 
     def stop_turn(self, address: Address) -> bool:
         """Cancel the conversation's running turn, if any. True when one was running."""

@@ -97,7 +97,7 @@ class ToolLoop:
         hooks = hooks or TurnHooks()
         limits = run.settings.limits
         system = build_system_prompt(run)
-        history = await self._load_history(run)
+        history = await self.load_history(run)
         guard = RepeatGuard()
         usage = Usage()
         notes: list[str] = []
@@ -135,7 +135,7 @@ class ToolLoop:
         )
         return await self._finish(run, note, limits.max_rounds, usage, notes)
 
-    async def _load_history(self, run: RunContext) -> list[Message]:
+    async def load_history(self, run: RunContext) -> list[Message]:
         """The stored messages as the model should see them: after the latest compaction,
         the first message, the summary, then what was kept and came since."""
         messages = await self.store.history(run.conversation_id)

@@ -46,6 +46,7 @@ class ConversationState:
     approvals: set[tuple[str, str]] = field(default_factory=set)  # (tool, rule) allowed by the user
     mode: str | None = None  # the gate mode set by /mode; None: the bot's own
     tool_state: dict[str, Any] = field(default_factory=dict)  # what tools keep per conversation
+    pending_asks: list[str] = field(default_factory=list)  # approval questions awaiting an answer
 
 
 @dataclass

@@ -111,10 +111,13 @@ async def _ask(gate: BaseGate, ask: Ask, call: ToolCall, run: RunContext) -> All
             ask.rule,
             "nobody",
         )
+    run.state.pending_asks.append(ask.question)
     try:
         answer = await asyncio.wait_for(run.ask(ask.question, CHOICES), gate.ask_timeout)
     except TimeoutError:
         return Deny(f"nobody answered within {gate.ask_timeout:.0f} s", ask.rule, "timeout")
+    finally:
+        run.state.pending_asks.remove(ask.question)
     if answer == ALLOW_CONVERSATION:
         run.state.approvals.add(remembered)
     if answer in (ALLOW_ONCE, ALLOW_CONVERSATION):

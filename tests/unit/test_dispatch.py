@@ -187,15 +187,38 @@ async def test_mode_command_sets_the_conversations_gate_mode(home) -> None:
 async def test_detached_run_has_its_own_conversation_and_nobody_to_ask(home) -> None:
     model = ScriptedModel(Reply("report ready"), Reply("late", wait_for=asyncio.Event()))
     runtime, dispatcher, channel = make(home, model)
-    result = await dispatcher.run_detached("atlas", "write the report", run_kind="routine", chat="r1")
+    result = await dispatcher.run_detached(
+        "atlas", "write the report", run_kind="routine", chat="r1"
+    )
     assert result.error is None and result.outcome.text == "report ready"
     assert channel.sent == []  # nothing is sent by a detached run itself
     store = await runtime.store(home.bot(None))
     conversation = await store.get_conversation(result.conversation_id)
     assert conversation.kind == "routine" and conversation.chat == "r1"
-    stuck = await dispatcher.run_detached("atlas", "hang", run_kind="routine", chat="r2", time_limit=0.1)
+    stuck = await dispatcher.run_detached(
+        "atlas", "hang", run_kind="routine", chat="r2", time_limit=0.1
+    )
     assert stuck.outcome is None and "time limit" in stuck.error
     assert await dispatcher.deliver(ADDRESS, "done") is None and channel.sent[-1][1] == "done"
     assert "no channel" in await dispatcher.deliver(Address("atlas", "nowhere", "x"), "lost")
+    await dispatcher.shutdown()
+    await runtime.close()
+
+
+async def test_status_shows_model_context_and_pending_approvals(home) -> None:
+    model = ScriptedModel(Reply("hello back"))
+    runtime, dispatcher, channel = make(home, model)
+    await dispatcher.submit(Inbound(ADDRESS, "hello"))
+    await dispatcher.wait_idle(ADDRESS)
+    store = await runtime.store(home.bot(None))
+    conversation = await store.conversation("test", "chat-1", user="u1", bot="atlas")
+    runtime.state(home.bot(None), conversation.id).pending_asks.append(
+        "run_command: `gh pr create`?"
+    )
+    await dispatcher.submit(Inbound(ADDRESS, "/status"))
+    status = channel.sent[-1][1]
+    assert "model fake/test-model" in status
+    assert "of 128,000 tokens" in status and "2 messages in view" in status
+    assert "Approvals waiting: 1" in status and "gh pr create" in status
     await dispatcher.shutdown()
     await runtime.close()
