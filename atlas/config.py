@@ -78,7 +78,33 @@ class BrowserSettings(Strict):
     extra_args: list[str] = Field(default_factory=list)  # added to Chromium's command line
 
 
+class AgentSettings(Strict):
+    """Subagents (delegate) and bots messaging each other (message_agent); docs/tools.md."""
+
+    subagents_at_once: int = Field(3, ge=1, le=10)  # per conversation; more wait their turn
+    subagent_rounds: int = Field(25, ge=1, le=500)  # model calls in one subagent run
+    subagent_seconds: float = Field(900.0, gt=0)  # wall time of one subagent, steering included
+    summary_chars: int = Field(6000, ge=1000, le=200_000)  # a longer result is spilled to a file
+    reply_seconds: float = Field(1800.0, gt=0)  # how long message_agent waits for a reply
+
+
+class RoutineSettings(Strict):
+    """Routines: prompts run on a schedule (docs/routines.md)."""
+
+    time_limit: float = Field(600.0, gt=0)  # seconds one run may take before it is stopped
+    max_grace: float = Field(86_400.0, ge=0)  # the longest default grace for a missed run, seconds
+    poll_seconds: float = Field(30.0, gt=0)  # how often the daemon picks up changes from the CLI
+
+
 ModelNameOrNone = Annotated[str | None, Field(pattern=MODEL_PATTERN)]
+
+
+class ReviewSettings(Strict):
+    """The background review of a conversation gone quiet (docs/ARCHITECTURE.md)."""
+
+    enabled: bool = True
+    quiet_minutes: float = Field(10.0, gt=0)  # after the last turn
+    min_user_messages: int = Field(3, ge=1)  # less than this is not worth a review
 
 
 class TrustSettings(Strict):
@@ -102,8 +128,11 @@ class Settings(Strict):
     limits: LimitSettings = LimitSettings()
     chat: ChatSettings = ChatSettings()
     trust: TrustSettings = TrustSettings()
+    review: ReviewSettings = ReviewSettings()
     web: WebSettings = WebSettings()
     browser: BrowserSettings = BrowserSettings()
+    routines: RoutineSettings = RoutineSettings()
+    agents: AgentSettings = AgentSettings()
 
     @field_validator("timezone")
     @classmethod

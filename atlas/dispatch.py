@@ -16,6 +16,7 @@ from typing import Literal
 from atlas.agent.compaction import request_tokens
 from atlas.agent.context import build_system_prompt
 from atlas.agent.loop import TurnHooks, TurnOutcome
+from atlas.agent.review import REVIEW_PROMPT, QuietTimers, ReviewGate, has_substance, transcript
 from atlas.channels.base import Address, Channel
 from atlas.errors import AtlasError
 from atlas.home import Bot
@@ -23,6 +24,7 @@ from atlas.providers.base import Message, ToolCall
 from atlas.runtime import Runtime
 from atlas.store.conversations import ConversationStore
 from atlas.tools.registry import Asker, Notifier, RunContext, RunKind
+from atlas.trust.gate import BaseGate
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,10 @@ class Dispatcher:
         self.channels = channels
         self._lanes: dict[Address, Lane] = {}
         self._limit = asyncio.Semaphore(runtime.home.settings.limits.concurrent_turns)
+        review = runtime.home.settings.review
+        self._quiet = (
+            QuietTimers(review.quiet_minutes * 60, self._review) if review.enabled else None
+        )
 
     async def submit(self, inbound: Inbound) -> bool:
         """Store the message and wake its conversation. False when it was a duplicate event."""
@@ -102,6 +108,8 @@ class Dispatcher:
         if stored is None:
             log.info("dropped duplicate event %s in %s", inbound.event_id, address)
             return False
+        if self._quiet:
+            self._quiet.cancel(address)
         lane = self._lane(address, conversation.id, inbound.run_kind)
         if (
             lane.turn
@@ -180,6 +188,8 @@ class Dispatcher:
             await lane.idle.wait()
 
     async def shutdown(self) -> None:
+        if self._quiet:
+            await self._quiet.shutdown()
         workers = [lane.worker for lane in self._lanes.values() if lane.worker]
         for worker in workers:
             worker.cancel()
@@ -220,6 +230,8 @@ class Dispatcher:
                     lane.turn = None
             if not lane.wake.is_set():
                 lane.idle.set()
+                if self._quiet and lane.run_kind == "conversation":
+                    self._quiet.restart(lane.address, lane.conversation_id)
 
     async def _turn(self, lane: Lane) -> None:
         address = lane.address
@@ -293,15 +305,17 @@ class Dispatcher:
         chat: str,
         notify: Notifier | None = None,
         time_limit: float | None = None,
+        gate: BaseGate | None = None,
+        ask: Asker | None = None,
     ) -> Detached:
-        """One turn in a conversation of its own, with nobody to ask: a routine run, a
-        subagent, a review. Nothing is sent anywhere; the caller gets the outcome (or why not)."""
+        """One turn in a conversation of its own: a routine run, a subagent, a review. Nobody
+        is asked unless `ask` is given; nothing is sent anywhere; the caller gets the outcome."""
         bot = self.runtime.home.bot(bot_name)
         store = await self.runtime.store(bot)
         conversation = await store.conversation(run_kind, chat, kind=run_kind, bot=bot.name)
         await store.append(conversation.id, Message("user", prompt))
-        run = self._run_context(bot, conversation.id, run_kind, run_kind, ask=None, notify=notify)
-        loop = await self.runtime.loop(bot)
+        run = self._run_context(bot, conversation.id, run_kind, run_kind, ask=ask, notify=notify)
+        loop = await self.runtime.loop(bot, gate=gate)
         try:
             async with self._limit, asyncio.timeout(time_limit):
                 outcome = await loop.run(run)
@@ -312,6 +326,32 @@ class Dispatcher:
         except AtlasError as exc:
             return Detached(conversation.id, None, str(exc))
         return Detached(conversation.id, outcome, None)
+
+    async def _review(self, address: Address, conversation_id: int) -> None:
+        """The background review of a conversation gone quiet (atlas/agent/review.py)."""
+        bot = self.runtime.home.bot(address.bot)
+        messages = await (await self.runtime.store(bot)).history(conversation_id)
+        if not has_substance(messages, self.runtime.home.settings.review.min_user_messages):
+            return
+        channel = self._channel(address)
+
+        async def ask(question: str, choices: list[str]) -> str | None:
+            return await channel.ask(address, question, choices)
+
+        result = await self.run_detached(
+            bot.name,
+            REVIEW_PROMPT + transcript(messages),
+            run_kind="bot",
+            chat=f"review:{conversation_id}:{len(messages)}",
+            gate=ReviewGate(self.runtime.gate),
+            ask=ask,
+        )
+        log.info(
+            "reviewed %s#%s: %s",
+            bot.name,
+            conversation_id,
+            result.error or (result.outcome.text[:80] if result.outcome else ""),
+        )
 
     async def deliver(self, address: Address, text: str) -> str | None:
         """Send to a conversation's channel; None when delivered, else why not."""

@@ -51,8 +51,8 @@ class Runtime:
     def state(self, bot: Bot, conversation_id: int) -> ConversationState:
         return self._states.setdefault((bot.name, conversation_id), ConversationState())
 
-    async def loop(self, bot: Bot) -> ToolLoop:
-        return ToolLoop(self.model, self.registry, self.gate, await self.store(bot))
+    async def loop(self, bot: Bot, *, gate: BaseGate | None = None) -> ToolLoop:
+        return ToolLoop(self.model, self.registry, gate or self.gate, await self.store(bot))
 
     async def close(self) -> None:
         from atlas.tools.browser import close_browsers

@@ -1,0 +1,129 @@
+"""The background review: after a quiet spell it keeps what was learned, asks before changing."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from atlas.channels.base import Address
+from atlas.dispatch import Dispatcher, Inbound
+from atlas.providers.scripted import Reply, ScriptedModel
+from atlas.runtime import Runtime
+from atlas.tools.catalog import default_registry
+from tests.helpers import BASE_CONFIG, make_home
+from tests.unit.test_dispatch import RecordingChannel
+
+ADDRESS = Address("atlas", "test", "chat-1", user="u1")
+
+
+class AnsweringChannel(RecordingChannel):
+    def __init__(self, answer: str | None) -> None:
+        super().__init__()
+        self.answer = answer
+        self.questions: list[str] = []
+
+    async def ask(self, address: Address, question: str, choices: list[str]) -> str | None:
+        self.questions.append(question)
+        return self.answer
+
+
+def review_home(root: Path, *, enabled: bool = True):  # type: ignore[no-untyped-def]
+    config = BASE_CONFIG.format(base_url="http://127.0.0.1:9/v1") + (
+        f"\n[review]\nenabled = {'true' if enabled else 'false'}\nquiet_minutes = 0.002\n"
+        "min_user_messages = 2\n"
+    )
+    return make_home(root, config=config)
+
+
+async def chat(home, model, channel, texts):  # type: ignore[no-untyped-def]
+    runtime = Runtime(home, model=model, registry=default_registry())
+    dispatcher = Dispatcher(runtime, {"test": channel})
+    for text in texts:
+        await dispatcher.submit(Inbound(ADDRESS, text))
+        await dispatcher.wait_idle(ADDRESS)
+    return runtime, dispatcher
+
+
+async def test_a_quiet_conversation_is_reviewed_into_memory(home_path: Path) -> None:
+    home = review_home(home_path)
+    user_md = home.bot(None).memory_dir / "USER.md"
+    user_md.write_text("Lives in Paris.\n")
+    model = ScriptedModel(
+        Reply("hi"),
+        Reply("noted"),
+        Reply(
+            calls=[
+                ("memory", {"target": "user", "action": "add", "content": "Prefers tea."}),
+                (
+                    "memory",
+                    {
+                        "target": "user",
+                        "action": "replace",
+                        "old_text": "Paris",
+                        "content": "Lives in Lyon.",
+                    },
+                ),
+                ("run_command", {"command": "echo sneaky"}),
+            ]
+        ),
+        Reply("kept two notes"),
+    )
+    channel = AnsweringChannel("allow once")
+    runtime, dispatcher = await chat(home, model, channel, ["I moved to Lyon", "and I prefer tea"])
+    for _ in range(200):
+        if not model.replies:
+            break
+        await asyncio.sleep(0.02)
+    await dispatcher.shutdown()
+    model.assert_complete()
+    assert "Prefers tea." in user_md.read_text() and "Lives in Lyon." in user_md.read_text()
+    assert len(channel.questions) == 1 and "Paris" in channel.questions[0]  # only the replace asked
+    results = [m.content for m in model.requests[3].messages if m.role == "tool"]
+    assert "a background review may use only" in results[2]
+    assert "I moved to Lyon" in model.requests[2].messages[0].content  # the review read the chat
+    store = await runtime.store(home.bot(None))
+    conversation = await store.conversation("test", "chat-1", user="u1", bot="atlas")
+    assert len(await store.history(conversation.id)) == 4  # the review wrote nothing there
+    await runtime.close()
+
+
+async def test_a_declined_proposal_changes_nothing(home_path: Path) -> None:
+    home = review_home(home_path)
+    user_md = home.bot(None).memory_dir / "USER.md"
+    user_md.write_text("Lives in Paris.\n")
+    model = ScriptedModel(
+        Reply("hi"),
+        Reply("ok"),
+        Reply(calls=[("memory", {"target": "user", "action": "remove", "old_text": "Paris"})]),
+        Reply("[NOTHING]"),
+    )
+    runtime, dispatcher = await chat(home, model, AnsweringChannel("deny"), ["a", "b"])
+    for _ in range(200):
+        if not model.replies:
+            break
+        await asyncio.sleep(0.02)
+    await dispatcher.shutdown()
+    await runtime.close()
+    model.assert_complete()
+    assert user_md.read_text() == "Lives in Paris.\n"
+
+
+async def test_disabled_or_short_conversations_are_not_reviewed(
+    home_path: Path, tmp_path: Path
+) -> None:
+    model = ScriptedModel(Reply("hi"))
+    runtime, dispatcher = await chat(
+        review_home(home_path, enabled=False), model, RecordingChannel(), ["hello"]
+    )
+    await asyncio.sleep(0.3)
+    await dispatcher.shutdown()
+    await runtime.close()
+    model.assert_complete()  # no review request was made
+    model = ScriptedModel(Reply("hi"))
+    runtime, dispatcher = await chat(
+        review_home(tmp_path / "other"), model, RecordingChannel(), ["one message"]
+    )
+    await asyncio.sleep(0.3)
+    await dispatcher.shutdown()
+    await runtime.close()
+    assert len(model.requests) == 1  # one user message is not enough substance
