@@ -107,6 +107,12 @@ def cmd_budget(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pairing(args: argparse.Namespace) -> int:
+    from atlas.channels.pairing_cli import run_pairing
+
+    return run_pairing(_load_home(args).db_path, args)
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     from atlas.search_cli import search_main
 
@@ -164,6 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--bot", help="only this bot's conversations")
     search.add_argument("--json", action="store_true", help="print one JSON object")
     search.set_defaults(func=cmd_search)
+
+    from atlas.channels.pairing_cli import add_parser as add_pairing_parser
+
+    add_pairing_parser(sub).set_defaults(func=cmd_pairing)
 
     skills = sub.add_parser("skills", help="the skill library")
     skills_sub = skills.add_subparsers(dest="skills_command", required=True, metavar="ACTION")

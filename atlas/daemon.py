@@ -6,7 +6,7 @@ import asyncio
 import logging
 import signal
 
-from atlas.channels.base import Channel
+from atlas.channels.manager import RunningChannels, start_channels, stop_channels
 from atlas.dispatch import Dispatcher
 from atlas.home import Home
 from atlas.runtime import Runtime
@@ -21,14 +21,16 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     runtime = Runtime(home)
-    channels: dict[str, Channel] = {}  # Telegram and Slack arrive with the channels issue
-    dispatcher = Dispatcher(runtime, channels)
+    dispatcher = Dispatcher(runtime, {})
+    running = RunningChannels()
     try:
         log.info("home %s: %d bot(s), main %s", home.root, len(home.bots), home.settings.main)
         for bot in home.bots.values():
             store = await runtime.store(bot)
             log.info("serving bot %s (model %s, store %s)", bot.name, bot.model, store.path)
-        log.info("channels: %s", ", ".join(channels) or "none configured")
+        # Each channel registers itself in the dispatcher; one that fails is retried alone.
+        running = await start_channels(home, dispatcher)
+        log.info("channels: %s", ", ".join(running) or "none configured")
         log.info("ready; stop with Ctrl-C or SIGTERM")
         await stop.wait()
         log.info("stopping")
@@ -36,7 +38,6 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         await dispatcher.shutdown()
-        for channel in channels.values():
-            await channel.stop()
+        await stop_channels(running)
         await runtime.close()
         log.info("stopped cleanly")

@@ -4,13 +4,16 @@ routines later)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlite_utils
 
 from atlas.store.db import Database, Migration, utc_now_iso
+
+T = TypeVar("T")
 
 
 def _gate_decisions(db: sqlite_utils.Database) -> None:
@@ -34,7 +37,126 @@ def _gate_decisions(db: sqlite_utils.Database) -> None:
     db["gate_decisions"].create_index(["at"])
 
 
-HOME_MIGRATIONS: list[Migration] = [("001_gate_decisions", _gate_decisions)]
+def _channel_pairing(db: sqlite_utils.Database) -> None:
+    # A stranger's pairing code, until the owner approves or denies it (or it expires).
+    db["pairing_codes"].create(
+        {
+            "code": str,
+            "bot": str,
+            "platform": str,  # telegram | slack
+            "user_id": str,
+            "user_name": str,
+            "chat": str,
+            "created_at": str,
+            "expires_at": str,
+            "status": str,  # pending | approved | denied
+            "decided_at": str,
+        },
+        pk="code",
+    )
+    db["pairing_codes"].create_index(["bot", "platform", "user_id"])
+    # People approved through pairing, on top of bot.toml's allowed_users.
+    db["paired_users"].create(
+        {
+            "bot": str,
+            "platform": str,
+            "user_id": str,
+            "user_name": str,
+            "code": str,
+            "approved_at": str,
+        },
+        pk=("bot", "platform", "user_id"),
+    )
+    # `/new` in a chat: its conversation key gets this generation as a suffix.
+    db["chat_generations"].create(
+        {"channel": str, "chat": str, "thread": str, "user": str, "generation": int},
+        pk=("channel", "chat", "thread", "user"),
+    )
+
+
+def _delegations(db: sqlite_utils.Database) -> None:
+    # One row per subagent started by `delegate` (atlas/agents/subagents.py).
+    db["delegations"].create(
+        {
+            "id": str,  # sa-<hex>, what the model names in steer and stop
+            "batch": str,  # the spawn call it came from: one notice per batch
+            "bot": str,
+            "parent_conversation_id": int,
+            "parent_run_kind": str,
+            "goal": str,
+            "context": str,
+            "status": str,  # queued | running | done | failed | stopped
+            "result": str,  # the subagent's answer, whole
+            "reason": str,  # why it failed or was stopped
+            "spill_path": str,  # where a result longer than the summary budget went
+            "conversation_id": int,  # the subagent's own conversation in the bot's store
+            "input_tokens": int,
+            "output_tokens": int,
+            "rounds": int,
+            "created_at": str,
+            "started_at": str,
+            "ended_at": str,
+        },
+        pk="id",
+    )
+    db["delegations"].create_index(["bot", "parent_conversation_id"])
+
+
+def _routines(db: sqlite_utils.Database) -> None:
+    # Routines (atlas/routines/store.py): prompts run on a schedule, one name per bot.
+    db["routines"].create(
+        {
+            "id": int,
+            "bot": str,
+            "name": str,
+            "prompt": str,
+            "schedule": str,  # as accepted by atlas/routines/schedule.py (`in 30m` kept pinned)
+            "channel": str,  # where results go; '' for nowhere (history only)
+            "chat": str,
+            "thread": str,
+            "user": str,
+            "paused": int,
+            "grace_seconds": int,  # NULL: one period, at most [routines] max_grace
+            "source": str,  # tool | file
+            "source_digest": str,  # a file routine's content hash: reload changes only edited ones
+            "armed_at": str,  # when this schedule started counting (created, changed, resumed)
+            "created_at": str,
+            "updated_at": str,
+        },
+        pk="id",
+        not_null={"bot", "name", "prompt", "schedule"},
+    )
+    db["routines"].create_index(["bot", "name"], unique=True)
+    # One row per run, and per missed slot that was not caught up.
+    db["routine_runs"].create(
+        {
+            "id": int,
+            "routine_id": int,
+            "bot": str,
+            "name": str,
+            "trigger": str,  # schedule | catch-up | manual
+            "scheduled_for": str,
+            "started_at": str,
+            "ended_at": str,
+            "status": str,  # running | ok | failed | silent | missed | timeout
+            "input_tokens": int,
+            "output_tokens": int,
+            "delivery": str,  # delivered to … | not delivered: … | silent | no target
+            "conversation_id": int,
+            "error": str,
+            "text": str,  # the final text, cut short
+        },
+        pk="id",
+    )
+    db["routine_runs"].create_index(["routine_id", "id"])
+
+
+HOME_MIGRATIONS: list[Migration] = [
+    ("001_gate_decisions", _gate_decisions),
+    ("002_channel_pairing", _channel_pairing),
+    ("003_delegations", _delegations),
+    ("004_routines", _routines),
+]
 
 
 @dataclass(frozen=True)
@@ -72,6 +194,11 @@ class HomeStore:
         if self.db.is_open:
             await self.db.close()
 
+    async def call(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
+        """Run `fn(db)` on the writer thread, opening the file first (for small feature modules
+        such as channel pairing that keep their own queries)."""
+        return await (await self._ready()).call(fn)
+
     async def record_decision(self, record: GateRecord) -> None:
         row = {"at": utc_now_iso(), **record.__dict__}
         await (await self._ready()).call(lambda db: db["gate_decisions"].insert(row))
@@ -79,5 +206,36 @@ class HomeStore:
     async def recent_decisions(self, limit: int = 20) -> list[dict[str, Any]]:
         def select(db: sqlite_utils.Database) -> list[dict[str, Any]]:
             return list(db.query("SELECT * FROM gate_decisions ORDER BY id DESC LIMIT ?", [limit]))
+
+        return await (await self._ready()).call(select)
+
+    async def record_delegation(self, row: dict[str, Any]) -> None:
+        """A new subagent's row (see the `delegations` table)."""
+        row = {"created_at": utc_now_iso(), **row}
+        await (await self._ready()).call(lambda db: db["delegations"].insert(row))
+
+    async def update_delegation(self, delegation_id: str, **fields: Any) -> None:
+        await (await self._ready()).call(lambda db: db["delegations"].update(delegation_id, fields))
+
+    async def delegation(self, delegation_id: str) -> dict[str, Any] | None:
+        def select(db: sqlite_utils.Database) -> dict[str, Any] | None:
+            rows = list(db.query("SELECT * FROM delegations WHERE id = ?", [delegation_id]))
+            return rows[0] if rows else None
+
+        return await (await self._ready()).call(select)
+
+    async def delegations(
+        self, bot: str, parent_conversation_id: int, limit: int = 20
+    ) -> list[dict[str, Any]]:
+        """The subagents one conversation started, newest first."""
+
+        def select(db: sqlite_utils.Database) -> list[dict[str, Any]]:
+            return list(
+                db.query(
+                    "SELECT * FROM delegations WHERE bot = ? AND parent_conversation_id = ? "
+                    "ORDER BY created_at DESC, id LIMIT ?",
+                    [bot, parent_conversation_id, limit],
+                )
+            )
 
         return await (await self._ready()).call(select)

@@ -1,0 +1,234 @@
+"""Who may talk to a bot: allowed users from bot.toml, plus people paired through a code.
+
+A stranger gets one reply holding an 8-character code and nothing else (no model call). The
+owner approves it with `atlas pairing approve CODE`, or denies it; a code expires after an hour.
+A stranger with a pending code, or a denied one, gets no further reply: a bot never becomes a
+way to spam its owner. Everything lives in the home's atlas.db, so the CLI and the running
+daemon share it with no signal between them.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlite_utils
+
+from atlas.errors import AtlasError
+from atlas.store.home_db import HomeStore
+
+CODE_LENGTH = 8
+CODE_LIFETIME = timedelta(hours=1)
+# No 0/O, 1/I/L: a code is read off a phone screen and typed into a terminal.
+CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
+
+
+@dataclass(frozen=True)
+class Pairing:
+    code: str
+    bot: str
+    platform: str
+    user_id: str
+    user_name: str
+    chat: str
+    created_at: datetime
+    expires_at: datetime
+    status: str  # pending | approved | denied | expired
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any], now: datetime) -> Pairing:
+        expires = datetime.fromisoformat(row["expires_at"])
+        status = row["status"]
+        if status == "pending" and expires <= now:
+            status = "expired"
+        return cls(
+            code=row["code"],
+            bot=row["bot"],
+            platform=row["platform"],
+            user_id=row["user_id"],
+            user_name=row["user_name"] or "",
+            chat=row["chat"] or "",
+            created_at=datetime.fromisoformat(row["created_at"]),
+            expires_at=expires,
+            status=status,
+        )
+
+    def describe(self) -> str:
+        who = f"{self.user_name} ({self.user_id})" if self.user_name else self.user_id
+        return f"{self.code}  {self.bot} on {self.platform}: {who}  [{self.status}]"
+
+
+def _now(now: datetime | None) -> datetime:
+    return now or datetime.now(UTC)
+
+
+def new_code() -> str:
+    return "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
+
+
+def normalise_code(code: str) -> str:
+    return code.strip().upper().replace("-", "").replace(" ", "")
+
+
+async def is_paired(store: HomeStore, bot: str, platform: str, user_id: str) -> bool:
+    def find(db: sqlite_utils.Database) -> bool:
+        rows = db.query(
+            "SELECT 1 FROM paired_users WHERE bot = ? AND platform = ? AND user_id = ?",
+            [bot, platform, user_id],
+        )
+        return next(iter(rows), None) is not None
+
+    return await store.call(find)
+
+
+async def request_pairing(
+    store: HomeStore,
+    bot: str,
+    platform: str,
+    user_id: str,
+    *,
+    user_name: str = "",
+    chat: str = "",
+    now: datetime | None = None,
+) -> Pairing | None:
+    """A new pending code for this stranger, or None when they must get no reply: a code of
+    theirs is still pending, or they were denied."""
+    moment = _now(now)
+
+    def create(db: sqlite_utils.Database) -> dict[str, Any] | None:
+        rows = db.query(
+            "SELECT status, expires_at FROM pairing_codes "
+            "WHERE bot = ? AND platform = ? AND user_id = ?",
+            [bot, platform, user_id],
+        )
+        for row in rows:
+            if row["status"] == "denied":
+                return None
+            if row["status"] == "pending" and datetime.fromisoformat(row["expires_at"]) > moment:
+                return None
+        row = {
+            "code": new_code(),
+            "bot": bot,
+            "platform": platform,
+            "user_id": user_id,
+            "user_name": user_name,
+            "chat": chat,
+            "created_at": moment.isoformat(),
+            "expires_at": (moment + CODE_LIFETIME).isoformat(),
+            "status": "pending",
+            "decided_at": "",
+        }
+        db["pairing_codes"].insert(row)
+        return row
+
+    row = await store.call(create)
+    return Pairing.from_row(row, moment) if row else None
+
+
+async def _decide(store: HomeStore, code: str, verdict: str, now: datetime | None) -> Pairing:
+    moment = _now(now)
+    wanted = normalise_code(code)
+
+    def decide(db: sqlite_utils.Database) -> dict[str, Any]:
+        rows = list(db.query("SELECT * FROM pairing_codes WHERE code = ?", [wanted]))
+        if not rows:
+            raise AtlasError(f"no pairing code {wanted!r}; `atlas pairing list` shows pending ones")
+        pairing = Pairing.from_row(rows[0], moment)
+        if pairing.status != "pending":
+            raise AtlasError(f"pairing code {wanted} is {pairing.status}, not pending")
+        with db.conn:
+            db.execute(
+                "UPDATE pairing_codes SET status = ?, decided_at = ? WHERE code = ?",
+                [verdict, moment.isoformat(), wanted],
+            )
+            if verdict == "approved":
+                db["paired_users"].upsert(
+                    {
+                        "bot": pairing.bot,
+                        "platform": pairing.platform,
+                        "user_id": pairing.user_id,
+                        "user_name": pairing.user_name,
+                        "code": wanted,
+                        "approved_at": moment.isoformat(),
+                    },
+                    pk=("bot", "platform", "user_id"),
+                )
+        return {**rows[0], "status": verdict}
+
+    return Pairing.from_row(await store.call(decide), moment)
+
+
+async def approve_pairing(store: HomeStore, code: str, *, now: datetime | None = None) -> Pairing:
+    """Let the code's person talk to the bot from now on. AtlasError if unknown or not pending."""
+    return await _decide(store, code, "approved", now)
+
+
+async def deny_pairing(store: HomeStore, code: str, *, now: datetime | None = None) -> Pairing:
+    """Refuse the code's person: they get no further reply and no new code."""
+    return await _decide(store, code, "denied", now)
+
+
+async def list_pairings(
+    store: HomeStore, *, everything: bool = False, now: datetime | None = None
+) -> list[Pairing]:
+    """Pending codes, newest first; with `everything`, decided and expired ones too."""
+    moment = _now(now)
+
+    def select(db: sqlite_utils.Database) -> list[dict[str, Any]]:
+        return list(db.query("SELECT * FROM pairing_codes ORDER BY created_at DESC"))
+
+    pairings = [Pairing.from_row(row, moment) for row in await store.call(select)]
+    return pairings if everything else [p for p in pairings if p.status == "pending"]
+
+
+async def paired_users(store: HomeStore) -> list[dict[str, Any]]:
+    def select(db: sqlite_utils.Database) -> list[dict[str, Any]]:
+        return list(db.query("SELECT * FROM paired_users ORDER BY approved_at"))
+
+    return await store.call(select)
+
+
+class Access:
+    """One bot's gatekeeper on one platform."""
+
+    def __init__(self, store: HomeStore, bot: str, platform: str, allowed: Iterable[str]) -> None:
+        self.store = store
+        self.bot = bot
+        self.platform = platform
+        self.allowed = frozenset(str(user) for user in allowed)
+
+    async def is_allowed(self, user_id: str) -> bool:
+        if str(user_id) in self.allowed:
+            return True
+        return await is_paired(self.store, self.bot, self.platform, str(user_id))
+
+    async def stranger(self, user_id: str, *, user_name: str = "", chat: str = "") -> str | None:
+        """The one reply a stranger gets (with a new code), or None to stay silent."""
+        pairing = await request_pairing(
+            self.store, self.bot, self.platform, str(user_id), user_name=user_name, chat=chat
+        )
+        if pairing is None:
+            return None
+        return pairing_reply(pairing.code)
+
+
+def pairing_reply(code: str) -> str:
+    return (
+        "I only talk to people my owner has approved. To be approved, give my owner this code; "
+        f"it works for one hour:\n\n{code}\n\n(they run: atlas pairing approve {code})"
+    )
+
+
+__all__ = [
+    "Access",
+    "Pairing",
+    "approve_pairing",
+    "deny_pairing",
+    "is_paired",
+    "list_pairings",
+    "paired_users",
+    "request_pairing",
+]

@@ -1,0 +1,131 @@
+"""Start every bot's chat channels together; one failing never stops the others.
+
+A channel module (`atlas.channels.telegram`, `atlas.channels.slack`) is imported only when some
+bot configures it, since aiogram and slack-bolt take seconds to import. Each exposes
+`create_channel(bot, dispatcher) -> Channel`; the channel is named `<platform>:<bot>`, which is
+the `Address.channel` of its conversations and its key in `dispatcher.channels`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+from typing import TYPE_CHECKING
+
+from atlas.channels.base import Channel
+from atlas.channels.settings import configured_platforms
+from atlas.errors import AtlasError
+from atlas.home import Bot, Home
+
+if TYPE_CHECKING:
+    from atlas.dispatch import Dispatcher
+
+log = logging.getLogger(__name__)
+
+FIRST_DELAY = 1.0
+MAX_DELAY = 60.0
+STOP_TIMEOUT = 5.0
+
+
+def channel_name(platform: str, bot: str) -> str:
+    return f"{platform}:{bot}"
+
+
+class RunningChannels(dict[str, Channel]):
+    """The channels by name, plus the tasks that (re)start them: what stop_channels ends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.supervisors: dict[str, asyncio.Task[None]] = {}
+
+
+def create_channel(bot: Bot, platform: str, dispatcher: Dispatcher) -> Channel:
+    module = importlib.import_module(f"atlas.channels.{platform}")
+    return module.create_channel(bot, dispatcher)
+
+
+async def _keep_started(
+    name: str, channel: Channel, started: asyncio.Event, first_delay: float, max_delay: float
+) -> None:
+    """Start the channel; on failure log it and try again, waiting longer each time."""
+    delay = first_delay
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            await channel.start()
+        except (AtlasError, OSError, TimeoutError, RuntimeError, ValueError) as exc:
+            # A channel library raises its own errors too (network, auth); all are retried.
+            log.warning("channel %s failed to start (attempt %d): %s", name, attempt, exc)
+        except Exception:
+            log.exception("channel %s failed to start (attempt %d)", name, attempt)
+        else:
+            log.info("channel %s started", name)
+            started.set()
+            return
+        started.set()  # the first attempt is over: the daemon need not wait any longer
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, max_delay)
+
+
+async def start_channels(
+    home: Home,
+    dispatcher: Dispatcher,
+    *,
+    first_delay: float = FIRST_DELAY,
+    max_delay: float = MAX_DELAY,
+    wait: float = 30.0,
+) -> RunningChannels:
+    """Create and start every configured channel of every bot, concurrently. A channel whose
+    settings are wrong is logged and skipped; one that fails to start keeps being retried in the
+    background. Returns once each has had its first attempt (or after `wait` seconds)."""
+    running = RunningChannels()
+    first_attempts: list[asyncio.Task[bool]] = []
+    for bot in home.bots.values():
+        try:
+            platforms = configured_platforms(bot)
+        except AtlasError as exc:
+            log.error("bot %s: %s", bot.name, exc)
+            continue
+        for platform in platforms:
+            name = channel_name(platform, bot.name)
+            try:
+                channel = create_channel(bot, platform, dispatcher)
+            except AtlasError as exc:
+                log.error("channel %s not started: %s", name, exc)
+                continue
+            running[name] = channel
+            dispatcher.channels[name] = channel  # replies must find it from the first message
+            started = asyncio.Event()
+            running.supervisors[name] = asyncio.create_task(
+                _keep_started(name, channel, started, first_delay, max_delay),
+                name=f"start {name}",
+            )
+            first_attempts.append(asyncio.create_task(started.wait()))
+    if first_attempts:
+        done, pending = await asyncio.wait(first_attempts, timeout=wait)
+        for task in pending:
+            task.cancel()
+    return running
+
+
+async def stop_channels(running: RunningChannels, *, timeout: float = STOP_TIMEOUT) -> None:
+    """Stop retrying and stop every channel, together, each within `timeout` seconds."""
+    for task in running.supervisors.values():
+        task.cancel()
+    await asyncio.gather(*running.supervisors.values(), return_exceptions=True)
+
+    async def stop_one(name: str, channel: Channel) -> None:
+        try:
+            async with asyncio.timeout(timeout):
+                await channel.stop()
+        except TimeoutError:
+            log.warning("channel %s did not stop within %.0f s", name, timeout)
+        except Exception:
+            log.exception("channel %s failed while stopping", name)
+
+    await asyncio.gather(*(stop_one(name, channel) for name, channel in running.items()))
+
+
+__all__ = ["RunningChannels", "channel_name", "start_channels", "stop_channels"]

@@ -1,0 +1,136 @@
+"""Sending to Telegram reliably: HTML chunks under the limit, a plain-text fallback when Telegram
+rejects the markup, and retries on 429 (honouring retry_after), 5xx and dropped connections.
+
+Each chunk is its own request and is retried on its own, so a failure mid-reply never sends an
+earlier chunk again. (A connection dropped after Telegram accepted a message cannot be told
+apart from one dropped before; Telegram offers no idempotency key, so such a chunk may repeat.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from atlas.channels.text import markdown_to_telegram_html, split_message, utf16_len
+from atlas.errors import AtlasError
+
+if TYPE_CHECKING:
+    from aiogram import Bot as TelegramBot
+
+log = logging.getLogger(__name__)
+
+TELEGRAM_LIMIT = 4096
+T = TypeVar("T")
+
+
+class DeliveryError(AtlasError):
+    """Telegram would not take a message, even after retries."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    html: str | None  # None: send as plain text (no markup fitted)
+    plain: str
+
+
+def telegram_chunks(markdown: str, limit: int = TELEGRAM_LIMIT) -> list[Chunk]:
+    """The reply as chunks whose HTML (and plain text) fit Telegram's limit in UTF-16 units."""
+    return _chunks(markdown, limit, limit)
+
+
+def _chunks(markdown: str, markdown_limit: int, limit: int) -> list[Chunk]:
+    chunks: list[Chunk] = []
+    for piece in split_message(markdown, markdown_limit, utf16_len):
+        html = markdown_to_telegram_html(piece)
+        if utf16_len(html) <= limit:
+            chunks.append(Chunk(html, piece))
+        elif markdown_limit > 256:
+            # Markup and escapes made it longer: split this piece finer.
+            chunks.extend(_chunks(piece, markdown_limit * 2 // 3, limit))
+        else:
+            chunks.append(Chunk(None, piece))
+    return chunks
+
+
+@dataclass
+class Retrying:
+    """Calls to the Bot API with retries; `base_delay` doubles per attempt up to `max_delay`."""
+
+    attempts: int = 5
+    base_delay: float = 1.0
+    max_delay: float = 30.0
+
+    async def call(self, what: str, action: Callable[[], Awaitable[T]]) -> T:
+        from aiogram.exceptions import (
+            TelegramNetworkError,
+            TelegramRetryAfter,
+            TelegramServerError,
+        )
+
+        delay = self.base_delay
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return await action()
+            except TelegramRetryAfter as exc:
+                wait = float(exc.retry_after)
+                reason = f"rate limited, retry after {exc.retry_after} s"
+            except (TelegramServerError, TelegramNetworkError) as exc:
+                wait = delay
+                delay = min(delay * 2, self.max_delay)
+                reason = f"{type(exc).__name__}: {exc}"
+            if attempt == self.attempts:
+                raise DeliveryError(f"{what} failed after {attempt} attempts: {reason}")
+            log.info(
+                "telegram %s: %s (attempt %d); retrying in %.1f s", what, reason, attempt, wait
+            )
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable")
+
+
+def _is_markup_error(exc: Exception) -> bool:
+    text = str(exc).lower()
+    return "can't parse entities" in text or "unsupported start tag" in text
+
+
+async def send_chunk(
+    bot: TelegramBot,
+    retrying: Retrying,
+    chat_id: int,
+    chunk: Chunk,
+    *,
+    thread_id: int | None = None,
+    reply_markup: Any = None,
+) -> int:
+    """Send one chunk (HTML, else plain text); its message id. DeliveryError when it cannot."""
+    from aiogram.exceptions import TelegramBadRequest, TelegramForbiddenError
+
+    async def send(text: str, parse_mode: str | None) -> int:
+        message = await retrying.call(
+            "sendMessage",
+            lambda: bot.send_message(
+                chat_id,
+                text,
+                parse_mode=parse_mode,
+                message_thread_id=thread_id,
+                reply_markup=reply_markup,
+            ),
+        )
+        return message.message_id
+
+    try:
+        if chunk.html is not None:
+            try:
+                return await send(chunk.html, "HTML")
+            except TelegramBadRequest as exc:
+                if not _is_markup_error(exc):
+                    raise
+                log.info("telegram rejected the markup (%s); sending plain text", exc)
+        return await send(chunk.plain, None)
+    except (TelegramBadRequest, TelegramForbiddenError) as exc:
+        raise DeliveryError(f"Telegram refused the message to chat {chat_id}: {exc}") from exc
+
+
+__all__ = ["Chunk", "DeliveryError", "Retrying", "TELEGRAM_LIMIT", "send_chunk", "telegram_chunks"]
