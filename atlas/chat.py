@@ -10,10 +10,11 @@ from datetime import UTC, datetime
 
 from atlas.channels.base import Address
 from atlas.channels.console import ConsoleChannel, stdin_reader
-from atlas.dispatch import Dispatcher, Inbound
+from atlas.dispatch import Inbound
 from atlas.home import Home
 from atlas.providers.base import ToolCall
 from atlas.runtime import Runtime
+from atlas.services import start_core, stop_turns
 from atlas.tools.registry import RunContext
 from atlas.trust.gate import Deny, settle
 
@@ -27,8 +28,7 @@ async def chat(
     reader = await stdin_reader()
     console = ConsoleChannel(reader)
     console.streams = stream
-    runtime = Runtime(home)
-    dispatcher = Dispatcher(runtime, {"console": console})
+    dispatcher = await start_core(home, {"console": console})
     chat_id = chat_name or "terminal-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     address = Address(bot.name, "console", chat_id, user=getpass.getuser())
 
@@ -54,8 +54,8 @@ async def chat(
             await dispatcher.wait_idle(address)
     finally:
         loop.remove_signal_handler(signal.SIGINT)
-        await dispatcher.shutdown()
-        await runtime.close()
+        await stop_turns(dispatcher)
+        await dispatcher.runtime.close()
     console.write("\n")
     return 0
 

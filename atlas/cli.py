@@ -175,6 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_pairing_parser(sub).set_defaults(func=cmd_pairing)
 
+    from atlas.routines.cli import add_routines_parser
+
+    add_routines_parser(sub)
+
     skills = sub.add_parser("skills", help="the skill library")
     skills_sub = skills.add_subparsers(dest="skills_command", required=True, metavar="ACTION")
     imp = skills_sub.add_parser("import", help="copy a skill folder in (Claude Code skills work)")

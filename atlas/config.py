@@ -88,6 +88,15 @@ class AgentSettings(Strict):
     reply_seconds: float = Field(1800.0, gt=0)  # how long message_agent waits for a reply
 
 
+class McpSettings(Strict):
+    """MCP servers from the home's mcp.json (docs/tools.md)."""
+
+    connect_timeout: float = Field(30.0, gt=0)  # starting a server and the MCP handshake
+    call_timeout: float = Field(300.0, gt=0)  # one tool call
+    retry_max_delay: float = Field(300.0, gt=0)  # the longest wait between reconnection attempts
+    startup_wait: float = Field(15.0, ge=0)  # how long start-up waits for servers to connect
+
+
 class RoutineSettings(Strict):
     """Routines: prompts run on a schedule (docs/routines.md)."""
 
@@ -133,6 +142,7 @@ class Settings(Strict):
     browser: BrowserSettings = BrowserSettings()
     routines: RoutineSettings = RoutineSettings()
     agents: AgentSettings = AgentSettings()
+    mcp: McpSettings = McpSettings()
 
     @field_validator("timezone")
     @classmethod

@@ -1,4 +1,5 @@
-"""`atlas run`: load the home, open every bot's store, serve until SIGINT or SIGTERM."""
+"""`atlas run`: load the home, open every bot's store, start channels, MCP servers and routines,
+serve until SIGINT or SIGTERM, then stop everything in order."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import logging
 import signal
 
 from atlas.channels.manager import RunningChannels, start_channels, stop_channels
-from atlas.dispatch import Dispatcher
 from atlas.home import Home
-from atlas.runtime import Runtime
+from atlas.routines.scheduler import RoutineScheduler
+from atlas.services import start_core, stop_turns
 
 log = logging.getLogger("atlas.daemon")
 
@@ -20,9 +21,10 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    runtime = Runtime(home)
-    dispatcher = Dispatcher(runtime, {})
+    dispatcher = await start_core(home, {})
+    runtime = dispatcher.runtime
     running = RunningChannels()
+    routines: RoutineScheduler | None = None
     try:
         log.info("home %s: %d bot(s), main %s", home.root, len(home.bots), home.settings.main)
         for bot in home.bots.values():
@@ -31,13 +33,18 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
         # Each channel registers itself in the dispatcher; one that fails is retried alone.
         running = await start_channels(home, dispatcher)
         log.info("channels: %s", ", ".join(running) or "none configured")
+        # After the channels, so that catch-up runs of missed routines can be delivered.
+        routines = RoutineScheduler(home, runtime.audit, dispatcher)
+        log.info("routine files: %s", (await routines.start()).summary())
         log.info("ready; stop with Ctrl-C or SIGTERM")
         await stop.wait()
         log.info("stopping")
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-        await dispatcher.shutdown()
+        if routines is not None:
+            await routines.stop()  # cancels and records runs still going
+        await stop_turns(dispatcher)
         await stop_channels(running)
         await runtime.close()
         log.info("stopped cleanly")

@@ -147,6 +147,19 @@ class Home:
             bots[folder.name] = Bot(folder.name, folder, settings, self)
         return bots
 
+    def add_bot(self, name: str) -> Bot:
+        """Load a bot whose folder was just written (bot_create), so it is live without a
+        restart. Refuses a name already loaded."""
+        check_bot_name(name)
+        if name in self.bots:
+            raise AtlasError(f"bot {name!r} is already loaded from {self.bots[name].root}")
+        folder = self.bots_dir / name
+        settings = load_bot_settings(folder / "bot.toml", self.settings)
+        bot = Bot(name, folder, settings, self)
+        bot.ensure_folders()
+        self.bots[name] = bot
+        return bot
+
     @cached_property
     def main_bot(self) -> Bot:
         return self.bots[self.settings.main]

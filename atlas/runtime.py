@@ -6,6 +6,7 @@ import asyncio
 
 from atlas.agent.loop import ToolLoop
 from atlas.home import Bot, Home
+from atlas.mcp.manager import McpManager
 from atlas.providers.base import ModelClient
 from atlas.store.conversations import ConversationStore
 from atlas.store.home_db import HomeStore
@@ -24,6 +25,7 @@ class Runtime:
         model: ModelClient | None = None,
         gate: BaseGate | None = None,
         registry: ToolRegistry | None = None,
+        mcp: McpManager | None = None,
     ) -> None:
         if model is None:
             from atlas.providers.router import ModelRouter
@@ -33,10 +35,18 @@ class Runtime:
         self.model = model
         self.audit = HomeStore(home.db_path)
         self.gate = RuleGate(home, Guardian(model), self.audit) if gate is None else gate
-        self.registry = default_registry() if registry is None else registry
+        self._base_registry = default_registry() if registry is None else registry
+        self.mcp = mcp
         self._stores: dict[str, ConversationStore] = {}
         self._store_lock = asyncio.Lock()
         self._states: dict[tuple[str, int], ConversationState] = {}
+
+    @property
+    def registry(self) -> ToolRegistry:
+        """The built-in tools, then every MCP server's (each bot sees only its own servers')."""
+        if self.mcp is None:
+            return self._base_registry
+        return self.mcp.registry_over(self._base_registry)
 
     async def store(self, bot: Bot) -> ConversationStore:
         """The bot's conversation store, opened on first use."""
@@ -55,6 +65,8 @@ class Runtime:
         return ToolLoop(self.model, self.registry, gate or self.gate, await self.store(bot))
 
     async def close(self) -> None:
+        if self.mcp is not None:
+            await self.mcp.stop()
         from atlas.tools.browser import close_browsers
         from atlas.tools.shell import jobs_for
 

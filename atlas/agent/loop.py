@@ -29,6 +29,7 @@ from atlas.providers.base import (
     Usage,
 )
 from atlas.tools.registry import RunContext, ToolRegistry, ToolResult
+from atlas.tools.tool_search import prune_loaded_tools
 from atlas.trust.gate import BaseGate, Deny, settle
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,13 @@ async def _maybe_await(value: object) -> None:
         await value
 
 
+def round_cap(run: RunContext) -> int:
+    """Model calls one turn may make: subagents have their own cap ([agents] subagent_rounds)."""
+    if run.run_kind == "subagent":
+        return run.settings.agents.subagent_rounds
+    return run.settings.limits.max_rounds
+
+
 class ToolLoop:
     def __init__(
         self, model: ModelClient, registry: ToolRegistry, gate: BaseGate, store: MessageStore
@@ -101,11 +109,13 @@ class ToolLoop:
         guard = RepeatGuard()
         usage = Usage()
         notes: list[str] = []
-        for round_number in range(1, limits.max_rounds + 1):
+        rounds = round_cap(run)
+        for round_number in range(1, rounds + 1):
             # Listed per round: a deferred tool loaded by the last round joins now, at the end.
             specs = [t.spec(run) for t in self.registry.for_run(run)]
             if over_budget(run, system, specs, history):
                 history = await self._compact(run, history, notes)
+                prune_loaded_tools(run, history)  # a tool whose search result is gone unloads
             request = CompletionRequest(
                 model=run.bot.model,
                 system=system,
@@ -130,10 +140,10 @@ class ToolLoop:
             if guard.halted:
                 return await self._finish(run, guard.halted, round_number, usage, notes)
         note = (
-            f"I stopped after {limits.max_rounds} rounds of tool calls without finishing "
-            "(limits.max_rounds). Tell me to go on if you want more."
+            f"I stopped after {rounds} rounds of tool calls without finishing "
+            "(the round limit). Tell me to go on if you want more."
         )
-        return await self._finish(run, note, limits.max_rounds, usage, notes)
+        return await self._finish(run, note, rounds, usage, notes)
 
     async def load_history(self, run: RunContext) -> list[Message]:
         """The stored messages as the model should see them: after the latest compaction,
@@ -144,6 +154,7 @@ class ToolLoop:
             first_kept_id, summary = compaction
             kept = [m for m in messages[1:] if m.id is not None and m.id >= first_kept_id]
             messages = [messages[0], Message("user", summary), *kept]
+            prune_loaded_tools(run, messages)
         return repair_history(messages)
 
     async def _compact(

@@ -136,7 +136,8 @@ class Tool:
 
     def unavailable_reason(self, run: RunContext) -> str | None:
         allowed = run.bot.settings.tools
-        if allowed and self.name not in allowed:
+        # tool_search stays: it is how a bot reaches the deferred tools its list names.
+        if allowed and self.name not in allowed and self.name != "tool_search":
             return f"not in bot {run.bot.name!r}'s tools list ({run.bot.root / 'bot.toml'})"
         if self.edits_files and effective_mode(run) == "read-only":
             return "withheld in read-only mode (change the mode with /mode ask)"

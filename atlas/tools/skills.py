@@ -230,7 +230,8 @@ def _delete_or_restore(run: RunContext, name: str, op: SkillOperation, library: 
     root = run.bot.skills_dir
     if op.action == "restore":
         try:
-            return versions.restore(root, name).capitalize() + "."
+            message = versions.restore(root, name)
+            return message[:1].upper() + message[1:] + "."
         except SkillError as exc:
             raise ToolError(str(exc)) from None
     skill = library.skills.get(name)
@@ -255,14 +256,13 @@ def _stage(
             shutil.copytree(skill.folder, work, ignore=shutil.ignore_patterns(versions.HISTORY))
         for number, op in enumerate(operations, 1):
             _apply(work, op, f"operation {number} ({op.action})")
-        new = _validated(work, name)
+        files = len(_validated(work, name).files())  # counted before `work` moves into place
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)  # a refused call leaves nothing behind
         raise
     # Not removed if installing fails midway: the staging folder may then hold the old version.
     kept = versions.install(root / name, work)
     staging.rmdir()
-    files = len(new.files())
     done = "created" if skill is None else "changed"
     note = f"; previous version kept in {kept}" if kept else ""
     if skill is not None and skill.origin == "home":

@@ -13,8 +13,10 @@ from pathlib import Path
 
 from atlas.errors import ToolError
 from atlas.home import Home
+from atlas.mcp.tools import mcp_gate_rule
 from atlas.providers.base import ToolCall
 from atlas.store.home_db import HomeStore
+from atlas.tools.agents import bot_create_question
 from atlas.tools.paths import resolve_path
 from atlas.tools.registry import RunContext, Tool, effective_mode
 from atlas.trust.gate import Allow, Ask, BaseGate, Decision, Deny
@@ -103,10 +105,14 @@ class RuleGate(BaseGate):
         )
 
     async def decide(self, call: ToolCall, tool: Tool, run: RunContext) -> Decision:
+        if (mcp_ask := mcp_gate_rule(call, tool, run)) is not None:
+            return mcp_ask
         try:
             args = tool.parse_arguments(call.arguments)
         except ToolError:
             return Allow("the tool itself refuses these arguments", "arguments")
+        if tool.name == "bot_create":  # a new bot is a lasting change: always the user's call
+            return bot_create_question(args)
         if tool.name in PATH_TOOLS and args.get("path"):
             return self._path_rules(tool.name, args["path"], run)
         if tool.name == "run_command" and args.get("command"):

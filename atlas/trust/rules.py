@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from atlas.config import TrustSettings  # noqa: F401  (re-exported: the [trust] table)
+from atlas.trust.command_words import (
+    Context,
+    arguments,
+    clean,
+    expand,
+    is_catastrophic_target,
+    is_redirect,
+    is_sensitive,
+    is_system_path,
+    short_flags,
+)
 from atlas.trust.normalise import (
     SUBSTITUTION,
     Analysis,
@@ -25,52 +35,26 @@ from atlas.trust.normalise import (
     inline_code,
     interpreter_of,
 )
+from atlas.trust.subcommands import (
+    cloud_read_only,
+    destructive_sql,
+    find_exec_deletes,
+    gh_write,
+    git_danger,
+)
 
 VerdictKind = Literal["block", "ask", "guardian", "allow"]
 SEVERITY: dict[str, int] = {"allow": 0, "guardian": 1, "ask": 2, "block": 3}
-SCRIPT_LIMIT = (
-    256 * 1024
-)  # bytes of a script read; a larger script is not judged, it is asked about
+# Bytes of a script read through; a larger script is not judged, it goes to the guardian.
+SCRIPT_LIMIT = 256 * 1024
 SCRIPT_DEPTH = 3  # scripts running scripts, followed this deep
 
-SYSTEM_DIRS = {
-    "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media",
-    "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/usr", "/var", "/snap",
-    "/Users", "/System", "/Library", "/Applications", "/private", "/Volumes",
-}  # fmt: skip
 RAW_DEVICE = re.compile(r"^/dev/(sd|hd|vd|xvd|nvme|mmcblk|disk|rdisk|md|dm-|mapper/|loop|sr)\w*")
-SHELL_RC = {
-    ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv",
-    ".zprofile", ".zlogin", ".kshrc", ".cshrc", ".tcshrc", ".inputrc", ".gitconfig",
-}  # fmt: skip
 POWER = {"shutdown", "reboot", "halt", "poweroff"}
 SYSTEMCTL_POWER = {"poweroff", "reboot", "halt", "kexec", "emergency", "rescue", "soft-reboot"}
 SQL_CLIENTS = {"psql", "mysql", "mariadb", "sqlite3", "duckdb", "sqlcmd", "clickhouse-client"}
-DOWNLOADERS = {"curl", "wget", "fetch", "base64", "xxd", "openssl", "nc", "ncat"}
 WRITERS = {"cp", "mv", "tee", "install", "ln", "rsync", "truncate", "touch", "rm", "shred",
            "chmod", "chown", "chgrp", "unlink", "dd"}  # fmt: skip
-GH_READS = {
-    "pr": {"list", "view", "status", "diff", "checks", "checkout"},
-    "issue": {"list", "view", "status"},
-    "repo": {"view", "list", "clone"},
-    "release": {"list", "view", "download"},
-    "run": {"list", "view", "watch", "download"},
-    "workflow": {"list", "view"},
-    "gist": {"list", "view", "clone"},
-    "label": {"list"},
-    "secret": {"list"},
-    "variable": {"list", "get"},
-    "search": {"repos", "issues", "prs", "code", "commits"},
-    "auth": {"status"},
-    "cache": {"list"},
-}
-GH_FREE = {"help", "--help", "--version", "version", "status", "browse", "completion"}
-CLOUD_READ_VERBS = {"list", "describe", "get", "info", "version", "help", "--help", "read",
-                    "get-value", "get-iam-policy", "search", "export", "schema", "tail"}  # fmt: skip
-CLOUD_WRITE_VERBS = {"create", "delete", "update", "send", "insert", "patch", "modify", "trash",
-                     "copy", "move", "deploy", "set", "add", "remove", "import", "batchUpdate",
-                     "set-value", "untrash", "share", "upload", "run", "apply", "stop", "start",
-                     "reset", "resize", "ssh", "scp"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -81,14 +65,6 @@ class Verdict:
 
 
 ALLOW = Verdict("allow", "ordinary", "no rule matched")
-
-
-@dataclass(frozen=True)
-class _Context:
-    user_home: str
-    atlas_home: str
-    cwd: Path | None
-    deny: tuple[str, ...]
 
 
 def classify(
@@ -105,9 +81,9 @@ def classify(
         from atlas.home import default_home
 
         home = default_home()
-    context = _Context(
-        user_home=_clean(str(user_home or Path.home())),
-        atlas_home=_clean(str(home.expanduser())),
+    context = Context(
+        user_home=clean(str(user_home or Path.home())),
+        atlas_home=clean(str(home.expanduser())),
         cwd=cwd,
         deny=tuple(deny),
     )
@@ -117,7 +93,7 @@ def classify(
     return verdict
 
 
-def _judge(command: str, context: _Context, depth: int) -> Verdict:
+def _judge(command: str, context: Context, depth: int) -> Verdict:
     analysis = analyse(command)
     found = [_raw_rules(command, analysis)]
     for part in analysis.parts:
@@ -145,26 +121,13 @@ def _raw_rules(command: str, analysis: Analysis) -> Verdict | None:
     if any(part.head == "kill" for part in analysis.parts) and "atlas" in command:
         return Verdict("guardian", "dangerous:stop-daemon", "stops the Atlas daemon")
     if any(part.head in SQL_CLIENTS for part in analysis.parts):
-        reason = _destructive_sql(command)
+        reason = destructive_sql(command)
         if reason:
             return Verdict("guardian", "dangerous:sql", reason)
     return None
 
 
-def _destructive_sql(text: str) -> str | None:
-    for statement in re.split(r";", text):
-        if re.search(r"\bDROP\s+(TABLE|DATABASE|SCHEMA|VIEW|INDEX|USER)\b", statement, re.I):
-            return "drops a database object"
-        if re.search(r"\bTRUNCATE\b", statement, re.I):
-            return "truncates a table"
-        if re.search(r"\bDELETE\s+FROM\b", statement, re.I) and not re.search(
-            r"\bWHERE\b", statement, re.I
-        ):
-            return "deletes every row (DELETE without WHERE)"
-    return None
-
-
-def _judge_part(part: Part, context: _Context) -> Verdict | None:
+def _judge_part(part: Part, context: Context) -> Verdict | None:
     for step in (_hardline, _denied, _outside, _dangerous):
         verdict = step(part, context)
         if verdict:
@@ -172,84 +135,22 @@ def _judge_part(part: Part, context: _Context) -> Verdict | None:
     return None
 
 
-# ---------------------------------------------------------------- paths
-
-
-def _clean(path: str) -> str:
-    """Collapse `//`, `/./` and `..`; a trailing `/*` names the folder itself."""
-    path = re.sub(r"/+", "/", path)
-    normal = posixpath.normpath(path) if path else path
-    while normal.endswith("/*") or normal == "*":
-        normal = normal[:-2] or "/"
-    return normal
-
-
-def _expand(word: str, context: _Context) -> str:
-    """A word as the path it names: `~`, `$HOME`, `${HOME}` and $ATLAS_HOME spelled out."""
-    for name, value in (("HOME", context.user_home), ("ATLAS_HOME", context.atlas_home)):
-        word = re.sub(rf"\$\{{{name}\}}|\${name}\b", value, word)
-    if word == "~" or word.startswith("~/"):
-        word = context.user_home + word[1:]
-    if context.cwd is not None and word and not word.startswith(("/", "-", "$")):
-        word = str(context.cwd / word)
-    return _clean(word) if word.startswith("/") else word
-
-
-def _is_catastrophic_target(path: str, context: _Context) -> bool:
-    return path == "/" or path in SYSTEM_DIRS or path == context.user_home or path == "/*"
-
-
-def _is_system_path(path: str) -> bool:
-    return path == "/" or any(path == d or path.startswith(d + "/") for d in SYSTEM_DIRS)
-
-
-def _is_sensitive(path: str, context: _Context) -> bool:
-    """System config, SSH keys, shell rc files and .env files."""
-    name = posixpath.basename(path)
-    home = context.user_home
-    return (
-        path.startswith(("/etc/", "/boot/", "/usr/", "/bin/", "/sbin/", "/lib/", "/var/spool/cron"))
-        or path == "/etc"
-        or path.startswith(home + "/.ssh")
-        or "/.ssh/" in path
-        or path.endswith("/.ssh")
-        or name in SHELL_RC
-        or name == ".env"
-        or name.startswith(".env.")
-    )
-
-
-def _arguments(part: Part) -> list[str]:
-    """Words after the command that are not options."""
-    args, options_done = [], False
-    for word in part.words[1:]:
-        if word == "--" and not options_done:
-            options_done = True
-        elif options_done or not word.startswith("-"):
-            args.append(word)
-    return args
-
-
-def _short_flags(part: Part) -> str:
-    return "".join(w[1:] for w in part.words[1:] if re.fullmatch(r"-[A-Za-z]+", w))
-
-
 # ---------------------------------------------------------------- hardline
 
 
-def _hardline(part: Part, context: _Context) -> Verdict | None:
+def _hardline(part: Part, context: Context) -> Verdict | None:
     head, words = part.head, part.words
 
     def block(rule: str, reason: str) -> Verdict:
         return Verdict("block", f"hardline:{rule}", reason)
 
     if head == "rm":
-        recursive = "r" in _short_flags(part).lower() or "--recursive" in words
-        targets = [_expand(w, context) for w in _arguments(part)]
+        recursive = "r" in short_flags(part).lower() or "--recursive" in words
+        targets = [expand(w, context) for w in arguments(part)]
         if recursive and "--no-preserve-root" in words:
             return block("rm-root", "rm --no-preserve-root is never run")
         for target in targets:
-            if recursive and _is_catastrophic_target(target, context):
+            if recursive and is_catastrophic_target(target, context):
                 return block("rm-root", f"recursive delete of {target}: the system or home folder")
     if head.startswith(("mkfs", "mke2fs", "mkswap", "wipefs")):
         return block("mkfs", "formats a disk")
@@ -258,7 +159,7 @@ def _hardline(part: Part, context: _Context) -> Verdict | None:
         target = None
         if word.startswith("of="):
             target = word[3:]
-        elif re.fullmatch(r"\d*>>?|&>>?|>\|", previous):
+        elif is_redirect(previous):
             target = word
         elif head in ("tee", "shred", "cp", "cat", "pv") and index and not word.startswith("-"):
             target = word if head != "cat" else None
@@ -284,7 +185,7 @@ def _hardline(part: Part, context: _Context) -> Verdict | None:
 # ---------------------------------------------------------------- deny list
 
 
-def _denied(part: Part, context: _Context) -> Verdict | None:
+def _denied(part: Part, context: Context) -> Verdict | None:
     text = part.text
     for glob in context.deny:
         if fnmatch.fnmatchcase(text, glob):
@@ -295,20 +196,20 @@ def _denied(part: Part, context: _Context) -> Verdict | None:
 # ---------------------------------------------------------------- outside the machine
 
 
-def _outside(part: Part, context: _Context) -> Verdict | None:
-    head, args = part.head, _arguments(part)
+def _outside(part: Part, context: Context) -> Verdict | None:
+    head, args = part.head, arguments(part)
 
     def ask(rule: str, reason: str) -> Verdict:
         return Verdict("ask", f"outside:{rule}", reason)
 
     if head == "gh":
-        reason = _gh_write(part)
+        reason = gh_write(part)
         if reason:
             return ask("gh", reason)
     if head == "gcloud":
         if any("print-access-token" in w or "print-identity-token" in w for w in args):
             return ask("token", "prints a gcloud token")
-        if not _cloud_read_only(args):
+        if not cloud_read_only(args):
             return ask("gcloud", "gcloud can change cloud resources")
     if head == "gws":
         if (
@@ -316,14 +217,14 @@ def _outside(part: Part, context: _Context) -> Verdict | None:
             or "--show-token" in part.words
         ):
             return ask("token", "prints a Google Workspace token")
-        if not _cloud_read_only(args):
+        if not cloud_read_only(args):
             return ask("gws", "gws can change Google Workspace data")
     if head == "atlas" and args[:2] in (["plugins", "enable"], ["plugin", "enable"]):
         return ask("plugins", "enables a plugin")
     home = context.atlas_home
     guarded = (home + "/plugins", home + "/plugin-data")
     for word in part.words[1:]:
-        path = _expand(word, context)
+        path = expand(word, context)
         if path == home + "/atlas.db" or path.startswith(home + "/atlas.db-"):
             return ask("home-data", "touches the home's atlas.db")
         if any(path == g or path.startswith(g + "/") for g in guarded):
@@ -331,54 +232,13 @@ def _outside(part: Part, context: _Context) -> Verdict | None:
     return None
 
 
-def _gh_write(part: Part) -> str | None:
-    args = _arguments(part)
-    words = part.words
-    if not args or args[0] in GH_FREE:
-        if "-t" in words or "--show-token" in words:
-            return "prints the GitHub token"
-        return None
-    group, action = args[0], (args[1] if len(args) > 1 else "")
-    if group == "auth":
-        if action == "token" or "-t" in words or "--show-token" in words:
-            return "prints the GitHub token"
-        return None if action in GH_READS["auth"] else f"gh auth {action} changes credentials"
-    if group == "api":
-        method = _option_value(words, ("-X", "--method")) or "GET"
-        writes = {"-f", "-F", "--field", "--raw-field", "--input"}
-        if method.upper() != "GET" or any(w in writes or w.startswith(("-f", "-F")) for w in words):
-            return "gh api call that writes to GitHub"
-        return None
-    if action in GH_READS.get(group, set()):
-        return None
-    return f"gh {group} {action}".strip() + " writes to GitHub"
-
-
-def _option_value(words: list[str], names: tuple[str, ...]) -> str | None:
-    for index, word in enumerate(words):
-        if word in names and index + 1 < len(words):
-            return words[index + 1]
-        for name in names:
-            if name.startswith("--") and word.startswith(name + "="):
-                return word.split("=", 1)[1]
-    return None
-
-
-def _cloud_read_only(args: list[str]) -> bool:
-    if not args:
-        return True
-    if any(w in CLOUD_WRITE_VERBS for w in args):
-        return False
-    return any(w in CLOUD_READ_VERBS for w in args) or args[-1] in ("config", "auth")
-
-
 # ---------------------------------------------------------------- dangerous
 
 
-def _dangerous(part: Part, context: _Context) -> Verdict | None:
+def _dangerous(part: Part, context: Context) -> Verdict | None:
     head, words = part.head, part.words
-    flags = _short_flags(part)
-    args = _arguments(part)
+    flags = short_flags(part)
+    args = arguments(part)
 
     def guardian(rule: str, reason: str) -> Verdict:
         return Verdict("guardian", f"dangerous:{rule}", reason)
@@ -389,16 +249,16 @@ def _dangerous(part: Part, context: _Context) -> Verdict | None:
         return guardian("recursive-delete", "deletes recursively")
     if head in ("rm", "shred", "unlink") and "xargs" in part.wrappers:
         return guardian("xargs-rm", "deletes every file a pipe names")
-    if head == "find" and ("-delete" in words or _find_exec_deletes(words)):
+    if head == "find" and ("-delete" in words or find_exec_deletes(words)):
         return guardian("find-delete", "find deletes what it matches")
     if head == "chmod" and any(re.fullmatch(r"0?777|a\+rwx|ugo\+rwx|o\+w", w) for w in words[1:]):
         return guardian("chmod-777", "makes files writable by everyone")
     if head in ("chmod", "chown", "chgrp") and ("R" in flags or "--recursive" in words):
-        targets = [_expand(w, context) for w in args[1:]]
-        if any(_is_system_path(t) or t == context.user_home for t in targets):
+        targets = [expand(w, context) for w in args[1:]]
+        if any(is_system_path(t) or t == context.user_home for t in targets):
             return guardian("chown-system", f"{head} -R on a system or home folder")
     if head == "git":
-        reason = _git_danger(words)
+        reason = git_danger(words)
         if reason:
             return guardian("git", reason)
     if head in ("pkill", "killall"):
@@ -432,54 +292,14 @@ def _dangerous(part: Part, context: _Context) -> Verdict | None:
     return None
 
 
-def _find_exec_deletes(words: list[str]) -> bool:
-    for index, word in enumerate(words):
-        runs = words[index + 1 : index + 2]
-        deleter = bool(runs) and runs[0].rsplit("/", 1)[-1] in ("rm", "shred", "unlink", "rmdir")
-        if word in ("-exec", "-execdir", "-ok", "-okdir") and deleter:
-            return True
-    return False
-
-
-def _git_danger(words: list[str]) -> str | None:
-    rest = words[1:]
-    while rest and rest[0].startswith("-"):  # global options: -C dir, -c k=v, --git-dir=…
-        option = rest.pop(0)
-        if option in ("-C", "-c") and rest:
-            rest.pop(0)
-    if not rest:
-        return None
-    sub, opts = rest[0], rest[1:]
-    short = "".join(o[1:] for o in opts if re.fullmatch(r"-[A-Za-z]+", o))
-    if sub == "reset" and "--hard" in opts:
-        return "git reset --hard discards work"
-    if sub == "push" and (
-        "f" in short
-        or any(o.startswith(("--force", "--mirror", "--delete")) for o in opts)
-        or any(o.startswith(("+", ":")) for o in opts[1:] if not o.startswith("-"))
-    ):
-        return "git push --force rewrites or deletes remote history"
-    if sub == "clean" and ("f" in short or "--force" in opts):
-        return "git clean -f deletes untracked files"
-    if sub == "branch" and ("D" in short or ("--delete" in opts and "--force" in opts)):
-        return "git branch -D deletes an unmerged branch"
-    if sub in ("checkout", "restore") and "." in opts and (sub == "restore" or "--" in opts):
-        return f"git {sub} . discards uncommitted changes"
-    if sub == "stash" and opts[:1] in (["drop"], ["clear"]):
-        return "git stash drop/clear discards stashed work"
-    if sub == "filter-branch":
-        return "git filter-branch rewrites history"
-    return None
-
-
-def _sensitive_write(part: Part, context: _Context) -> str | None:
+def _sensitive_write(part: Part, context: Context) -> str | None:
     words = part.words
     candidates: list[str] = []
     for index, word in enumerate(words[1:], start=1):
-        if re.fullmatch(r"\d*>>?|&>>?|>\|", words[index - 1]):
+        if is_redirect(words[index - 1]):
             candidates.append(word)
     head = part.head
-    args = _arguments(part)
+    args = arguments(part)
     if head == "cp" and args:
         candidates.append(args[-1])
     elif head in WRITERS and head != "cp":
@@ -490,8 +310,8 @@ def _sensitive_write(part: Part, context: _Context) -> str | None:
         if word.startswith("of="):
             candidates.append(word[3:])
     for candidate in candidates:
-        path = _expand(candidate, context)
-        if _is_sensitive(path, context):
+        path = expand(candidate, context)
+        if is_sensitive(path, context):
             return candidate
     return None
 
@@ -517,12 +337,12 @@ def _script_argument(part: Part) -> str | None:
 # ---------------------------------------------------------------- scripts
 
 
-def _judge_script(part: Part, context: _Context, depth: int) -> Verdict | None:
+def _judge_script(part: Part, context: Context, depth: int) -> Verdict | None:
     """Read the script a part runs and judge it by the same rules."""
     name = _script_argument(part)
     if name is None or depth >= SCRIPT_DEPTH:
         return None
-    expanded = _expand(name, context)
+    expanded = expand(name, context)
     if not expanded.startswith("/"):
         return None  # relative and no working folder: judged by its command line only
     path = Path(expanded)

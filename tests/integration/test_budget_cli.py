@@ -30,4 +30,10 @@ def test_budget_lists_sections_tools_and_the_heaviest(home_path: Path) -> None:
     ]
     assert total == sum(parts) and total > 1000
     assert "  memory: MEMORY.md: " in out.stdout and "  run_command: " in out.stdout
-    assert lines[-1].startswith("Heaviest: find_files")
+    items = {
+        line.strip().rsplit(": ", 1)[0]: int(line.rsplit(": ", 1)[1].replace(",", ""))
+        for line in lines
+        if line.startswith("  ")
+    }
+    heaviest = max(items, key=items.__getitem__)
+    assert lines[-1].startswith(f"Heaviest: {heaviest} ({items[heaviest]:,})")

@@ -399,3 +399,24 @@ def test_import_takes_the_name_from_the_folder_and_warns(tmp_path: Path) -> None
     assert report.mapping.tools == ["find_files", "use_skill"]
     assert any("no description" in w for w in report.warnings)
     assert any("ignore the rules" in w for w in report.warnings)
+
+
+async def test_create_reports_how_many_files_the_skill_has(home) -> None:
+    from atlas.tools.skills import skill_manage
+    from tests.helpers import run_context
+
+    run = run_context(home)
+    content = "---\nname: tidy\ndescription: Tidy a folder.\n---\nSort files by type.\n"
+    result = await skill_manage.invoke(
+        run,
+        {
+            "name": "tidy",
+            "operations": [
+                {"action": "create", "content": content},
+                {"action": "write_file", "file_path": "scripts/sort.sh", "content": "ls\n"},
+                {"action": "write_file", "file_path": "references/notes.md", "content": "n\n"},
+            ],
+        },
+    )
+    assert not result.is_error, result.text
+    assert "and 2 other files" in result.text

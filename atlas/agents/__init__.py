@@ -1,0 +1,1 @@
+"""Many agents: subagents, bots messaging each other, new bots."""

@@ -1,0 +1,312 @@
+"""Subagents: child runs with a clean context, started by `delegate`, one batch at a time.
+
+Each subagent is `Dispatcher.run_detached(bot, prompt, run_kind="subagent")` in a conversation
+of its own (`subagent:<id>`), driven by a task this manager keeps. At most
+`[agents] subagents_at_once` run at once per parent conversation; the rest wait. When every
+subagent of a batch has ended, the batch's summaries go back together (one notice, or the
+return value of a waiting call). Every subagent is a row of `delegations` in atlas.db.
+
+Steering: the message is kept, the subagent's current run is cancelled (its model call or tool
+call is cut short; the next run's history repair marks it interrupted), and the same
+conversation goes on with the message as a new user message. So a steer takes effect at once,
+not at the end of a round: the loop has no hook between rounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from atlas.agent.spill import spill
+from atlas.providers.base import Usage
+from atlas.store.db import utc_now_iso
+from atlas.tools.registry import Notifier, RunContext
+
+if TYPE_CHECKING:
+    from atlas.dispatch import Detached, Dispatcher
+    from atlas.store.home_db import HomeStore
+
+log = logging.getLogger(__name__)
+
+SERVICE = "subagents"
+ENDED = ("done", "failed", "stopped")
+
+SUBAGENT_PROMPT = """\
+You are a subagent: another agent handed you one task. You know only what is written below;
+nobody can answer questions and nobody reads your messages until you finish. Work on your own
+with your tools, then answer with a complete, self-contained report of what you found or did,
+with the facts, names, numbers and paths the other agent needs. That answer is all it sees.
+
+# Goal
+{goal}
+
+# Context
+{context}"""
+
+STEER_PREFIX = "[A message from the agent that started you; take it into account now]\n"
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(3)}"
+
+
+@dataclass
+class Subagent:
+    id: str
+    batch: str
+    bot: str
+    parent_conversation_id: int
+    goal: str
+    context: str
+    status: str = "queued"
+    result: str = ""  # the answer, whole
+    summary: str = ""  # the answer within the summary budget (or why there is none)
+    reason: str = ""  # why it failed or was stopped
+    usage: Usage = field(default_factory=Usage)
+    rounds: int = 0
+    conversation_id: int | None = None
+    steering: list[str] = field(default_factory=list)
+    stop_reason: str | None = None
+    task: asyncio.Task[None] | None = None
+    current: asyncio.Task[Detached] | None = None  # the run in flight
+
+
+@dataclass
+class Batch:
+    id: str
+    subagents: list[Subagent]
+
+    def report(self) -> str:
+        """Every subagent's outcome, for the notice or the waiting call's result."""
+        counts: dict[str, int] = {}
+        for sub in self.subagents:
+            counts[sub.status] = counts.get(sub.status, 0) + 1
+        tally = ", ".join(f"{n} {status}" for status, n in counts.items())
+        parts = [f"The subagents of {self.id} have ended: {tally}."]
+        for sub in self.subagents:
+            parts.append(f"## {sub.id} ({sub.status}): {_first_line(sub.goal)}\n{sub.summary}")
+        return "\n\n".join(parts)
+
+
+def _first_line(text: str, width: int = 100) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+class SubagentManager:
+    """A home's subagents: spawn, list, steer, stop; one per running Dispatcher."""
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.dispatcher = dispatcher
+        self.home = dispatcher.runtime.home
+        self.records: HomeStore = dispatcher.runtime.audit
+        self._subagents: dict[str, Subagent] = {}
+        self._slots: dict[tuple[str, int], asyncio.Semaphore] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ---- spawning ----------------------------------------------------------------------------
+
+    async def spawn(self, run: RunContext, tasks: list[tuple[str, str]]) -> Batch:
+        """Start one subagent per (goal, context); they run in the background."""
+        batch = Batch(new_id("batch"), [])
+        for goal, context in tasks:
+            sub = Subagent(new_id("sa"), batch.id, run.bot.name, run.conversation_id, goal, context)
+            await self.records.record_delegation(
+                {
+                    "id": sub.id,
+                    "batch": batch.id,
+                    "bot": sub.bot,
+                    "parent_conversation_id": sub.parent_conversation_id,
+                    "parent_run_kind": run.run_kind,
+                    "goal": goal,
+                    "context": context,
+                    "status": "queued",
+                }
+            )
+            batch.subagents.append(sub)
+            self._subagents[sub.id] = sub
+        slots = self._slots.setdefault(
+            (run.bot.name, run.conversation_id),
+            asyncio.Semaphore(self.home.settings.agents.subagents_at_once),
+        )
+        for sub in batch.subagents:
+            sub.task = self._keep(self._drive(sub, slots), f"subagent {sub.id}")
+        return batch
+
+    async def wait(self, batch: Batch) -> None:
+        """Until every subagent of the batch has ended. Cancelled: they are stopped too."""
+        tasks = [s.task for s in batch.subagents if s.task]
+        try:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        except asyncio.CancelledError:
+            for sub in batch.subagents:
+                self._cancel(sub, "the run that started it was cancelled")
+            raise
+        for sub in batch.subagents:  # ended: from now on only their rows in atlas.db remain
+            self._subagents.pop(sub.id, None)
+
+    def notify_when_done(self, batch: Batch, notify: Notifier) -> None:
+        """One notice with every summary, when the batch's last subagent ends."""
+
+        async def report() -> None:
+            await self.wait(batch)
+            await notify(batch.report())
+
+        self._keep(report(), f"notice for {batch.id}")
+
+    def _keep(self, coro, name: str) -> asyncio.Task[None]:  # type: ignore[no-untyped-def]
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # ---- one subagent ------------------------------------------------------------------------
+
+    async def _drive(self, sub: Subagent, slots: asyncio.Semaphore) -> None:
+        settings = self.home.settings.agents
+        try:
+            async with slots:
+                sub.status = "running"
+                await self.records.update_delegation(
+                    sub.id, status="running", started_at=utc_now_iso()
+                )
+                async with asyncio.timeout(settings.subagent_seconds):
+                    await self._runs(sub)
+        except TimeoutError:
+            sub.status = "failed"
+            sub.reason = f"stopped after its time limit of {settings.subagent_seconds:.0f} s"
+        except asyncio.CancelledError:
+            sub.status = "stopped"
+            sub.reason = sub.stop_reason or "Atlas stopped"
+            await asyncio.shield(self._record_end(sub))
+            raise
+        except Exception as exc:  # a bug in one subagent must not take the batch with it
+            log.exception("subagent %s crashed", sub.id)
+            sub.status, sub.reason = "failed", f"{type(exc).__name__}: {exc}"
+        await self._record_end(sub)
+
+    async def _runs(self, sub: Subagent) -> None:
+        """Run, and run again in the same conversation for each steering message."""
+        prompt = SUBAGENT_PROMPT.format(goal=sub.goal, context=sub.context or "(none)")
+        if sub.steering:  # steered while it waited for a slot
+            prompt += "\n\n" + STEER_PREFIX + "\n".join(sub.steering)
+            sub.steering.clear()
+        while True:
+            sub.status = "running"
+            sub.current = asyncio.create_task(
+                self.dispatcher.run_detached(
+                    sub.bot,
+                    prompt,
+                    run_kind="subagent",
+                    chat=f"subagent:{sub.id}",
+                    time_limit=self.home.settings.agents.subagent_seconds,
+                )
+            )
+            try:
+                detached = await sub.current
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if (current and current.cancelling()) or not sub.steering:
+                    raise  # stop, time limit or shutdown: not a steer
+                detached = None
+            finally:
+                sub.current = None
+            if detached is not None:
+                self._take(sub, detached)
+            if sub.steering:
+                prompt = STEER_PREFIX + "\n".join(sub.steering)
+                sub.steering.clear()
+                continue
+            return
+
+    def _take(self, sub: Subagent, detached: Detached) -> None:
+        sub.conversation_id = detached.conversation_id
+        outcome = detached.outcome
+        if outcome is None:
+            sub.status, sub.reason = "failed", detached.error or "no outcome"
+            return
+        sub.usage.input_tokens += outcome.usage.input_tokens
+        sub.usage.output_tokens += outcome.usage.output_tokens
+        sub.rounds += outcome.rounds
+        sub.result = outcome.text
+        if outcome.halted:
+            sub.status, sub.reason = "failed", outcome.text
+        else:
+            sub.status, sub.reason = "done", ""
+
+    async def _record_end(self, sub: Subagent) -> None:
+        spill_path = ""
+        if sub.status == "done":
+            budget = self.home.settings.agents.summary_chars
+            path = self.home.spill_dir / sub.bot / str(sub.parent_conversation_id) / f"{sub.id}.md"
+            sub.summary = await asyncio.to_thread(spill, sub.result, budget, path)
+            spill_path = str(path) if len(sub.result) > budget else ""
+        else:
+            sub.summary = f"{sub.status.capitalize()}: {sub.reason}"
+            if sub.result:
+                sub.summary += f"\nIts last answer: {sub.result[:1000]}"
+        try:
+            await self.records.update_delegation(
+                sub.id,
+                status=sub.status,
+                result=sub.result,
+                reason=sub.reason,
+                spill_path=spill_path,
+                conversation_id=sub.conversation_id,
+                input_tokens=sub.usage.input_tokens,
+                output_tokens=sub.usage.output_tokens,
+                rounds=sub.rounds,
+                ended_at=utc_now_iso(),
+            )
+        except Exception:  # the record is lost, not the result: the notice still goes out
+            log.exception("could not record the end of subagent %s", sub.id)
+
+    # ---- list, steer, stop -------------------------------------------------------------------
+
+    def find(self, run: RunContext, subagent_id: str) -> Subagent | None:
+        sub = self._subagents.get(subagent_id.strip())
+        if sub and sub.bot == run.bot.name and sub.parent_conversation_id == run.conversation_id:
+            return sub
+        return None
+
+    async def listing(self, run: RunContext) -> list[dict[str, object]]:
+        rows = await self.records.delegations(run.bot.name, run.conversation_id)
+        for row in rows:  # the live status is fresher than the row while it runs
+            live = self._subagents.get(str(row["id"]))
+            if live and live.status not in ENDED:
+                row["status"] = live.status
+        return rows
+
+    def steer(self, sub: Subagent, message: str) -> None:
+        sub.steering.append(message)
+        if sub.current is not None and not sub.current.done():
+            sub.current.cancel()
+
+    def stop(self, sub: Subagent, reason: str) -> None:
+        self._cancel(sub, reason)
+
+    def _cancel(self, sub: Subagent, reason: str) -> None:
+        if sub.task and not sub.task.done():
+            sub.stop_reason = reason
+            sub.task.cancel()
+
+    async def close(self) -> None:
+        """Stop every subagent and drop pending notices (the daemon is stopping)."""
+        for sub in self._subagents.values():
+            self._cancel(sub, "Atlas stopped")
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def manager_for(home, dispatcher: Dispatcher | None = None) -> SubagentManager:  # type: ignore[no-untyped-def]
+    """The home's SubagentManager, made on first use for its registered Dispatcher."""
+    from atlas.agents import hub
+
+    return hub.service(
+        home, SERVICE, lambda: SubagentManager(dispatcher or hub.dispatcher_for(home))
+    )

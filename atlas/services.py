@@ -1,0 +1,47 @@
+"""What runs beside the tool loop in any process that serves a home (`atlas run`, `atlas chat`):
+the runtime, the dispatcher, the channel bots use to talk to each other, and MCP servers."""
+
+from __future__ import annotations
+
+import logging
+
+from atlas.agents import hub
+from atlas.agents.channel import AGENTS_CHANNEL, AgentChannel
+from atlas.channels.base import Channel
+from atlas.dispatch import Dispatcher
+from atlas.home import Home
+from atlas.mcp.manager import McpManager
+from atlas.providers.base import ModelClient
+from atlas.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+
+async def start_core(
+    home: Home, channels: dict[str, Channel], *, model: ModelClient | None = None
+) -> Dispatcher:
+    """Runtime + dispatcher + agents channel, MCP servers started. A malformed mcp.json fails
+    here, before anything runs."""
+    mcp = McpManager(home)
+    runtime = Runtime(home, model=model, mcp=mcp)
+    channels[AGENTS_CHANNEL] = AgentChannel(home.settings.agents.reply_seconds)
+    dispatcher = Dispatcher(runtime, channels)
+    hub.register(home, dispatcher)
+    await mcp.start()
+    for server in mcp.status():
+        log.info(
+            "MCP server %s: %s, %d tool(s)%s",
+            server.name,
+            server.state,
+            server.tools,
+            f" ({server.error})" if server.error else "",
+        )
+    return dispatcher
+
+
+async def stop_turns(dispatcher: Dispatcher) -> None:
+    """Subagents, lanes and the agents channel. The runtime (stores, MCP, jobs) is closed after,
+    by its owner, once the platform channels have stopped too."""
+    await hub.unregister(dispatcher.runtime.home)
+    await dispatcher.shutdown()
+    await dispatcher.channels[AGENTS_CHANNEL].stop()

@@ -1,0 +1,139 @@
+"""The tables of a bot's `conversations.db`, their migrations, and the conversation row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import sqlite_utils
+
+from atlas.store.db import Migration
+
+ConversationKind = Literal["conversation", "bot", "routine", "subagent"]
+MessageKind = Literal["message", "notice"]
+
+FTS_TOKENIZE = "porter unicode61 remove_diacritics 2"
+# Substrings of three characters: finds words in scripts written without spaces (Chinese,
+# Japanese, Korean) and parts of words. (SQLite before 3.45 has no remove_diacritics here.)
+TRIGRAM_TOKENIZE = "trigram"
+
+
+def _create_conversations(db: sqlite_utils.Database) -> None:
+    db["conversations"].create(
+        {
+            "id": int,
+            "bot": str,
+            "channel": str,
+            "chat": str,
+            "thread": str,
+            "user": str,
+            "kind": str,
+            "title": str,
+            "created_at": str,
+            "updated_at": str,
+        },
+        pk="id",
+        not_null={"bot", "channel", "chat", "thread", "user", "kind", "created_at", "updated_at"},
+        # '' rather than NULL for "no thread/user": NULLs never collide in a unique index.
+        defaults={"thread": "", "user": "", "kind": "conversation"},
+    )
+    db["conversations"].create_index(
+        ["channel", "chat", "thread", "user"], index_name="conversations_key", unique=True
+    )
+
+
+def _create_messages(db: sqlite_utils.Database) -> None:
+    db["messages"].create(
+        {
+            "id": int,
+            "conversation_id": int,
+            "role": str,
+            "content": str,
+            "tool_calls": str,  # JSON list of {id, name, arguments}
+            "tool_call_id": str,
+            "name": str,
+            "images": str,  # JSON list of {media_type, data_b64}
+            "usage": str,  # JSON of Usage.to_dict()
+            "model": str,
+            "event_id": str,
+            "kind": str,
+            "created_at": str,
+        },
+        pk="id",
+        foreign_keys=[("conversation_id", "conversations", "id")],
+        not_null={"conversation_id", "role", "content", "kind", "created_at"},
+        defaults={"content": "", "kind": "message"},
+    )
+    db["messages"].create_index(["conversation_id", "id"], index_name="messages_by_conversation")
+    # A platform event id is stored once per conversation: redelivered events are dropped.
+    db.execute(
+        "CREATE UNIQUE INDEX messages_event ON messages (conversation_id, event_id) "
+        "WHERE event_id IS NOT NULL"
+    )
+
+
+def _index_messages(db: sqlite_utils.Database) -> None:
+    db["messages"].enable_fts(["content"], create_triggers=True, tokenize=FTS_TOKENIZE)
+
+
+def _index_messages_by_trigram(db: sqlite_utils.Database) -> None:
+    db.execute(
+        "CREATE VIRTUAL TABLE messages_trigram USING fts5(content, content='messages', "
+        f"content_rowid='id', tokenize='{TRIGRAM_TOKENIZE}')"
+    )
+    # External content: the index holds no text of its own, so triggers keep it in step.
+    # (One statement at a time: executescript would commit the migration's transaction.)
+    delete_old = (
+        "INSERT INTO messages_trigram (messages_trigram, rowid, content) "
+        "VALUES ('delete', old.id, old.content);"
+    )
+    insert_new = "INSERT INTO messages_trigram (rowid, content) VALUES (new.id, new.content);"
+    for trigger in (
+        f"messages_trigram_ai AFTER INSERT ON messages BEGIN {insert_new} END",
+        f"messages_trigram_ad AFTER DELETE ON messages BEGIN {delete_old} END",
+        f"messages_trigram_au AFTER UPDATE OF content ON messages BEGIN {delete_old} {insert_new} END",
+    ):
+        db.execute(f"CREATE TRIGGER {trigger}")
+    db.execute("INSERT INTO messages_trigram (messages_trigram) VALUES ('rebuild')")
+
+
+def _create_compactions(db: sqlite_utils.Database) -> None:
+    """A compaction replaces, in what the model is sent, every message from the second up to
+    (not including) `first_kept_id` by `summary`. The messages themselves stay."""
+    db["compactions"].create(
+        {
+            "id": int,
+            "conversation_id": int,
+            "first_kept_id": int,
+            "summary": str,
+            "created_at": str,
+        },
+        pk="id",
+        foreign_keys=[("conversation_id", "conversations", "id")],
+    )
+    db["compactions"].create_index(["conversation_id", "id"])
+
+
+MIGRATIONS: list[Migration] = [
+    ("001_conversations", _create_conversations),
+    ("002_messages", _create_messages),
+    ("003_messages_fts", _index_messages),
+    ("004_messages_trigram", _index_messages_by_trigram),
+    ("005_compactions", _create_compactions),
+]
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """One row of `conversations`; timestamps are UTC ISO 8601 strings."""
+
+    id: int
+    bot: str
+    channel: str
+    chat: str
+    thread: str
+    user: str
+    kind: ConversationKind
+    title: str | None
+    created_at: str
+    updated_at: str

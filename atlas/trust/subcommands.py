@@ -1,0 +1,124 @@
+"""What a multi-purpose command is asked to do: git, gh, gcloud/gws, SQL clients and find.
+
+Each function answers with the reason a call is risky (or whether it only reads); the command
+rules (atlas/trust/rules.py) turn that into a verdict.
+"""
+
+from __future__ import annotations
+
+import re
+
+from atlas.trust.command_words import arguments, option_value
+from atlas.trust.normalise import Part
+
+GH_READS = {
+    "pr": {"list", "view", "status", "diff", "checks", "checkout"},
+    "issue": {"list", "view", "status"},
+    "repo": {"view", "list", "clone"},
+    "release": {"list", "view", "download"},
+    "run": {"list", "view", "watch", "download"},
+    "workflow": {"list", "view"},
+    "gist": {"list", "view", "clone"},
+    "label": {"list"},
+    "secret": {"list"},
+    "variable": {"list", "get"},
+    "search": {"repos", "issues", "prs", "code", "commits"},
+    "auth": {"status"},
+    "cache": {"list"},
+}
+GH_FREE = {"help", "--help", "--version", "version", "status", "browse", "completion"}
+CLOUD_READ_VERBS = {"list", "describe", "get", "info", "version", "help", "--help", "read",
+                    "get-value", "get-iam-policy", "search", "export", "schema", "tail"}  # fmt: skip
+CLOUD_WRITE_VERBS = {"create", "delete", "update", "send", "insert", "patch", "modify", "trash",
+                     "copy", "move", "deploy", "set", "add", "remove", "import", "batchUpdate",
+                     "set-value", "untrash", "share", "upload", "run", "apply", "stop", "start",
+                     "reset", "resize", "ssh", "scp"}  # fmt: skip
+
+
+def destructive_sql(text: str) -> str | None:
+    """Why SQL in `text` destroys data (DROP, TRUNCATE, DELETE without WHERE), or None."""
+    for statement in re.split(r";", text):
+        if re.search(r"\bDROP\s+(TABLE|DATABASE|SCHEMA|VIEW|INDEX|USER)\b", statement, re.I):
+            return "drops a database object"
+        if re.search(r"\bTRUNCATE\b", statement, re.I):
+            return "truncates a table"
+        if re.search(r"\bDELETE\s+FROM\b", statement, re.I) and not re.search(
+            r"\bWHERE\b", statement, re.I
+        ):
+            return "deletes every row (DELETE without WHERE)"
+    return None
+
+
+def gh_write(part: Part) -> str | None:
+    """Why a `gh` call writes to GitHub or prints its token, or None when it only reads."""
+    args = arguments(part)
+    words = part.words
+    if not args or args[0] in GH_FREE:
+        if "-t" in words or "--show-token" in words:
+            return "prints the GitHub token"
+        return None
+    group, action = args[0], (args[1] if len(args) > 1 else "")
+    if group == "auth":
+        if action == "token" or "-t" in words or "--show-token" in words:
+            return "prints the GitHub token"
+        return None if action in GH_READS["auth"] else f"gh auth {action} changes credentials"
+    if group == "api":
+        method = option_value(words, ("-X", "--method")) or "GET"
+        writes = {"-f", "-F", "--field", "--raw-field", "--input"}
+        if method.upper() != "GET" or any(w in writes or w.startswith(("-f", "-F")) for w in words):
+            return "gh api call that writes to GitHub"
+        return None
+    if action in GH_READS.get(group, set()):
+        return None
+    return f"gh {group} {action}".strip() + " writes to GitHub"
+
+
+def cloud_read_only(args: list[str]) -> bool:
+    """True when a gcloud or gws call's arguments only read."""
+    if not args:
+        return True
+    if any(w in CLOUD_WRITE_VERBS for w in args):
+        return False
+    return any(w in CLOUD_READ_VERBS for w in args) or args[-1] in ("config", "auth")
+
+
+def find_exec_deletes(words: list[str]) -> bool:
+    """True when `find … -exec rm` (or shred, unlink, rmdir) deletes what it matches."""
+    for index, word in enumerate(words):
+        runs = words[index + 1 : index + 2]
+        deleter = bool(runs) and runs[0].rsplit("/", 1)[-1] in ("rm", "shred", "unlink", "rmdir")
+        if word in ("-exec", "-execdir", "-ok", "-okdir") and deleter:
+            return True
+    return False
+
+
+def git_danger(words: list[str]) -> str | None:
+    """Why a git call discards work or rewrites history, or None."""
+    rest = words[1:]
+    while rest and rest[0].startswith("-"):  # global options: -C dir, -c k=v, --git-dir=…
+        option = rest.pop(0)
+        if option in ("-C", "-c") and rest:
+            rest.pop(0)
+    if not rest:
+        return None
+    sub, opts = rest[0], rest[1:]
+    short = "".join(o[1:] for o in opts if re.fullmatch(r"-[A-Za-z]+", o))
+    if sub == "reset" and "--hard" in opts:
+        return "git reset --hard discards work"
+    if sub == "push" and (
+        "f" in short
+        or any(o.startswith(("--force", "--mirror", "--delete")) for o in opts)
+        or any(o.startswith(("+", ":")) for o in opts[1:] if not o.startswith("-"))
+    ):
+        return "git push --force rewrites or deletes remote history"
+    if sub == "clean" and ("f" in short or "--force" in opts):
+        return "git clean -f deletes untracked files"
+    if sub == "branch" and ("D" in short or ("--delete" in opts and "--force" in opts)):
+        return "git branch -D deletes an unmerged branch"
+    if sub in ("checkout", "restore") and "." in opts and (sub == "restore" or "--" in opts):
+        return f"git {sub} . discards uncommitted changes"
+    if sub == "stash" and opts[:1] in (["drop"], ["clear"]):
+        return "git stash drop/clear discards stashed work"
+    if sub == "filter-branch":
+        return "git filter-branch rewrites history"
+    return None
