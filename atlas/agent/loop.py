@@ -19,13 +19,15 @@ from atlas.agent.context import build_system_prompt, repair_history
 from atlas.agent.guards import RepeatGuard
 from atlas.agent.spill import spill
 from atlas.agent.untrusted import wrap_untrusted
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, ProviderError
 from atlas.providers.base import (
     CompletionRequest,
+    CompletionResponse,
     Message,
     ModelClient,
     TextSink,
     ToolCall,
+    ToolSpec,
     Usage,
 )
 from atlas.tools.registry import RunContext, ToolRegistry, ToolResult
@@ -103,7 +105,6 @@ class ToolLoop:
 
     async def run(self, run: RunContext, hooks: TurnHooks | None = None) -> TurnOutcome:
         hooks = hooks or TurnHooks()
-        limits = run.settings.limits
         system = build_system_prompt(run)
         history = await self.load_history(run)
         guard = RepeatGuard()
@@ -115,17 +116,14 @@ class ToolLoop:
             specs = [t.spec(run) for t in self.registry.for_run(run)]
             if over_budget(run, system, specs, history):
                 history = await self._compact(run, history, notes)
-                prune_loaded_tools(run, history)  # a tool whose search result is gone unloads
-            request = CompletionRequest(
-                model=run.bot.model,
-                system=system,
-                messages=list(history),
-                tools=specs,
-                max_tokens=limits.max_tokens,
-            )
-            response = await self.model.complete(
-                request, fallback=run.bot.fallback_model, on_text=hooks.on_text
-            )
+            try:
+                response = await self._call_model(run, system, specs, history, hooks)
+            except ProviderError as exc:
+                if not exc.context_overflow:
+                    raise
+                # Our estimate was short of the provider's count: compact now, then once more.
+                history = await self._compact(run, history, notes)
+                response = await self._call_model(run, system, specs, history, hooks)
             _add_usage(usage, response.usage)
             reply = response.message
             await self.store.append(
@@ -144,6 +142,25 @@ class ToolLoop:
             "(the round limit). Tell me to go on if you want more."
         )
         return await self._finish(run, note, rounds, usage, notes)
+
+    async def _call_model(
+        self,
+        run: RunContext,
+        system: str,
+        specs: list[ToolSpec],
+        history: list[Message],
+        hooks: TurnHooks,
+    ) -> CompletionResponse:
+        request = CompletionRequest(
+            model=run.bot.model,
+            system=system,
+            messages=list(history),
+            tools=specs,
+            max_tokens=run.settings.limits.max_tokens,
+        )
+        return await self.model.complete(
+            request, fallback=run.bot.fallback_model, on_text=hooks.on_text
+        )
 
     async def load_history(self, run: RunContext) -> list[Message]:
         """The stored messages as the model should see them: after the latest compaction,
@@ -177,6 +194,7 @@ class ToolLoop:
         await self.store.record_compaction(
             run.conversation_id, compacted.messages[2].id, compacted.summary
         )
+        prune_loaded_tools(run, compacted.messages)  # a tool whose search result is gone unloads
         log.info(
             "compacted %s#%s: %d messages summarised",
             run.bot.name,

@@ -139,11 +139,13 @@ class ProviderCallError(Exception):
         retryable: bool,
         retry_after: float | None = None,
         status: int | None = None,
+        context_overflow: bool = False,
     ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after
         self.status = status
+        self.context_overflow = context_overflow  # the prompt is longer than the model's window
 
 
 class ModelClient(Protocol):

@@ -83,7 +83,9 @@ class ModelRouter:
             except (ProviderCallError, ConfigError) as exc:
                 if model != models[-1]:
                     log.warning("model %s failed, falling back to %s: %s", model, models[-1], exc)
-        raise ProviderError(_describe(failures))
+        tried = [f for f in failures if f.attempts]
+        overflow = bool(tried) and all(getattr(f.error, "context_overflow", False) for f in tried)
+        raise ProviderError(_describe(failures), context_overflow=overflow)
 
     async def _complete_with_retries(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -14,6 +15,12 @@ from atlas.providers.base import ProviderCallError, TextSink
 # Local servers (Ollama, vLLM, LM Studio) ignore the key, but the SDKs insist on one.
 PLACEHOLDER_API_KEY = "no-key-needed"
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
+# How OpenAI, Anthropic and the common local servers say the prompt does not fit the window.
+CONTEXT_OVERFLOW = re.compile(
+    r"context_length_exceeded|maximum context length|context window|prompt is too long"
+    r"|too many tokens|exceeds the context",
+    re.IGNORECASE,
+)
 
 
 def api_key_for(name: str, settings: ProviderSettings) -> str:
@@ -81,11 +88,14 @@ def status_error(
     retry_after = parse_retry_after(headers) if retryable else None
     # Below 400 the error came as an event inside a stream that had begun with 200.
     what = f"HTTP {status}" if status >= 400 else "error in the middle of the answer"
+    message = server_message(body)
     return ProviderCallError(
-        f"{where}: {what}: {server_message(body)}",
+        f"{where}: {what}: {message}",
         retryable=retryable,
         retry_after=retry_after,
         status=status,
+        context_overflow=status in (400, 413)
+        and bool(CONTEXT_OVERFLOW.search(f"{body} {message}")),
     )
 
 

@@ -87,3 +87,50 @@ async def test_a_failed_summary_cuts_old_tool_outputs_and_tells_the_user(home_pa
     tool_texts = [m["content"] for m in server.requests[1]["messages"] if m["role"] == "tool"]
     assert "cut to save context" in tool_texts[0]
     assert tool_texts[-1] == WORDS * 40  # the latest outputs are kept whole
+
+
+async def test_a_context_length_error_compacts_and_tries_again(home_path: Path) -> None:
+    async with FakeOpenAIServer() as server:
+        # A window the estimate thinks is roomy, so only the provider's error triggers compaction.
+        config = BASE_CONFIG.format(base_url=server.base_url)
+        home = make_home(home_path, config=config)
+        run = run_context(home)
+        async with ConversationStore(run.bot.db_path) as store:
+            run.conversation_id = await long_conversation(store)
+            server.fail(
+                400,
+                body={
+                    "error": {
+                        "message": "This model's maximum context length is 8192 tokens",
+                        "code": "context_length_exceeded",
+                    }
+                },
+            )
+            server.reply(text="Summary: an audit of f0-f8, all fine.")
+            server.reply(text="Answered after compaction.")
+            loop = ToolLoop(ModelRouter(home.settings), default_registry(), OpenGate(), store)
+            outcome = await loop.run(run)
+            assert await store.last_compaction(run.conversation_id) is not None
+    server.assert_complete()
+    assert outcome.text == "Answered after compaction."
+    assert server.requests[1]["messages"][0]["content"] == SUMMARY_PROMPT
+    assert server.requests[2]["messages"][2]["content"].startswith(SUMMARY_HEADER)
+
+
+async def test_other_client_errors_are_not_taken_for_a_full_context(home_path: Path) -> None:
+    from atlas.errors import ProviderError
+
+    async with FakeOpenAIServer() as server:
+        home = make_home(home_path, config=BASE_CONFIG.format(base_url=server.base_url))
+        run = run_context(home)
+        async with ConversationStore(run.bot.db_path) as store:
+            run.conversation_id = await long_conversation(store)
+            server.fail(400, body={"error": {"message": "Invalid value for 'temperature'"}})
+            loop = ToolLoop(ModelRouter(home.settings), default_registry(), OpenGate(), store)
+            try:
+                await loop.run(run)
+            except ProviderError as exc:
+                assert not exc.context_overflow and "temperature" in str(exc)
+            else:
+                raise AssertionError("a 400 must reach the caller")
+    assert len(server.requests) == 1
