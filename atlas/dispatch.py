@@ -271,7 +271,7 @@ class Dispatcher:
             return
         for note in outcome.notes:
             await self._safe_send(address, f"({note})")
-        await self._safe_send(address, outcome.text)
+        await self._safe(channel.send(address, outcome.text, outcome.files))
 
     def _run_context(
         self,

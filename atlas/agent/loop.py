@@ -12,6 +12,7 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from atlas.agent.compaction import compact, over_budget, truncate_old_tool_outputs
@@ -73,6 +74,20 @@ class TurnOutcome:
     usage: Usage = field(default_factory=Usage)
     halted: bool = False
     notes: list[str] = field(default_factory=list)  # told to the user before the answer
+    files: list[Path] = field(default_factory=list)  # attached to the answer by tools
+
+
+@dataclass
+class _Turn:
+    """What one turn gathers as it goes."""
+
+    guard: RepeatGuard = field(default_factory=RepeatGuard)
+    usage: Usage = field(default_factory=Usage)
+    notes: list[str] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
+
+    def outcome(self, text: str, rounds: int, *, halted: bool = False) -> TurnOutcome:
+        return TurnOutcome(text, rounds, self.usage, halted, self.notes, self.files)
 
 
 def _add_usage(total: Usage, more: Usage) -> None:
@@ -107,41 +122,39 @@ class ToolLoop:
         hooks = hooks or TurnHooks()
         system = build_system_prompt(run)
         history = await self.load_history(run)
-        guard = RepeatGuard()
-        usage = Usage()
-        notes: list[str] = []
+        turn = _Turn()
         rounds = round_cap(run)
         for round_number in range(1, rounds + 1):
             # Listed per round: a deferred tool loaded by the last round joins now, at the end.
             specs = [t.spec(run) for t in self.registry.for_run(run)]
             if over_budget(run, system, specs, history):
-                history = await self._compact(run, history, notes)
+                history = await self._compact(run, history, turn.notes)
             try:
                 response = await self._call_model(run, system, specs, history, hooks)
             except ProviderError as exc:
                 if not exc.context_overflow:
                     raise
                 # Our estimate was short of the provider's count: compact now, then once more.
-                history = await self._compact(run, history, notes)
+                history = await self._compact(run, history, turn.notes)
                 response = await self._call_model(run, system, specs, history, hooks)
-            _add_usage(usage, response.usage)
+            _add_usage(turn.usage, response.usage)
             reply = response.message
             await self.store.append(
                 run.conversation_id, reply, usage=response.usage, model=response.model
             )
             history.append(reply)
             if not reply.tool_calls:
-                return TurnOutcome(reply.content, round_number, usage, notes=notes)
-            for result in await self._run_calls(run, reply.tool_calls, guard, hooks):
+                return turn.outcome(reply.content, round_number)
+            for result in await self._run_calls(run, reply.tool_calls, turn, hooks):
                 await self.store.append(run.conversation_id, result)
                 history.append(result)
-            if guard.halted:
-                return await self._finish(run, guard.halted, round_number, usage, notes)
+            if turn.guard.halted:
+                return await self._finish(run, turn.guard.halted, round_number, turn)
         note = (
             f"I stopped after {rounds} rounds of tool calls without finishing "
             "(the round limit). Tell me to go on if you want more."
         )
-        return await self._finish(run, note, rounds, usage, notes)
+        return await self._finish(run, note, rounds, turn)
 
     async def _call_model(
         self,
@@ -203,14 +216,12 @@ class ToolLoop:
         )
         return compacted.messages
 
-    async def _finish(
-        self, run: RunContext, text: str, rounds: int, usage: Usage, notes: list[str]
-    ) -> TurnOutcome:
+    async def _finish(self, run: RunContext, text: str, rounds: int, turn: _Turn) -> TurnOutcome:
         await self.store.append(run.conversation_id, Message("assistant", text))
-        return TurnOutcome(text, rounds, usage, halted=True, notes=notes)
+        return turn.outcome(text, rounds, halted=True)
 
     async def _run_calls(
-        self, run: RunContext, calls: list[ToolCall], guard: RepeatGuard, hooks: TurnHooks
+        self, run: RunContext, calls: list[ToolCall], turn: _Turn, hooks: TurnHooks
     ) -> list[Message]:
         """Consecutive read-only calls run together; any other call runs alone, in order."""
         results: list[Message] = []
@@ -218,7 +229,7 @@ class ToolLoop:
 
         async def flush() -> None:
             results.extend(
-                await asyncio.gather(*(self._one_call(run, c, guard, hooks) for c in batch))
+                await asyncio.gather(*(self._one_call(run, c, turn, hooks) for c in batch))
             )
             batch.clear()
 
@@ -228,12 +239,12 @@ class ToolLoop:
                 batch.append(call)
                 continue
             await flush()
-            results.append(await self._one_call(run, call, guard, hooks))
+            results.append(await self._one_call(run, call, turn, hooks))
         await flush()
         return results
 
     async def _one_call(
-        self, run: RunContext, call: ToolCall, guard: RepeatGuard, hooks: TurnHooks
+        self, run: RunContext, call: ToolCall, turn: _Turn, hooks: TurnHooks
     ) -> Message:
         if hooks.on_tool_call:
             await _maybe_await(hooks.on_tool_call(call))
@@ -250,12 +261,13 @@ class ToolLoop:
                 result = await self.registry.call(run, call.name, call.arguments)
         text = result.text
         if result.is_error:
-            text += guard.record_failure(
+            text += turn.guard.record_failure(
                 call.name, call.arguments, text, tolerant=bool(tool and tool.failure_tolerant)
             )
         elif not (tool and tool.pages_itself):
             path = run.home.spill_dir / run.bot.name / str(run.conversation_id) / f"{call.id}.txt"
             text = await asyncio.to_thread(spill, text, run.settings.limits.tool_result_chars, path)
+        turn.files.extend(result.files)
         if not result.is_error and (result.untrusted or (tool and tool.untrusted)):
             text = wrap_untrusted(call.name, text)
         return Message("tool", text, tool_call_id=call.id, name=call.name, images=result.images)

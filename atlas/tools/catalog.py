@@ -10,6 +10,7 @@ from atlas.tools.registry import ToolRegistry
 
 def default_registry() -> ToolRegistry:
     from atlas.tools.agents import AGENT_TOOLS
+    from atlas.tools.attach import ATTACH_TOOLS
     from atlas.tools.browser import BROWSER_TOOLS
     from atlas.tools.conversations import CONVERSATION_TOOLS
     from atlas.tools.delegate import DELEGATE_TOOLS
@@ -26,6 +27,7 @@ def default_registry() -> ToolRegistry:
         [
             *FILE_TOOLS,
             *SHELL_TOOLS,
+            *ATTACH_TOOLS,
             *WEB_TOOLS,
             *MEMORY_TOOLS,
             *SKILL_TOOLS,

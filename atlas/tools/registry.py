@@ -14,6 +14,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
@@ -81,6 +82,7 @@ class ToolResult:
     images: list[Image] = field(default_factory=list)
     is_error: bool = False
     untrusted: bool = False  # text from outside (a document, a page): wrapped as data for the model
+    files: list[Path] = field(default_factory=list)  # attached to the turn's reply
 
 
 # Says why a tool is unavailable to a run, or None when it is available.

@@ -222,3 +222,38 @@ async def test_status_shows_model_context_and_pending_approvals(home) -> None:
     assert "Approvals waiting: 1" in status and "gh pr create" in status
     await dispatcher.shutdown()
     await runtime.close()
+
+
+async def test_a_tool_can_attach_a_file_to_the_reply(home) -> None:
+    from atlas.tools.attach import ATTACH_TOOLS
+
+    class FileChannel(RecordingChannel):
+        def __init__(self) -> None:
+            super().__init__()
+            self.files: list[Path] = []
+
+        async def send(self, address: Address, text: str, files: list[Path] | None = None) -> None:
+            await super().send(address, text, files)
+            self.files.extend(files or [])
+
+    report = home.bot(None).workspace / "report.csv"
+    report.write_text("a,b\n1,2\n")
+    model = ScriptedModel(
+        Reply(
+            calls=[
+                ("attach_file", {"path": "report.csv"}),
+                ("attach_file", {"path": "missing.csv"}),
+            ]
+        ),
+        Reply("Here is the report."),
+    )
+    runtime = Runtime(home, model=model, registry=ToolRegistry(ATTACH_TOOLS))
+    channel = FileChannel()
+    dispatcher = Dispatcher(runtime, {"test": channel})
+    await dispatcher.submit(Inbound(ADDRESS, "send me the report"))
+    await dispatcher.wait_idle(ADDRESS)
+    assert channel.sent[-1][1] == "Here is the report." and channel.files == [report.resolve()]
+    missing = model.requests[1].messages[-1].content
+    assert missing.startswith("Error:") and "not a file" in missing
+    await dispatcher.shutdown()
+    await runtime.close()
