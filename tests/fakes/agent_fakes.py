@@ -76,7 +76,7 @@ class RecordingChannel:
         return [text for a, text in self.sent if a == address]
 
 
-async def eventually(condition, timeout: float = 5.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+async def eventually(condition, timeout: float = 20.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
     """Poll until `condition()` is true; fail naming `what` after `timeout` seconds."""
     deadline = asyncio.get_running_loop().time() + timeout
     while not condition():

@@ -112,7 +112,7 @@ class FakeSlack:
     def next_ts(self) -> str:
         return f"1700000000.{next(self._ts):06d}"
 
-    async def wait_connected(self, timeout: float = 5) -> None:
+    async def wait_connected(self, timeout: float = 20) -> None:
         await asyncio.wait_for(self._socket_ready.wait(), timeout)
 
     async def push_event(
@@ -173,7 +173,7 @@ class FakeSlack:
         await self._socket.send_str(json.dumps(envelope))
         return envelope_id
 
-    async def wait_ack(self, envelope_id: str, timeout: float = 5) -> dict[str, Any]:
+    async def wait_ack(self, envelope_id: str, timeout: float = 20) -> dict[str, Any]:
         await asyncio.wait_for(self._ack_events[envelope_id].wait(), timeout)
         return self.acks[envelope_id]
 
@@ -189,7 +189,7 @@ class FakeSlack:
     def replies(self, channel: str | None = None) -> list[Posted]:
         return [p for p in self.posted if channel is None or p.channel == channel]
 
-    async def wait_for(self, predicate: Any, timeout: float = 5) -> None:
+    async def wait_for(self, predicate: Any, timeout: float = 20) -> None:
         """Poll until `predicate()` is true; fail after `timeout` seconds."""
         deadline = asyncio.get_running_loop().time() + timeout
         while not predicate():

@@ -22,7 +22,7 @@ JSON_FIELDS = {"reply_markup", "allowed_updates", "link_preview_options", "reply
 @dataclass
 class Fault:
     method: str
-    kind: str  # "429" | "500" | "drop"
+    kind: str  # "429" | "500" | "drop" | "400" (Telegram refuses: e.g. a chat it does not know)
     retry_after: int = 1
 
 
@@ -174,7 +174,7 @@ class FakeTelegram:
         """The bot asked for updates past this one: it has handled it."""
         return any(int(p.get("offset") or 0) > update_id for p in self.calls_to("getUpdates"))
 
-    async def wait_for(self, predicate: Any, timeout: float = 5.0) -> None:
+    async def wait_for(self, predicate: Any, timeout: float = 20.0) -> None:
         async with asyncio.timeout(timeout):
             # Polls state other tasks change; simpler than an event per kind of record.
             while not predicate():  # noqa: ASYNC110
@@ -214,6 +214,8 @@ class FakeTelegram:
             return web.Response()
         if fault and fault.kind == "429":
             return _error(429, "Too Many Requests", {"retry_after": fault.retry_after})
+        if fault and fault.kind == "400":
+            return _error(400, "Bad Request: chat not found")
         if fault:
             return _error(500, "Internal Server Error")
         self.calls.append((method, params))
