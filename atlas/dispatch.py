@@ -22,7 +22,7 @@ from atlas.errors import AtlasError
 from atlas.home import Bot
 from atlas.providers.base import Message, ToolCall
 from atlas.runtime import Runtime
-from atlas.store.conversations import ConversationStore
+from atlas.store.conversations import Conversation, ConversationStore
 from atlas.tools.registry import Asker, Notifier, RunContext, RunKind
 from atlas.trust.gate import BaseGate
 
@@ -93,14 +93,7 @@ class Dispatcher:
         if command == STATUS_COMMAND:
             await self._channel(address).send(address, await self._status(inbound, bot, store))
             return True
-        conversation = await store.conversation(
-            address.channel,
-            address.chat,
-            thread=address.thread,
-            user=address.user,
-            kind=inbound.run_kind,
-            bot=bot.name,
-        )
+        conversation = await self._conversation(inbound, bot, store)
         text = inbound.text if inbound.kind == "message" else f"[notice] {inbound.text}"
         stored = await store.append(
             conversation.id, Message("user", text), event_id=inbound.event_id, kind=inbound.kind
@@ -121,10 +114,11 @@ class Dispatcher:
         lane.wake.set()
         return True
 
-    async def _set_mode(self, inbound: Inbound, bot: Bot, store: ConversationStore) -> None:
-        """`/mode [ask|auto|read-only]`: the gate mode of this conversation (until a restart)."""
+    @staticmethod
+    async def _conversation(inbound: Inbound, bot: Bot, store: ConversationStore) -> Conversation:
+        """The conversation an inbound message belongs to, made on first contact."""
         address = inbound.address
-        conversation = await store.conversation(
+        return await store.conversation(
             address.channel,
             address.chat,
             thread=address.thread,
@@ -132,6 +126,11 @@ class Dispatcher:
             kind=inbound.run_kind,
             bot=bot.name,
         )
+
+    async def _set_mode(self, inbound: Inbound, bot: Bot, store: ConversationStore) -> None:
+        """`/mode [ask|auto|read-only]`: the gate mode of this conversation (until a restart)."""
+        address = inbound.address
+        conversation = await self._conversation(inbound, bot, store)
         state = self.runtime.state(bot, conversation.id)
         wanted = inbound.text.strip()[len(MODE_COMMAND) :].strip()
         if wanted in MODES:
@@ -145,14 +144,7 @@ class Dispatcher:
     async def _status(self, inbound: Inbound, bot: Bot, store: ConversationStore) -> str:
         """`/status`: the model, how full the context is, approvals waiting."""
         address = inbound.address
-        conversation = await store.conversation(
-            address.channel,
-            address.chat,
-            thread=address.thread,
-            user=address.user,
-            kind=inbound.run_kind,
-            bot=bot.name,
-        )
+        conversation = await self._conversation(inbound, bot, store)
         run = self._run_context(
             bot, conversation.id, inbound.run_kind, address.channel, ask=None, notify=None
         )
