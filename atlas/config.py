@@ -54,6 +54,7 @@ class LimitSettings(Strict):
 class ChatSettings(Strict):
     stream: bool = True
     mid_turn: Literal["queue", "interrupt"] = "queue"
+    ask_user_timeout: float = Field(600.0, gt=0)  # seconds ask_user waits for answers
 
 
 class WebSettings(Strict):

@@ -17,7 +17,7 @@ from atlas.agent.compaction import request_tokens
 from atlas.agent.context import build_system_prompt
 from atlas.agent.loop import TurnHooks, TurnOutcome
 from atlas.agent.review import REVIEW_PROMPT, QuietTimers, ReviewGate, has_substance, transcript
-from atlas.channels.base import Address, Channel
+from atlas.channels.base import Address, Channel, Question, QuestionOutcome
 from atlas.errors import AtlasError
 from atlas.home import Bot
 from atlas.providers.base import Message, ToolCall
@@ -244,6 +244,16 @@ class Dispatcher:
             ask=ask if lane.run_kind in ("conversation", "bot") else None,
             notify=notify,
         )
+
+        async def ask_questions(questions: list[Question]) -> QuestionOutcome:
+            put = getattr(channel, "ask_questions", None)
+            if put is None:  # a channel without questions (the agents channel, a test's)
+                detail = f"the {address.channel} channel cannot ask questions"
+                return QuestionOutcome("undelivered", detail=detail)
+            return await put(address, questions)
+
+        if lane.run_kind == "conversation":
+            run.ask_questions = ask_questions
         streaming = channel.streams and self.runtime.home.settings.chat.stream
 
         async def on_text(text: str) -> None:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from atlas.channels.base import Address
+from atlas.channels.base import OTHER, Address, Answer, Question, QuestionOutcome
 from atlas.providers.base import ToolCall
 
 
@@ -108,3 +108,78 @@ class ConsoleChannel:
                 return choices[int(answer) - 1]
             if answer in choices:
                 return answer
+
+    async def ask_questions(self, address: Address, questions: list[Question]) -> QuestionOutcome:
+        """Each question with numbered choices, `o` for Other (a line of free text), `c` to
+        cancel; end of input cancels. Undelivered when there is no input at all."""
+        if self.reader is None:
+            return QuestionOutcome("undelivered", detail="the terminal has no input")
+        if self._streamed:
+            self.write("\n")
+            self._streamed = False
+        answers: list[Answer] = []
+        for number, question in enumerate(questions, 1):
+            counter = f" ({number}/{len(questions)})" if len(questions) > 1 else ""
+            self.write(f"\n?{counter} {question.text}\n")
+            for index, choice in enumerate(question.choices, 1):
+                recommended = " (recommended)" if index == 1 else ""
+                self.write(f"  {index}. {choice}{recommended}\n")
+            answer = await self._console_answer(question)
+            if answer is None:
+                return QuestionOutcome("cancelled", detail="the user typed c or input ended")
+            answers.append(answer)
+        return QuestionOutcome("submitted", tuple(answers))
+
+    async def _console_answer(self, question: Question) -> Answer | None:
+        """One question's answer from the terminal; None to cancel."""
+        if not question.choices:
+            text = await self._read_line("your answer (c to cancel): ")
+            return None if text is None or text.lower() == "c" else Answer(other=text)
+        self.write(f"  o. {OTHER} (type your own answer)\n")
+        prompt = (
+            "choose numbers (e.g. 1,3), o for other, c to cancel: "
+            if question.multi_select
+            else "choose a number, o for other, c to cancel: "
+        )
+        while True:
+            line = await self._read_line(prompt)
+            if line is None or line.lower() == "c":
+                return None
+            picked = _picked_numbers(line, len(question.choices), question.multi_select)
+            if picked is None:
+                continue
+            numbers, other = picked
+            chosen = tuple(question.choices[n - 1] for n in numbers)
+            if not other:
+                return Answer(chosen)
+            text = await self._read_line("your answer: ")
+            return None if text is None else Answer(chosen, other=text)
+
+    async def _read_line(self, prompt: str) -> str | None:
+        """A non-empty line (asked again while empty); None at the end of input."""
+        assert self.reader is not None
+        while True:
+            self.write(prompt)
+            raw = await self.reader.readline()
+            if not raw:
+                return None
+            line = raw.decode(errors="replace").strip()
+            if line:
+                return line
+
+
+def _picked_numbers(line: str, count: int, multi: bool) -> tuple[list[int], bool] | None:
+    """`2` or `1,3,o` → (choice numbers, whether Other was picked); None when not valid."""
+    numbers: list[int] = []
+    other = False
+    for part in line.replace(",", " ").split():
+        if part.lower() == "o":
+            other = True
+        elif part.isdigit() and 1 <= int(part) <= count:
+            if int(part) not in numbers:
+                numbers.append(int(part))
+        else:
+            return None
+    if not multi and len(numbers) + other != 1:
+        return None
+    return numbers, other

@@ -24,17 +24,35 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from atlas.channels.access import Access
-from atlas.channels.base import Address
+from atlas.channels.base import Address, Question, QuestionOutcome
 from atlas.channels.inbox import FileTooLarge, check_size, name_files, save_stream
+from atlas.channels.questions import (
+    CANCEL,
+    CHOOSE,
+    DONE,
+    OTHER_TEXT,
+    SELECT,
+    describe_answer,
+    parse_action,
+)
 from atlas.channels.settings import SlackSettings, channel_settings, secret
 from atlas.channels.slack_delivery import SlackDeliveryError, SlackSender
 from atlas.channels.slack_format import (
     ASK_ACTION_PREFIX,
     SLACK_TEXT_LIMIT,
     answered_blocks,
+    escape_mrkdwn,
     markdown_to_mrkdwn,
     parse_ask_value,
     question_blocks,
+)
+from atlas.channels.slack_questions import (
+    QUESTION_ACTION_PREFIX,
+    SlackQuestionSet,
+    ask_user_blocks,
+    choice_numbers,
+    question_heading,
+    selection_in_state,
 )
 from atlas.channels.text import split_message
 from atlas.errors import AtlasError
@@ -123,6 +141,7 @@ class SlackChannel:
         self._last_message: dict[Address, tuple[str, str]] = {}  # where the typing mark goes
         self._reacting: dict[Address, tuple[str, str]] = {}
         self._asks: dict[str, PendingAsk] = {}
+        self._question_sets: dict[str, SlackQuestionSet] = {}
         self.undelivered: dict[Address, list[str]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._generations: dict[tuple[str, str], int] = {}
@@ -168,6 +187,8 @@ class SlackChannel:
         for pending in list(self._asks.values()):
             if not pending.answer.done():
                 pending.answer.set_result(None)
+        for asked in list(self._question_sets.values()):
+            asked.cancel("the Slack channel stopped")
         await self._close_transport()
         for task in list(self._tasks):
             task.cancel()
@@ -194,6 +215,9 @@ class SlackChannel:
         async def on_button(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
             await self._on_button(ack, body, action)
 
+        async def on_question(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+            await self._on_question_action(ack, body, action)
+
         async def on_command(ack: Any, command: dict[str, Any]) -> None:
             await self._on_slash_command(ack, command)
 
@@ -206,6 +230,7 @@ class SlackChannel:
         app.event("message")(on_message)
         app.event("app_mention")(on_message)
         app.action(re.compile(f"^{ASK_ACTION_PREFIX}:"))(on_button)
+        app.action(re.compile(f"^{QUESTION_ACTION_PREFIX}:"))(on_question)
         for command in COMMANDS:
             app.command(f"/{command}")(on_command)
         return app
@@ -490,6 +515,116 @@ class SlackChannel:
             ts=pending.ts,
             text=f"{pending.question}\n{outcome}",
             blocks=answered_blocks(pending.question, outcome),
+        )
+
+    # --- ask_user's questions ---------------------------------------------------------------
+
+    async def ask_questions(self, address: Address, questions: list[Question]) -> QuestionOutcome:
+        """Each question as a message with its own Block Kit elements; submitted once every
+        question has an allowed person's answer. Undelivered when a question cannot be posted;
+        a cancelled wait (a timeout) edits the open questions to say nobody answered."""
+        channel = slack_channel(address)
+        asked = SlackQuestionSet(random_ids.token_hex(6), questions, channel)
+        self._question_sets[asked.request_id] = asked
+        try:
+            for index, question in enumerate(questions):
+                try:
+                    ts = await self.sender.post(
+                        channel,
+                        question.text,
+                        thread_ts=address.thread or None,
+                        blocks=ask_user_blocks(asked, index),
+                    )
+                except SlackDeliveryError as exc:
+                    log.error("%s: could not put questions to %s: %s", self.name, address, exc)
+                    asked.cancel("undelivered")
+                    await self._close_questions(asked, "_Could not be delivered._")
+                    return QuestionOutcome("undelivered", detail=str(exc))
+                asked.message_ts.append(ts)
+            outcome = await asked.outcome
+        except asyncio.CancelledError:
+            self._keep(self._close_questions(asked, "_No answer in time._"))
+            raise
+        finally:
+            self._question_sets.pop(asked.request_id, None)
+        if outcome.status == "cancelled":
+            await self._close_questions(asked, f"_{escape_mrkdwn(outcome.detail or 'Cancelled')}._")
+        return outcome
+
+    async def _on_question_action(
+        self, ack: Any, body: dict[str, Any], action: dict[str, Any]
+    ) -> None:
+        """A click, a tick or an Enter in a question's message; only allowed people count."""
+        await ack()
+        key = str(action.get("action_id", "")).removeprefix(f"{QUESTION_ACTION_PREFIX}:")
+        parsed = parse_action(key)
+        asked = self._question_sets.get(parsed.request_id) if parsed else None
+        if parsed is None or asked is None or not asked.is_open(parsed.question):
+            return  # answered or expired already; its message says so
+        user = str((body.get("user") or {}).get("id", ""))
+        if not await self.access.is_allowed(user):
+            await self._safe_call(
+                "chat.postEphemeral",
+                channel=asked.channel,
+                user=user,
+                text="Only people this bot's owner approved can answer its questions.",
+            )
+            return
+        index = parsed.question
+        if parsed.action == CANCEL:
+            asked.cancel(f"cancelled by {user}")
+            return
+        if parsed.action == SELECT:
+            asked.selected[index] = choice_numbers(action.get("selected_options"), asked, index)
+            return
+        selection = selection_in_state(body, asked, index)
+        if parsed.action == CHOOSE:
+            if not asked.valid_choice(index, parsed.choice):
+                return
+            answer = asked.choose(index, parsed.choice, user)
+        elif parsed.action == OTHER_TEXT:
+            text = str(action.get("value") or "").strip()
+            if not text:
+                return
+            if selection is not None:
+                asked.selected[index] = selection
+            answer = asked.write(index, text, user)
+        elif parsed.action == DONE:
+            found = asked.done(index, user, selection)
+            if found is None:
+                await self._safe_call(
+                    "chat.postEphemeral",
+                    channel=asked.channel,
+                    user=user,
+                    text="Tick at least one choice first, or type an answer under Other.",
+                )
+                return
+            answer = found
+        else:
+            return
+        shown = f"*{escape_mrkdwn(describe_answer(answer))}* — answered by <@{user}>"
+        await self._close_question_message(asked, index, shown)
+
+    async def _close_questions(self, asked: SlackQuestionSet, outcome: str) -> None:
+        """Every unanswered question's message shows how the wait ended; its elements go."""
+        for index in asked.open_questions():
+            await self._close_question_message(asked, index, outcome)
+
+    async def _close_question_message(
+        self, asked: SlackQuestionSet, index: int, outcome: str
+    ) -> None:
+        if index >= len(asked.message_ts):
+            return  # never posted
+        heading = question_heading(asked, index)
+        await self._safe_call(
+            "chat.update",
+            channel=asked.channel,
+            ts=asked.message_ts[index],
+            text=f"{asked.questions[index].text}\n{outcome}",
+            blocks=[
+                {"type": "section", "text": {"type": "mrkdwn", "text": heading}},
+                {"type": "context", "elements": [{"type": "mrkdwn", "text": outcome}]},
+            ],
         )
 
     # --- outbound --------------------------------------------------------------------------

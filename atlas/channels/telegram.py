@@ -24,9 +24,16 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from atlas.channels.access import Access
-from atlas.channels.base import Address
+from atlas.channels.base import Address, Answer, Question, QuestionOutcome
 from atlas.channels.inbox import FileTooLarge, check_size, name_files, save_stream
 from atlas.channels.manager import channel_name
+from atlas.channels.questions import (
+    CANCEL,
+    CHOOSE,
+    OTHER_TEXT,
+    describe_answer,
+    parse_action,
+)
 from atlas.channels.settings import TelegramSettings, channel_settings, secret
 from atlas.channels.telegram_delivery import (
     Chunk,
@@ -34,6 +41,16 @@ from atlas.channels.telegram_delivery import (
     Retrying,
     send_chunk,
     telegram_chunks,
+)
+from atlas.channels.telegram_questions import (
+    CALLBACK_KIND,
+    TelegramQuestionSet,
+    answered_html,
+    awaiting_html,
+    closed_html,
+    keyboard,
+    question_html,
+    question_plain,
 )
 from atlas.errors import AtlasError, ConfigError
 from atlas.home import Bot
@@ -132,6 +149,9 @@ class TelegramChannel:
         self._seen: OrderedDict[int, None] = OrderedDict()
         self._typing: dict[Address, asyncio.Task[None]] = {}
         self._asks: dict[str, PendingAsk] = {}
+        self._question_sets: dict[str, TelegramQuestionSet] = {}
+        # (chat id, user id) → (request id, question): who tapped Other and owes a written answer
+        self._awaiting_text: dict[tuple[int, int], tuple[str, int]] = {}
         self._undelivered: dict[int, list[str]] = {}
         self._generations: dict[tuple[str, str, str], int] = {}
         self._background: set[asyncio.Task[Any]] = set()
@@ -145,6 +165,9 @@ class TelegramChannel:
         from aiogram.exceptions import TelegramAPIError
         from aiogram.utils.token import TokenValidationError
 
+        from atlas.channels.telegram_models import pin_response_models
+
+        pin_response_models()  # aiogram would rebuild a pydantic model per API call otherwise
         api = (
             TelegramAPIServer.from_base(self.settings.api_base)
             if self.settings.api_base
@@ -185,6 +208,8 @@ class TelegramChannel:
         for pending in self._asks.values():
             if not pending.future.done():
                 pending.future.set_result(None)
+        for asked in self._question_sets.values():
+            asked.cancel("the Telegram channel stopped")
         if self._webhook is not None:
             await self._webhook.cleanup()
             self._webhook = None
@@ -268,6 +293,8 @@ class TelegramChannel:
             return
         text = message.text or message.caption or ""
         command, rest = _command(text.strip(), self.username)
+        if not command and text.strip() and await self._answer_in_words(message, user, text):
+            return
         if message.chat.type != "private":
             if not command and not self._addressed(message, text):
                 return
@@ -374,7 +401,14 @@ class TelegramChannel:
         used = sum(message_tokens(message) for message in history)
         window = runtime.home.settings.limits.context_window
         state = runtime.state(self.bot, conversation.id)
-        pending = [p.question for p in self._asks.values() if p.chat_id == target(address)[0]]
+        chat_id = target(address)[0]
+        pending = [p.question for p in self._asks.values() if p.chat_id == chat_id]
+        pending += [
+            asked.questions[index].text
+            for asked in self._question_sets.values()
+            if asked.chat_id == chat_id
+            for index in asked.open_questions()
+        ]
         lines = [
             f"**Model:** {self.bot.model}",
             f"**Context:** about {used:,} of {window:,} tokens ({used / window:.0%}), "
@@ -430,6 +464,9 @@ class TelegramChannel:
     async def _on_callback(self, query: CallbackQuery) -> None:
         tg = self._connected()
         kind, _, rest = (query.data or "").partition(":")
+        if kind == CALLBACK_KIND:
+            await self._on_question_tap(query, rest)
+            return
         request_id, _, index = rest.partition(":")
         pending = self._asks.get(request_id) if kind == "ask" else None
         if pending is None or pending.future.done():
@@ -458,13 +495,26 @@ class TelegramChannel:
             log.warning("%s: could not answer a button tap: %s", self.name, exc)
 
     async def _edit(self, tg: TelegramBot, pending: PendingAsk, text: str) -> None:
+        await self._edit_text(pending.chat_id, pending.message_id, text)
+
+    async def _edit_text(
+        self, chat_id: int, message_id: int, text: str, reply_markup: Any = None
+    ) -> None:
+        """Edit a question's message (no reply_markup: its buttons go); a failure is logged."""
         from aiogram.exceptions import TelegramBadRequest
 
+        if self.tg is None:
+            return
+        tg = self.tg
         try:
             await self.retrying.call(
                 "editMessageText",
                 lambda: tg.edit_message_text(
-                    text, chat_id=pending.chat_id, message_id=pending.message_id, parse_mode="HTML"
+                    text,
+                    chat_id=chat_id,
+                    message_id=message_id,
+                    parse_mode="HTML",
+                    reply_markup=reply_markup,
                 ),
             )
         except (AtlasError, TelegramBadRequest) as exc:
@@ -621,6 +671,130 @@ class TelegramChannel:
         if answer is not None:
             await self.typing(address)  # the turn goes on
         return answer
+
+    # ------------------------------------------------------------ ask_user's questions
+
+    async def ask_questions(self, address: Address, questions: list[Question]) -> QuestionOutcome:
+        """Each question as a message with its own keyboard; submitted once every question has
+        an allowed person's answer. Undelivered when a question cannot be sent; a cancelled
+        wait (a timeout) edits the open questions to say nobody answered."""
+        self._stop_typing(address)
+        chat_id, thread_id = target(address)
+        asked = TelegramQuestionSet(random_tokens.token_hex(6), questions, chat_id)
+        self._question_sets[asked.request_id] = asked
+        try:
+            for index in range(len(questions)):
+                chunk = Chunk(question_html(asked, index), question_plain(asked, index))
+                try:
+                    message_id = await send_chunk(
+                        self._connected(),
+                        self.retrying,
+                        chat_id,
+                        chunk,
+                        thread_id=thread_id,
+                        reply_markup=keyboard(asked, index),
+                    )
+                except DeliveryError as exc:
+                    log.warning("%s: could not put questions to %s: %s", self.name, address, exc)
+                    asked.cancel("undelivered")
+                    await self._close_questions(asked, "could not be delivered")
+                    return QuestionOutcome("undelivered", detail=str(exc))
+                asked.message_ids.append(message_id)
+            outcome = await asked.outcome
+        except asyncio.CancelledError:
+            self._keep_background(self._close_questions(asked, "no answer in time"))
+            raise
+        finally:
+            self._question_sets.pop(asked.request_id, None)
+            self._forget_awaiting(asked.request_id)
+        if outcome.status == "cancelled":
+            await self._close_questions(asked, outcome.detail or "cancelled")
+        if outcome.status == "submitted":
+            await self.typing(address)  # the turn goes on
+        return outcome
+
+    async def _on_question_tap(self, query: CallbackQuery, key: str) -> None:
+        action = parse_action(key)
+        asked = self._question_sets.get(action.request_id) if action else None
+        if action is None or asked is None or not asked.is_open(action.question):
+            await self._answer_callback(query.id, "This question is already closed.")
+            return
+        if not await self.access.is_allowed(str(query.from_user.id)):
+            await self._answer_callback(query.id, "Only people this bot serves can answer.")
+            return
+        who = query.from_user.full_name or str(query.from_user.id)
+        index = action.question
+        if action.action == CANCEL:
+            asked.cancel(f"cancelled by {who}")
+            await self._answer_callback(query.id, "Cancelled.")
+            return
+        if action.action == OTHER_TEXT:
+            self._awaiting_text[(asked.chat_id, query.from_user.id)] = (asked.request_id, index)
+            await self._answer_callback(query.id, "Send your answer as a message.")
+            await self._edit_question(
+                asked, index, awaiting_html(asked, index, who), keyboard(asked, index)
+            )
+            return
+        if action.action == CHOOSE:
+            if not asked.valid_choice(index, action.choice):
+                await self._answer_callback(query.id, "That is not one of the choices.")
+                return
+            if asked.questions[index].multi_select:
+                asked.toggle(index, action.choice)
+                await self._answer_callback(query.id, asked.questions[index].choices[action.choice])
+                await self._edit_question(
+                    asked, index, question_html(asked, index), keyboard(asked, index)
+                )
+                return
+            answer = asked.choose(index, action.choice, who)
+        else:
+            found = asked.done(index, who)
+            if found is None:
+                await self._answer_callback(query.id, "Tap a choice first, or Other….")
+                return
+            answer = found
+        await self._answer_callback(query.id, describe_answer(answer)[:200])
+        await self._show_answer(asked, index, answer)
+
+    async def _answer_in_words(self, message: Message, user: User, text: str) -> bool:
+        """A written answer to a question whose Other… this person tapped here; True if so."""
+        waiting = self._awaiting_text.pop((message.chat.id, user.id), None)
+        if waiting is None:
+            return False
+        request_id, index = waiting
+        asked = self._question_sets.get(request_id)
+        words = self._without_mention(text).strip()
+        if asked is None or not asked.is_open(index) or not words:
+            return False  # the question closed meanwhile: an ordinary message
+        who = user.full_name or str(user.id)
+        await self._show_answer(asked, index, asked.write(index, words, who))
+        return True
+
+    async def _show_answer(self, asked: TelegramQuestionSet, index: int, answer: Answer) -> None:
+        self._forget_awaiting(asked.request_id, index)
+        shown = answered_html(asked, index, describe_answer(answer), answer.by)
+        await self._edit_question(asked, index, shown)
+
+    async def _edit_question(
+        self, asked: TelegramQuestionSet, index: int, text: str, reply_markup: Any = None
+    ) -> None:
+        if index < len(asked.message_ids):  # a tap can outrun the send's own bookkeeping
+            await self._edit_text(asked.chat_id, asked.message_ids[index], text, reply_markup)
+
+    async def _close_questions(self, asked: TelegramQuestionSet, note: str) -> None:
+        """Every unanswered question's message says how the wait ended; its buttons go."""
+        for index in asked.open_questions():
+            await self._edit_question(asked, index, closed_html(asked, index, note))
+
+    def _forget_awaiting(self, request_id: str, index: int | None = None) -> None:
+        for key, (waiting_for, question) in list(self._awaiting_text.items()):
+            if waiting_for == request_id and index in (None, question):
+                del self._awaiting_text[key]
+
+    def _keep_background(self, work: Any) -> None:
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
 
 __all__ = ["TelegramChannel", "create_channel", "target"]

@@ -10,6 +10,7 @@ from atlas.tools.registry import ToolRegistry
 
 def default_registry() -> ToolRegistry:
     from atlas.tools.agents import AGENT_TOOLS
+    from atlas.tools.ask import ASK_TOOLS
     from atlas.tools.attach import ATTACH_TOOLS
     from atlas.tools.browser import BROWSER_TOOLS
     from atlas.tools.conversations import CONVERSATION_TOOLS
@@ -31,6 +32,7 @@ def default_registry() -> ToolRegistry:
             *WEB_TOOLS,
             *MEMORY_TOOLS,
             *SKILL_TOOLS,
+            *ASK_TOOLS,
             *DELEGATE_TOOLS,
             *AGENT_TOOLS,
             *TOOL_SEARCH_TOOLS,

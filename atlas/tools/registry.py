@@ -23,6 +23,7 @@ from atlas.errors import ToolError
 from atlas.providers.base import Image, ToolSpec
 
 if TYPE_CHECKING:
+    from atlas.channels.base import Question, QuestionOutcome
     from atlas.config import Settings
     from atlas.home import Bot, Home
     from atlas.store.conversations import ConversationStore
@@ -34,6 +35,8 @@ RunKind = Literal["conversation", "bot", "routine", "subagent"]
 Asker = Callable[[str, list[str]], Awaitable[str | None]]
 # Puts a notice into the origin conversation (starts a new turn there).
 Notifier = Callable[[str], Awaitable[None]]
+# Puts ask_user's questions to the person in the chat; says how the wait ended.
+QuestionAsker = Callable[[list["Question"]], Awaitable["QuestionOutcome"]]
 
 
 @dataclass
@@ -62,6 +65,7 @@ class RunContext:
     state: ConversationState = field(default_factory=ConversationState)
     ask: Asker | None = None
     notify: Notifier | None = None
+    ask_questions: QuestionAsker | None = None
     supports_images: bool = True
     # Opens a bot's conversation store (the runtime's, shared): for tools that search or record.
     open_store: Callable[[Bot], Awaitable[ConversationStore]] | None = None

@@ -257,3 +257,36 @@ async def test_a_tool_can_attach_a_file_to_the_reply(home) -> None:
     assert missing.startswith("Error:") and "not a file" in missing
     await dispatcher.shutdown()
     await runtime.close()
+
+
+async def test_ask_user_reaches_the_channel_through_the_dispatcher(home) -> None:
+    from atlas.channels.base import Answer, QuestionOutcome
+    from atlas.tools.ask import ASK_TOOLS
+
+    class QuestionChannel(RecordingChannel):
+        async def ask_questions(self, address, questions):  # type: ignore[no-untyped-def]
+            self.asked = questions
+            return QuestionOutcome("submitted", [Answer((questions[0].choices[1],), None, "u1")])
+
+    model = ScriptedModel(
+        Reply(
+            calls=[
+                (
+                    "ask_user",
+                    {"questions": [{"question": "Which color?", "choices": ["red", "blue"]}]},
+                )
+            ]
+        ),
+        Reply("Blue it is."),
+    )
+    runtime = Runtime(home, model=model, registry=ToolRegistry(ASK_TOOLS))
+    channel = QuestionChannel()
+    dispatcher = Dispatcher(runtime, {"test": channel})
+    await dispatcher.submit(Inbound(ADDRESS, "paint it"))
+    await dispatcher.wait_idle(ADDRESS)
+    assert channel.asked[0].text == "Which color?"
+    result = model.requests[1].messages[-1].content
+    assert "The user answered" in result and "blue" in result
+    assert channel.sent[-1][1] == "Blue it is."
+    await dispatcher.shutdown()
+    await runtime.close()

@@ -1,0 +1,207 @@
+"""ask_user on Telegram: real aiogram against the fake Bot API on 127.0.0.1; the tool reaches the
+channel through run.ask_questions, as the dispatcher will bind it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from atlas.channels.base import Address, Question, QuestionOutcome
+from atlas.channels.manager import start_channels, stop_channels
+from atlas.channels.telegram import TelegramChannel
+from atlas.dispatch import Dispatcher
+from atlas.home import Home
+from atlas.providers.scripted import ScriptedModel
+from atlas.runtime import Runtime
+from atlas.tools.ask import ask_user
+from atlas.tools.registry import ToolRegistry
+from atlas.trust.gate import OpenGate
+from tests.fakes.telegram_server import TOKEN, FakeTelegram
+from tests.helpers import BASE_CONFIG, make_home, run_context
+
+OWNER = 1
+STRANGER = 666
+
+BOT_TOML = """
+[channels.telegram]
+token_env = "ATLAS_TEST_TELEGRAM_TOKEN"
+api_base = "{base}"
+allowed_users = [{owner}]
+poll_timeout = 5
+"""
+
+
+@dataclass
+class Harness:
+    fake: FakeTelegram
+    home: Home
+    model: ScriptedModel
+    channel: TelegramChannel
+    address: Address
+
+    def run_ask(self, arguments: dict[str, Any]) -> asyncio.Task[Any]:
+        """ask_user called in a conversation run bound to this chat."""
+        run = run_context(self.home)
+        run.channel = self.channel.name
+        run.ask_questions = lambda questions: self.channel.ask_questions(  # type: ignore[attr-defined]
+            self.address, questions
+        )
+        return asyncio.create_task(ask_user.invoke(run, arguments))
+
+    def ask(self, *questions: Question) -> asyncio.Task[QuestionOutcome]:
+        return asyncio.create_task(self.channel.ask_questions(self.address, list(questions)))
+
+    async def question_messages(self, count: int) -> list[int]:
+        """Wait for `count` messages with a keyboard; their ids, in order."""
+
+        def with_keyboard() -> list[int]:
+            return [mid for mid, m in self.fake.messages.items() if "reply_markup" in m["params"]]
+
+        await self.fake.wait_for(lambda: len(with_keyboard()) >= count)
+        return with_keyboard()
+
+    def buttons(self, message_id: int) -> dict[str, str]:
+        """The message's current buttons (after any edit): label → callback data."""
+        message = self.fake.messages[message_id]
+        markup = (message.get("edited") or message["params"]).get("reply_markup") or {}
+        return {
+            button["text"]: button["callback_data"]
+            for row in markup.get("inline_keyboard", [])
+            for button in row
+        }
+
+    async def tap(self, message_id: int, label: str, *, user_id: int = OWNER) -> None:
+        before = len(self.fake.calls_to("answerCallbackQuery"))
+        await self.fake.push(
+            self.fake.tap(message_id, self.buttons(message_id)[label], user_id=user_id)
+        )
+        await self.fake.wait_for(lambda: len(self.fake.calls_to("answerCallbackQuery")) > before)
+
+
+@contextlib.asynccontextmanager
+async def _harness(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chat: str = ""
+) -> AsyncIterator[Harness]:
+    fake = FakeTelegram()
+    base = await fake.start()
+    monkeypatch.setenv("ATLAS_TEST_TELEGRAM_TOKEN", TOKEN)
+    config = BASE_CONFIG.format(base_url="http://127.0.0.1:9/v1") + chat
+    home = make_home(tmp_path / "home", config=config)
+    bot_toml = home.root / "bots" / "atlas" / "bot.toml"
+    bot_toml.write_text(bot_toml.read_text() + BOT_TOML.format(base=base, owner=OWNER))
+    home = Home(home.root)
+    model = ScriptedModel()
+    runtime = Runtime(home, model=model, gate=OpenGate(), registry=ToolRegistry([]))
+    dispatcher = Dispatcher(runtime, {})
+    channels = await start_channels(home, dispatcher, wait=5)
+    channel = channels["telegram:atlas"]
+    assert isinstance(channel, TelegramChannel)
+    address = Address("atlas", channel.name, str(OWNER))
+    try:
+        yield Harness(fake, home, model, channel, address)
+    finally:
+        await dispatcher.shutdown()
+        await stop_channels(channels)
+        await runtime.close()
+        await fake.stop()
+
+
+@pytest.fixture
+async def tg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Harness]:
+    async with _harness(tmp_path, monkeypatch) as harness:
+        yield harness
+
+
+async def test_a_tap_answers_and_a_strangers_tap_is_ignored(tg: Harness) -> None:
+    task = tg.run_ask(
+        {"questions": [{"question": "Which database?", "choices": ["Postgres", "SQLite"]}]}
+    )
+    [message_id] = await tg.question_messages(1)
+    assert list(tg.buttons(message_id)) == ["Postgres", "SQLite", "Other…", "Cancel"]
+    datas = list(tg.buttons(message_id).values())
+    assert len(set(datas)) == 4 and all(len(d.encode()) <= 64 for d in datas)
+
+    await tg.tap(message_id, "SQLite", user_id=STRANGER)
+    assert not task.done()
+    assert "edited" not in tg.fake.messages[message_id]
+
+    await tg.tap(message_id, "SQLite")
+    result = await asyncio.wait_for(task, 5)
+    assert result.text == "The user answered:\n1. Which database?\n   → SQLite"
+    await tg.fake.wait_for(lambda: "→" in tg.fake.messages[message_id]["text"])
+    edited = tg.fake.messages[message_id]
+    assert "SQLite" in edited["text"] and f"user{OWNER}" in edited["text"]
+    assert "reply_markup" not in edited["edited"]  # the buttons are gone
+    assert tg.model.requests == []
+
+
+async def test_multi_select_toggles_then_done_and_other_as_free_text(tg: Harness) -> None:
+    task = tg.ask(
+        Question("Which features?", ("auth", "search", "billing"), multi_select=True),
+        Question("Anything else?", ("no",)),
+    )
+    first, second = await tg.question_messages(2)
+    assert "Done" in tg.buttons(first) and "Done" not in tg.buttons(second)
+
+    await tg.tap(first, "☐ auth")
+    await tg.tap(first, "☐ billing")
+    await tg.tap(first, "☑ auth")  # toggled off again
+    assert list(tg.buttons(first))[:3] == ["☐ auth", "☐ search", "☑ billing"]
+    await tg.tap(first, "Done")
+
+    await tg.tap(second, "Other…")
+    assert "send your answer" in tg.fake.messages[second]["text"]
+    await tg.fake.push(tg.fake.message("dark mode, please", user_id=OWNER))
+    outcome = await asyncio.wait_for(task, 5)
+
+    assert outcome.status == "submitted"
+    assert [(a.chosen, a.other) for a in outcome.answers] == [
+        (("billing",), ""),
+        ((), "dark mode, please"),
+    ]
+    await tg.fake.wait_for(lambda: "dark mode, please" in tg.fake.messages[second]["text"])
+    assert tg.model.requests == [], "the written answer did not start a turn"
+
+
+async def test_no_answer_in_time_is_timed_out_and_the_message_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with _harness(tmp_path, monkeypatch, chat="\n[chat]\nask_user_timeout = 0.3\n") as tg:
+        task = tg.run_ask({"questions": [{"question": "Proceed?", "choices": ["yes", "no"]}]})
+        [message_id] = await tg.question_messages(1)
+        yes = tg.buttons(message_id)["yes"]
+        result = await asyncio.wait_for(task, 5)
+        assert result.text.startswith("Nobody answered within 0 s")
+        await tg.fake.wait_for(lambda: "edited" in tg.fake.messages[message_id])
+        assert "no answer in time" in tg.fake.messages[message_id]["text"]
+        # A late tap finds the question closed.
+        await tg.fake.push(tg.fake.tap(message_id, yes, user_id=OWNER))
+        await tg.fake.wait_for(lambda: bool(tg.fake.calls_to("answerCallbackQuery")))
+        assert tg.fake.calls_to("answerCallbackQuery")[-1]["text"] == (
+            "This question is already closed."
+        )
+
+
+async def test_a_question_telegram_refuses_is_undelivered(tg: Harness) -> None:
+    tg.fake.fail_next("sendMessage", "400")
+    result = await asyncio.wait_for(
+        tg.run_ask({"questions": [{"question": "Colour?", "choices": ["red"]}]}), 5
+    )
+    assert result.text.startswith("The questions could not be shown to the user")
+    assert "chat not found" in result.text
+
+
+async def test_cancel_closes_every_question(tg: Harness) -> None:
+    task = tg.ask(Question("One?", ("a",)), Question("Two?", ("b",)))
+    first, second = await tg.question_messages(2)
+    await tg.tap(second, "Cancel")
+    outcome = await asyncio.wait_for(task, 5)
+    assert outcome.status == "cancelled" and f"user{OWNER}" in outcome.detail
+    for message_id in (first, second):
+        await tg.fake.wait_for(lambda m=message_id: "cancelled by" in tg.fake.messages[m]["text"])
