@@ -36,7 +36,7 @@ from atlas.channels.questions import (
     parse_action,
 )
 from atlas.channels.settings import SlackSettings, channel_settings, secret
-from atlas.channels.slack_delivery import SlackDeliveryError, SlackSender
+from atlas.channels.slack_delivery import SlackDeliveryError, SlackSender, unsendable
 from atlas.channels.slack_format import (
     ASK_ACTION_PREFIX,
     SLACK_TEXT_LIMIT,
@@ -645,25 +645,31 @@ class SlackChannel:
         return None
 
     async def send(self, address: Address, text: str, files: list[Path] | None = None) -> None:
-        """Render, split and post, each chunk exactly once. A reply that cannot be delivered is
-        kept (and sent with the next reply that gets through) and the error is raised."""
+        """Render, split and post, each chunk exactly once, then upload its files into the same
+        channel and thread. A reply that cannot be delivered is kept (and sent with the next
+        reply that gets through) and the error is raised; a file that cannot be sent is named
+        in the reply with the reason."""
         await self._stop_typing(address)
-        body = text if text.strip() else "(no answer)"
-        for path in files or []:
-            body += f"\n[file kept at {path}]"  # uploads are not supported yet
+        sendable, refused = await asyncio.to_thread(self._check_files, files or [])
+        body = text if text.strip() else ("" if sendable and not refused else "(no answer)")
+        if refused:
+            body = "\n\n".join(part for part in (body, "\n".join(refused)) if part)
         if self.undelivered.get(address):
             kept = "\n\n".join(self.undelivered.pop(address))
             body = (
                 f"(An earlier reply could not be delivered; here it is.)\n\n{kept}\n\n---\n\n{body}"
             )
-        chunks = split_message(markdown_to_mrkdwn(body), SLACK_TEXT_LIMIT)
+        chunks = split_message(markdown_to_mrkdwn(body), SLACK_TEXT_LIMIT) if body else []
         for number, chunk in enumerate(chunks):
             try:
                 await self.sender.post(
                     slack_channel(address), chunk, thread_ts=address.thread or None
                 )
             except SlackDeliveryError as exc:
-                self.undelivered.setdefault(address, []).append("\n".join(chunks[number:]))
+                kept_parts = "\n".join(chunks[number:])
+                if sendable:
+                    kept_parts += f"\n\n(Not sent with it: {', '.join(p.name for p in sendable)}.)"
+                self.undelivered.setdefault(address, []).append(kept_parts)
                 log.error(
                     "%s: reply to %s undelivered (%d of %d parts kept): %s",
                     self.name,
@@ -673,6 +679,31 @@ class SlackChannel:
                     exc,
                 )
                 raise
+        failed = []
+        for path in sendable:
+            try:
+                await self.sender.upload(
+                    slack_channel(address), path, thread_ts=address.thread or None
+                )
+            except (SlackDeliveryError, OSError) as exc:
+                log.warning("%s: file %s not sent to %s: %s", self.name, path, address, exc)
+                why = exc if isinstance(exc, SlackDeliveryError) else exc.strerror or exc
+                failed.append(f"(I could not send the file {path.name}: {why})")
+        if failed:
+            await self.send(address, "\n".join(failed))
+
+    def _check_files(self, files: list[Path]) -> tuple[list[Path], list[str]]:
+        """The files that can go out, and a line for each that cannot, saying why."""
+        sendable: list[Path] = []
+        refused: list[str] = []
+        for path in files:
+            problem = unsendable(path)
+            if problem is None:
+                sendable.append(path)
+            else:
+                log.warning("%s: file %s not sent: %s", self.name, path, problem)
+                refused.append(f"(I could not send the file {path.name}: {problem}.)")
+        return sendable, refused
 
     async def _stop_typing(self, address: Address) -> None:
         target = self._reacting.pop(address, None)

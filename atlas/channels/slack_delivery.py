@@ -4,6 +4,12 @@ A 429 is retried after its Retry-After. A 5xx or a dropped connection is ambiguo
 `chat.postMessage`: Slack may have posted the message before the answer was lost. Every post
 therefore carries its own id in the message metadata, and before posting again we look in the
 channel (or thread) for a message with that id; if it is there, the post is done.
+
+Files go up the way slack_sdk's `files_upload_v2` sends them (files.getUploadURLExternal, the
+bytes to the URL it returns, files.completeUploadExternal), but step by step: the first two
+share nothing and are simply repeated, while the completion, which shares the file, is
+ambiguous like a post; before completing again we ask files.info whether the file is already
+shared into the channel. (files_upload_v2 as one call could not tell which step failed.)
 """
 
 from __future__ import annotations
@@ -12,7 +18,9 @@ import asyncio
 import logging
 import random
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 
@@ -26,6 +34,9 @@ log = logging.getLogger(__name__)
 METADATA_EVENT = "atlas_reply"
 # How many recent messages are searched for a post whose answer was lost.
 LOOKBACK = 50
+# Slack takes files up to 1 GB.
+UPLOAD_LIMIT = 1024 * 1024 * 1024
+T = TypeVar("T")
 
 
 class SlackDeliveryError(AtlasError):
@@ -50,14 +61,84 @@ class SlackSender:
 
     async def call(self, method: str, **params: Any) -> dict[str, Any]:
         """A call that is safe to repeat (update, reactions, status): retried on any outage."""
+
+        async def once() -> dict[str, Any]:
+            response = await self.client.api_call(method, json=params)
+            return dict(response.data)  # type: ignore[arg-type]
+
+        return await self._repeated(method, once)
+
+    async def _repeated(self, what: str, action: Callable[[], Awaitable[T]]) -> T:
+        """`action` until it succeeds, retried on 429, 5xx and dropped connections."""
         for attempt in range(1, self.attempts + 1):
             try:
-                response = await self.client.api_call(method, json=params)
-                return dict(response.data)  # type: ignore[arg-type]
+                return await action()
             except Exception as exc:  # classified below; anything else is re-raised
-                delay = self._retry_delay(method, exc, attempt)
+                delay = self._retry_delay(what, exc, attempt)
             await asyncio.sleep(delay)
         raise AssertionError("unreachable: the last attempt raises")
+
+    async def upload(self, channel: str, path: Path, *, thread_ts: str | None = None) -> str:
+        """Share a file into the channel (and thread) exactly once; returns its file id."""
+        data = await asyncio.to_thread(path.read_bytes)
+
+        async def prepare() -> str:
+            # A fresh upload URL each time: an unfinished upload is never shared, only dropped.
+            slot = await self.client.files_getUploadURLExternal(
+                filename=path.name, length=len(data)
+            )
+            await self._send_bytes(str(slot["upload_url"]), data, path.name)
+            return str(slot["file_id"])
+
+        file_id = await self._repeated("files.getUploadURLExternal", prepare)
+        complete = "files.completeUploadExternal"
+        uncertain = False
+        for attempt in range(1, self.attempts + 1):
+            try:
+                if uncertain:
+                    if await self._is_shared(file_id, channel):
+                        log.info("slack: file %s reached %s despite the error", path.name, channel)
+                        return file_id
+                    uncertain = False  # not shared: completing again cannot share it twice
+                await self.client.files_completeUploadExternal(
+                    files=[{"id": file_id, "title": path.name}],
+                    channel_id=channel,
+                    thread_ts=thread_ts,
+                )
+                return file_id
+            except Exception as exc:  # classified below; anything else is re-raised
+                delay = self._retry_delay(complete, exc, attempt)
+                uncertain = uncertain or _maybe_done(exc)
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable: the last attempt raises")
+
+    async def _send_bytes(self, url: str, data: bytes, name: str) -> None:
+        """Step two of an upload: the bytes to the URL Slack handed out (no token needed)."""
+        timeout = aiohttp.ClientTimeout(total=max(60.0, len(data) / 250_000))
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.post(url, data=data) as response,
+        ):
+            body = await response.text()
+            if response.status == 429 or response.status >= 500:
+                # Retried by the caller, as a dropped connection would be.
+                raise aiohttp.ClientResponseError(
+                    response.request_info, (), status=response.status, message=body[:200]
+                )
+            if response.status != 200:
+                raise SlackDeliveryError(
+                    f"Slack refused the upload of {name}: HTTP {response.status} {body[:200]}"
+                )
+
+    async def _is_shared(self, file_id: str, channel: str) -> bool:
+        """Whether Slack already shows the file in the channel (a completion that landed)."""
+        response = await self.client.api_call("files.info", params={"file": file_id})
+        found = response.get("file") or {}
+        shares = found.get("shares") or {}
+        places = {*(shares.get("public") or {}), *(shares.get("private") or {})}
+        for kind in ("channels", "groups", "ims"):
+            places.update(found.get(kind) or [])
+        return channel in places
 
     async def post(
         self, channel: str, text: str, *, thread_ts: str | None = None, **extra: Any
@@ -176,4 +257,18 @@ def _describe(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-__all__ = ["METADATA_EVENT", "SlackDeliveryError", "SlackSender"]
+def unsendable(path: Path, limit: int = UPLOAD_LIMIT) -> str | None:
+    """Why a file cannot go out (missing, not a file, over `limit` bytes), or None."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror or exc})"
+    if not path.is_file():
+        return "it is not a file"
+    if info.st_size > limit:
+        size, most = info.st_size / 1024**2, limit / 1024**2
+        return f"it is {size:.1f} MB and Slack takes at most {most:.0f} MB"
+    return None
+
+
+__all__ = ["METADATA_EVENT", "UPLOAD_LIMIT", "SlackDeliveryError", "SlackSender", "unsendable"]

@@ -36,11 +36,14 @@ from atlas.channels.questions import (
 )
 from atlas.channels.settings import TelegramSettings, channel_settings, secret
 from atlas.channels.telegram_delivery import (
+    SELF_HOSTED_UPLOAD_LIMIT,
+    UPLOAD_LIMIT,
     Chunk,
     DeliveryError,
     Retrying,
     send_chunk,
     telegram_chunks,
+    unsendable,
 )
 from atlas.channels.telegram_questions import (
     CALLBACK_KIND,
@@ -86,6 +89,12 @@ def create_channel(bot: Bot, dispatcher: Dispatcher) -> TelegramChannel:
             raise ConfigError(
                 f"{bot.root / 'bot.toml'}: channels.telegram.mode is 'webhook' but "
                 "channels.telegram.webhook_url is not set (the public https URL Telegram posts to)"
+            )
+        if not settings.webhook_secret_env:
+            raise ConfigError(
+                f"{bot.root / 'bot.toml'}: channels.telegram.mode is 'webhook' but "
+                "channels.telegram.webhook_secret_env is not set (the environment variable "
+                "holding the secret Telegram sends with every update)"
             )
         webhook_secret = secret(bot, PLATFORM, "webhook_secret_env", settings.webhook_secret_env)
     return TelegramChannel(bot, settings, dispatcher, token, webhook_secret=webhook_secret)
@@ -546,8 +555,13 @@ class TelegramChannel:
 
         given = request.headers.get("X-Telegram-Bot-Api-Secret-Token", "")
         if not self.webhook_secret or not random_tokens.compare_digest(given, self.webhook_secret):
+            log.warning("%s: refused a webhook call without the right secret", self.name)
             return web.Response(status=401)
-        update = Update.model_validate(await request.json(), context={"bot": self.tg})
+        try:
+            update = Update.model_validate(await request.json(), context={"bot": self.tg})
+        except ValueError as exc:  # not JSON, or not an update (pydantic's errors are ValueErrors)
+            log.warning("%s: refused a webhook body that is not an update: %s", self.name, exc)
+            return web.Response(status=400)
         await self.handle_update(update)  # stored before Telegram hears 200
         return web.Response()
 
@@ -585,10 +599,14 @@ class TelegramChannel:
         return None
 
     async def send(self, address: Address, text: str, files: list[Path] | None = None) -> None:
-        """The reply in chunks, each retried on its own; what cannot be sent is kept, logged,
-        and offered again at the next successful contact with that chat."""
+        """The reply in chunks, each retried on its own, then its files as documents. What
+        cannot be sent is kept, logged, and offered again at the next successful contact with
+        that chat; a file that cannot be sent is named in the reply with the reason."""
         self._stop_typing(address)
         chat_id, thread_id = target(address)
+        sendable, refused = await asyncio.to_thread(self._check_files, files or [])
+        if refused:
+            text = f"{text}\n\n" + "\n".join(refused) if text.strip() else "\n".join(refused)
         backlog = self._undelivered.pop(chat_id, [])
         if backlog:
             earlier = "\n\n".join(backlog)
@@ -601,6 +619,9 @@ class TelegramChannel:
                 )
             except DeliveryError as exc:
                 kept = "\n\n".join(c.plain for c in chunks[index:])
+                if sendable:
+                    names = ", ".join(path.name for path in sendable)
+                    kept += f"\n\n(Not sent with it: {names}.)"
                 self._undelivered.setdefault(chat_id, []).append(kept)
                 log.error(
                     "%s: reply to chat %s kept undelivered (%d chars): %s",
@@ -610,11 +631,33 @@ class TelegramChannel:
                     exc,
                 )
                 raise
-        for path in files or []:
-            await self._send_file(chat_id, thread_id, path)
+        failed = []
+        for path in sendable:
+            try:
+                await self._send_file(chat_id, thread_id, path)
+            except DeliveryError as exc:
+                log.warning("%s: file %s not sent to chat %s: %s", self.name, path, chat_id, exc)
+                failed.append(f"(I could not send the file {path.name}: {exc})")
+        if failed:
+            await self.send(address, "\n".join(failed))
+
+    def _check_files(self, files: list[Path]) -> tuple[list[Path], list[str]]:
+        """The files that can go out, and a line for each that cannot, saying why."""
+        limit = SELF_HOSTED_UPLOAD_LIMIT if self.settings.api_base else UPLOAD_LIMIT
+        sendable: list[Path] = []
+        refused: list[str] = []
+        for path in files:
+            problem = unsendable(path, limit)
+            if problem is None:
+                sendable.append(path)
+            else:
+                log.warning("%s: file %s not sent: %s", self.name, path, problem)
+                refused.append(f"(I could not send the file {path.name}: {problem}.)")
+        return sendable, refused
 
     async def _send_file(self, chat_id: int, thread_id: int | None, path: Path) -> None:
-        from aiogram.exceptions import TelegramBadRequest
+        """One file as a document, retried like a chunk; DeliveryError says why it did not go."""
+        from aiogram.exceptions import TelegramAPIError
         from aiogram.types import FSInputFile
 
         tg = self._connected()
@@ -623,8 +666,10 @@ class TelegramChannel:
                 "sendDocument",
                 lambda: tg.send_document(chat_id, FSInputFile(path), message_thread_id=thread_id),
             )
-        except TelegramBadRequest as exc:
-            raise DeliveryError(f"Telegram refused the file {path.name}: {exc}") from exc
+        except TelegramAPIError as exc:  # refused (400, 403) or too large (413)
+            raise DeliveryError(f"Telegram refused it ({exc})") from exc
+        except OSError as exc:  # removed or unreadable since the tool attached it
+            raise DeliveryError(f"it could not be read ({exc.strerror or exc})") from exc
 
     async def ask(self, address: Address, question: str, choices: list[str]) -> str | None:
         """Put a question with one inline button per choice; the first allowed tap answers.

@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from atlas.channels.text import markdown_to_telegram_html, split_message, utf16_len
@@ -23,6 +24,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TELEGRAM_LIMIT = 4096
+# What bots may upload: 50 MB through Telegram's servers, 2,000 MB through a self-hosted one.
+MB = 1024 * 1024
+UPLOAD_LIMIT = 50 * MB
+SELF_HOSTED_UPLOAD_LIMIT = 2000 * MB
 T = TypeVar("T")
 
 
@@ -65,6 +70,7 @@ class Retrying:
 
     async def call(self, what: str, action: Callable[[], Awaitable[T]]) -> T:
         from aiogram.exceptions import (
+            TelegramEntityTooLarge,
             TelegramNetworkError,
             TelegramRetryAfter,
             TelegramServerError,
@@ -74,6 +80,8 @@ class Retrying:
         for attempt in range(1, self.attempts + 1):
             try:
                 return await action()
+            except TelegramEntityTooLarge:
+                raise  # a 413 stays a 413: sending the same file again cannot help
             except TelegramRetryAfter as exc:
                 wait = float(exc.retry_after)
                 reason = f"rate limited, retry after {exc.retry_after} s"
@@ -133,4 +141,28 @@ async def send_chunk(
         raise DeliveryError(f"Telegram refused the message to chat {chat_id}: {exc}") from exc
 
 
-__all__ = ["Chunk", "DeliveryError", "Retrying", "TELEGRAM_LIMIT", "send_chunk", "telegram_chunks"]
+def unsendable(path: Path, limit: int) -> str | None:
+    """Why a file cannot go out (missing, not a file, over `limit` bytes), or None."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror or exc})"
+    if not path.is_file():
+        return "it is not a file"
+    if info.st_size > limit:
+        size, most = info.st_size / MB, limit / MB
+        return f"it is {size:.1f} MB and Telegram takes at most {most:.0f} MB from a bot"
+    return None
+
+
+__all__ = [
+    "Chunk",
+    "DeliveryError",
+    "Retrying",
+    "SELF_HOSTED_UPLOAD_LIMIT",
+    "TELEGRAM_LIMIT",
+    "UPLOAD_LIMIT",
+    "send_chunk",
+    "telegram_chunks",
+    "unsendable",
+]

@@ -37,6 +37,18 @@ class Posted:
 
 
 @dataclass
+class Shared:
+    """A file the bot uploaded and shared (files.completeUploadExternal)."""
+
+    file_id: str
+    channel: str
+    thread_ts: str | None
+    name: str
+    title: str
+    data: bytes
+
+
+@dataclass
 class Call:
     method: str
     params: dict[str, Any]
@@ -52,6 +64,9 @@ class FakeSlack:
         self.posted: list[Posted] = []
         self.ephemeral: list[dict[str, Any]] = []
         self.files: dict[str, tuple[dict[str, Any], bytes]] = {}
+        # file id -> (filename, declared length, bytes once uploaded) of the bot's uploads
+        self.uploads: dict[str, tuple[str, int, bytes | None]] = {}
+        self.shared: list[Shared] = []
         self.acks: dict[str, dict[str, Any]] = {}
         self.connections = 0
         self._failures: dict[str, list[tuple[Failure, float]]] = {}
@@ -70,6 +85,7 @@ class FakeSlack:
         app.router.add_post("/api/{method}", self._api)
         app.router.add_get("/link/", self._link)
         app.router.add_get("/files/{file_id}/{name}", self._download)
+        app.router.add_post("/upload/{file_id}", self._upload)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -91,7 +107,8 @@ class FakeSlack:
     def fail(
         self, method: str, failure: Failure, *, times: int = 1, retry_after: float = 1
     ) -> None:
-        """The next `times` calls of `method` fail this way (a 429 carries Retry-After)."""
+        """The next `times` calls of `method` fail this way (a 429 carries Retry-After).
+        `upload` is the POST of a file's bytes to the URL files.getUploadURLExternal gave."""
         self._failures.setdefault(method, []).extend([(failure, retry_after)] * times)
 
     def add_file(self, name: str, content: bytes, mimetype: str = "text/plain") -> dict[str, Any]:
@@ -260,12 +277,19 @@ class FakeSlack:
         if method in ("reactions.add", "reactions.remove", "assistant.threads.setStatus"):
             return {"ok": True}
         if method == "files.info":
-            found = self.files.get(str(params.get("file")))
+            file_id = str(params.get("file"))
+            if file_id in self.uploads:
+                return {"ok": True, "file": self._uploaded_info(file_id)}
+            found = self.files.get(file_id)
             return (
                 {"ok": True, "file": found[0]}
                 if found
                 else {"ok": False, "error": "file_not_found"}
             )
+        if method == "files.getUploadURLExternal":
+            return self._upload_url(params)
+        if method == "files.completeUploadExternal":
+            return self._complete_upload(params)
         if method in ("conversations.history", "conversations.replies"):
             return self._history(method, params)
         return {"ok": False, "error": "unknown_method"}
@@ -304,6 +328,76 @@ class FakeSlack:
             for p in reversed(found)
         ]
         return {"ok": True, "messages": messages, "has_more": False}
+
+    def _upload_url(self, params: dict[str, Any]) -> dict[str, Any]:
+        filename, length = params.get("filename"), params.get("length")
+        if not filename or not str(length or "").isdigit():
+            return {"ok": False, "error": "invalid_arguments"}
+        file_id = f"F{next(self._ids):04d}"
+        self.uploads[file_id] = (str(filename), int(str(length)), None)
+        return {
+            "ok": True,
+            "upload_url": f"http://127.0.0.1:{self.port}/upload/{file_id}",
+            "file_id": file_id,
+        }
+
+    async def _upload(self, request: web.Request) -> web.StreamResponse:
+        """The upload URL: raw bytes, as slack_sdk sends them; no token needed."""
+        file_id = request.match_info["file_id"]
+        data = await request.read()
+        queued = self._failures.get("upload")
+        failure = queued.pop(0) if queued else None
+        if failure and failure[0] in ("drop_before", "drop_after"):
+            self.calls.append(Call("upload (dropped)", {"file": file_id}))
+            return _drop(request)
+        if failure:
+            self.calls.append(Call(f"upload ({failure[0]})", {"file": file_id}))
+            status = 429 if failure[0] == "429" else 503
+            return web.Response(status=status, text="try again later")
+        self.calls.append(Call("upload", {"file": file_id, "bytes": len(data)}))
+        if file_id not in self.uploads:
+            return web.Response(status=404, text="no such upload")
+        name, length, _ = self.uploads[file_id]
+        if len(data) != length:
+            return web.Response(status=400, text=f"expected {length} bytes, got {len(data)}")
+        self.uploads[file_id] = (name, length, data)
+        return web.Response(text=f"OK - {len(data)}")
+
+    def _complete_upload(self, params: dict[str, Any]) -> dict[str, Any]:
+        # Completing a file twice shares it twice here: the worst Slack could do.
+        files = _json_field(params.get("files")) or []
+        channel = str(params.get("channel_id") or "")
+        done = []
+        for item in files:
+            file_id = str(item.get("id"))
+            found = self.uploads.get(file_id)
+            if found is None or found[2] is None:
+                return {"ok": False, "error": "file_upload_not_found"}
+            name, _, data = found
+            if channel:
+                self.shared.append(
+                    Shared(
+                        file_id,
+                        channel,
+                        params.get("thread_ts") or None,
+                        name,
+                        str(item.get("title") or name),
+                        data,
+                    )
+                )
+            done.append({"id": file_id, "name": name, "title": item.get("title") or name})
+        return {"ok": True, "files": done}
+
+    def _uploaded_info(self, file_id: str) -> dict[str, Any]:
+        name, length, _ = self.uploads[file_id]
+        shares: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        for share in self.shared:
+            if share.file_id == file_id:
+                kind = "private" if share.channel.startswith(("D", "G")) else "public"
+                places = shares.setdefault(kind, {}).setdefault(share.channel, [])
+                places.append({"ts": self.next_ts(), "thread_ts": share.thread_ts})
+        info: dict[str, Any] = {"id": file_id, "name": name, "size": length}
+        return info | ({"shares": shares} if shares else {})
 
     async def _download(self, request: web.Request) -> web.StreamResponse:
         self.calls.append(Call("download", {"file": request.match_info["file_id"]}))

@@ -194,6 +194,10 @@ class FakeTelegram:
                 params[key] = json.loads(value)
             else:
                 params[key] = value
+        # aiogram names an upload `attach://<part>` and sends its bytes as that form part.
+        for key, value in list(params.items()):
+            if isinstance(value, str) and value.startswith("attach://"):
+                params[key] = params.pop(value.removeprefix("attach://"), value)
         return params
 
     def _fault_for(self, method: str) -> Fault | None:

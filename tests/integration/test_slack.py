@@ -114,7 +114,9 @@ api_base = "{api_url}"
 """
 
 
-async def make_harness(home: Home, monkeypatch: pytest.MonkeyPatch, extra: str = "") -> Harness:
+async def make_harness(
+    home: Home, monkeypatch: pytest.MonkeyPatch, extra: str = "", tools: list[Tool] | None = None
+) -> Harness:
     fake = FakeSlack()
     await fake.start()
     bot_toml = home.root / "bots" / "atlas" / "bot.toml"
@@ -125,7 +127,10 @@ async def make_harness(home: Home, monkeypatch: pytest.MonkeyPatch, extra: str =
     home = Home(home.root)
     model = ScriptedModel()
     runtime = Runtime(
-        home, model=model, gate=AskForLaunch(), registry=ToolRegistry([lookup, launch])
+        home,
+        model=model,
+        gate=AskForLaunch(),
+        registry=ToolRegistry([lookup, launch, *(tools or [])]),
     )
     dispatcher = Dispatcher(runtime, {})
     channel = create_channel(home.bot("atlas"), dispatcher)

@@ -21,6 +21,7 @@ from atlas.home import Home
 from atlas.providers.base import ToolCall
 from atlas.providers.scripted import Reply, ScriptedModel
 from atlas.runtime import Runtime
+from atlas.tools.attach import ATTACH_TOOLS
 from atlas.tools.registry import RunContext, Tool, ToolRegistry, tool
 from atlas.trust.gate import ALLOW_ONCE, Allow, Ask, BaseGate, Decision, OpenGate
 from tests.fakes.telegram_server import TOKEN, FakeTelegram
@@ -84,17 +85,22 @@ async def _harness(
     *,
     extra: str = "",
     gate: BaseGate | None = None,
+    tools: list[Tool] | None = None,
+    env: dict[str, str] | None = None,
 ) -> AsyncIterator[Harness]:
     fake = FakeTelegram()
     base = await fake.start()
     monkeypatch.setenv("ATLAS_TEST_TELEGRAM_TOKEN", TOKEN)
+    for name, value in (env or {}).items():
+        monkeypatch.setenv(name, value)
     root = tmp_path / "home"
     make_home(root)
     bot_toml = root / "bots" / "atlas" / "bot.toml"
     bot_toml.write_text(bot_toml.read_text() + BOT_TOML.format(base=base, owner=OWNER, extra=extra))
     home = Home(root)
     model = ScriptedModel()
-    runtime = Runtime(home, model=model, gate=gate or OpenGate(), registry=ToolRegistry([shout]))
+    registry = ToolRegistry(tools or [shout])
+    runtime = Runtime(home, model=model, gate=gate or OpenGate(), registry=registry)
     dispatcher = Dispatcher(runtime, {})
     channels = await start_channels(home, dispatcher, wait=5)
     TOOL_RUNS.clear()
@@ -319,3 +325,53 @@ async def test_stop_cancels_the_running_turn(tg: Harness) -> None:
     texts = await tg.replies(OWNER, 1)
     assert "Stopped." in texts
     assert "never" not in texts
+
+
+@pytest.fixture
+async def tg_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Harness]:
+    async with _harness(tmp_path, monkeypatch, tools=[shout, *ATTACH_TOOLS]) as harness:
+        yield harness
+
+
+async def test_an_attached_file_goes_out_as_a_document_after_the_text(tg_files: Harness) -> None:
+    tg = tg_files
+    report = tg.home.bot("atlas").workspace / "report.csv"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_bytes(b"a,b\n1,2\n")
+    tg.fake.fail_next("sendDocument", "429", retry_after=1)  # retried, sent once
+    tg.model.add(Reply(calls=[("attach_file", {"path": "report.csv"})]), Reply("Here it is."))
+    await tg.fake.push(tg.fake.message("the report please", user_id=OWNER))
+    await tg.fake.wait_for(lambda: bool(tg.fake.calls_to("sendDocument")))
+    [document] = tg.fake.calls_to("sendDocument")
+    assert document["document"] == {"filename": "report.csv", "data": b"a,b\n1,2\n"}
+    assert document["chat_id"] == str(OWNER)
+    in_order = [
+        m.get("document", {}).get("filename") or m["text"] for m in tg.fake.messages.values()
+    ]
+    assert in_order == ["Here it is.", "report.csv"]
+    assert not tg.fake.faults
+    assert "report.csv will be sent" in str(tg.model.requests[1].messages[-1].content)
+
+
+async def test_a_file_telegram_refuses_is_named_in_the_reply(tg_files: Harness) -> None:
+    tg = tg_files
+    chart = tg.home.bot("atlas").workspace / "chart.png"
+    chart.parent.mkdir(parents=True, exist_ok=True)
+    chart.write_bytes(b"\x89PNG fake")
+    tg.fake.fail_next("sendDocument", "400")
+    tg.model.add(Reply(calls=[("attach_file", {"path": "chart.png"})]), Reply("The chart."))
+    await tg.fake.push(tg.fake.message("chart please", user_id=OWNER))
+    texts = await tg.replies(OWNER, 2)
+    assert texts[0] == "The chart."
+    assert "chart.png" in texts[1] and "chat not found" in texts[1]
+    assert not tg.fake.calls_to("sendDocument"), "the refused upload was not recorded as sent"
+
+
+async def test_a_file_gone_before_sending_is_named_and_the_text_still_goes(tg: Harness) -> None:
+    address = Address("atlas", "telegram:atlas", str(OWNER))
+    missing = tg.home.bot("atlas").workspace / "vanished.pdf"
+    await tg.channel.send(address, "Your summary.", [missing])
+    [text] = tg.fake.sent_texts(OWNER)
+    assert text.startswith("Your summary.")
+    assert "vanished.pdf" in text and "cannot be read" in text
+    assert not tg.fake.calls_to("sendDocument")
