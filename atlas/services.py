@@ -13,6 +13,7 @@ from atlas.home import Home
 from atlas.mcp.manager import McpManager
 from atlas.providers.base import ModelClient
 from atlas.runtime import Runtime
+from atlas.secrets import redact_logs
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +23,7 @@ async def start_core(
 ) -> Dispatcher:
     """Runtime + dispatcher + agents channel, MCP servers started. A malformed mcp.json fails
     here, before anything runs."""
+    redact_logs(home)
     mcp = McpManager(home)
     runtime = Runtime(home, model=model, mcp=mcp)
     channels[AGENTS_CHANNEL] = AgentChannel(home.settings.agents.reply_seconds)

@@ -24,6 +24,7 @@ from atlas.tools.registry import Notifier, RunContext, Tool, tool
 
 if TYPE_CHECKING:
     from atlas.home import Home
+from atlas.secrets import command_env
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +47,15 @@ QUIET_ENV = {
 }
 
 
-async def _spawn(command: str, cwd: Path, stdout: int) -> asyncio.subprocess.Process:
+async def _spawn(
+    command: str, cwd: Path, stdout: int, env: dict[str, str]
+) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         "bash",
         "-c",
         command,
         cwd=cwd,
-        env={**os.environ, **QUIET_ENV},
+        env={**env, **QUIET_ENV},
         stdin=asyncio.subprocess.DEVNULL,
         stdout=stdout,
         stderr=asyncio.subprocess.STDOUT,
@@ -118,11 +121,11 @@ def _open_pipe() -> tuple[BinaryIO, int]:
     return open(read_fd, "rb", buffering=0), write_fd
 
 
-async def _run_foreground(command: str, cwd: Path, time_limit: int) -> str:
+async def _run_foreground(command: str, cwd: Path, time_limit: int, env: dict[str, str]) -> str:
     loop = asyncio.get_running_loop()
     reader, write_fd = _open_pipe()
     try:
-        process = await _spawn(command, cwd, stdout=write_fd)
+        process = await _spawn(command, cwd, stdout=write_fd, env=env)
     except BaseException:
         reader.close()
         raise
@@ -224,11 +227,14 @@ class JobTable:
         bot: str,
         time_limit: int | None = None,
         notify: Notifier | None = None,
+        env: dict[str, str] | None = None,
     ) -> Job:
         """Start `command` detached from the turn, its output going to `jobs_dir/<id>.log`."""
         job_id, log_path = _new_log(jobs_dir)
         with log_path.open("wb") as log_file:
-            process = await _spawn(command, cwd, stdout=log_file.fileno())
+            process = await _spawn(
+                command, cwd, stdout=log_file.fileno(), env=dict(os.environ) if env is None else env
+            )
         job = Job(job_id, bot, command, log_path, process, time_limit, notify)
         job.task = asyncio.create_task(self._supervise(job), name=f"job {job_id}")
         self._jobs[job_id] = job
@@ -355,11 +361,19 @@ async def run_command(
         raise ToolError("notify_on_complete needs background=true")
     workdir = _resolve_cwd(run, cwd)
     if not background:
-        return await _run_foreground(command, workdir, timeout or DEFAULT_TIMEOUT)
+        return await _run_foreground(
+            command, workdir, timeout or DEFAULT_TIMEOUT, command_env(run.home)
+        )
 
     notify = run.notify if notify_on_complete else None
     job = await jobs_for(run.home).start(
-        command, workdir, run.home.jobs_dir, bot=run.bot.name, time_limit=timeout, notify=notify
+        command,
+        workdir,
+        run.home.jobs_dir,
+        bot=run.bot.name,
+        time_limit=timeout,
+        notify=notify,
+        env=command_env(run.home),
     )
     notice = ""
     if notify_on_complete:
