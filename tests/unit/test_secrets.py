@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from atlas.home import Home
 from atlas.secrets import MASK, RedactSecrets, command_env, redact_logs, secret_env_names
 from atlas.tools.shell import run_command
 from tests.helpers import BASE_CONFIG, make_home, run_context
