@@ -11,9 +11,14 @@ is Other (free text), `x` cancels the whole set.
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
-from atlas.channels.base import Answer, Question, QuestionOutcome
+from atlas.channels.base import Answer, Question, QuestionOutcome, QuestionStatus
+
+log = logging.getLogger(__name__)
 
 CHOOSE, SELECT, DONE, OTHER_TEXT, CANCEL = "c", "s", "d", "o", "x"
 
@@ -119,6 +124,46 @@ class QuestionSet:
         return answer
 
 
+async def collect_answers(
+    asked: QuestionSet,
+    open_sets: dict[str, Any],
+    *,
+    post: Callable[[int], Awaitable[None]],
+    close: Callable[[int, QuestionStatus, str], Awaitable[None]],
+    undeliverable: type[Exception],
+    in_background: Callable[[Coroutine[Any, Any, None]], None],
+    where: str,
+) -> QuestionOutcome:
+    """Post each question (`post(index)`), then wait for every answer; `asked` is findable in
+    `open_sets` meanwhile. However the wait ends short of answers, each question still open is
+    closed with `close(index, status, detail)`: undelivered when a post fails, "timed out" when
+    the wait is cancelled (in the background, as the caller is cancelled), or cancelled."""
+
+    async def close_open(status: QuestionStatus, detail: str = "") -> None:
+        for index in asked.open_questions():
+            await close(index, status, detail)
+
+    open_sets[asked.request_id] = asked
+    try:
+        for index in range(len(asked.questions)):
+            try:
+                await post(index)
+            except undeliverable as exc:
+                log.warning("%s: could not put the questions: %s", where, exc)
+                asked.cancel("undelivered")
+                await close_open("undelivered")
+                return QuestionOutcome("undelivered", detail=str(exc))
+        outcome = await asked.outcome
+    except asyncio.CancelledError:
+        in_background(close_open("timed out"))
+        raise
+    finally:
+        open_sets.pop(asked.request_id, None)
+    if outcome.status == "cancelled":
+        await close_open("cancelled", outcome.detail)
+    return outcome
+
+
 __all__ = [
     "CANCEL",
     "CHOOSE",
@@ -128,6 +173,7 @@ __all__ = [
     "QuestionSet",
     "SELECT",
     "action_key",
+    "collect_answers",
     "describe_answer",
     "parse_action",
 ]

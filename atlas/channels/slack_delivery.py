@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 
+from atlas.channels.chat_common import unsendable as shared_unsendable
 from atlas.errors import AtlasError
 
 if TYPE_CHECKING:
@@ -258,17 +259,8 @@ def _describe(exc: Exception) -> str:
 
 
 def unsendable(path: Path, limit: int = UPLOAD_LIMIT) -> str | None:
-    """Why a file cannot go out (missing, not a file, over `limit` bytes), or None."""
-    try:
-        info = path.stat()
-    except OSError as exc:
-        return f"it cannot be read ({exc.strerror or exc})"
-    if not path.is_file():
-        return "it is not a file"
-    if info.st_size > limit:
-        size, most = info.st_size / 1024**2, limit / 1024**2
-        return f"it is {size:.1f} MB and Slack takes at most {most:.0f} MB"
-    return None
+    """Why a file cannot go out to Slack (missing, not a file, over `limit` bytes), or None."""
+    return shared_unsendable(path, limit, "Slack")
 
 
 __all__ = ["METADATA_EVENT", "UPLOAD_LIMIT", "SlackDeliveryError", "SlackSender", "unsendable"]

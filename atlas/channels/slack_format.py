@@ -1,28 +1,21 @@
-"""Slack's side of reply text: model Markdown → mrkdwn, and Block Kit for questions."""
+"""Slack's side of reply text: model Markdown → mrkdwn (rendered from markdown-it-py's syntax
+tree, atlas/channels/markdown.py), and Block Kit for questions."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from atlas.channels.markdown import ChatRenderer
+
 # Slack truncates a message's text at 40,000 characters; stay clear of it.
 SLACK_TEXT_LIMIT = 39_000
 ASK_ACTION_PREFIX = "atlas_ask"
 
-_FENCE = re.compile(r"^\s*(`{3,}|~{3,})\s*([^`\s]*)\s*$")
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
-_BULLET = re.compile(r"^(\s*)[-*+]\s+(.*)$")
-_RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
-_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
-_LINK = re.compile(r"\[([^\]\n]+)\]\(\s*<?([^\s)>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
-_AUTOLINK = re.compile(r"<((?:https?|mailto):[^>\s]+)>")
-_BOLD_ITALIC = re.compile(r"\*\*\*(?=\S)(.+?)(?<=\S)\*\*\*")
-_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|(?<!\w)__(?=\S)(.+?)(?<=\S)__(?!\w)")
-_ITALIC = re.compile(r"(?<![*\w])\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?![*\w])")
-_STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
-# Slack's own references the model may repeat: <@U123>, <#C123>, <!here>.
+# Slack's own references the model may repeat: <@U123>, <#C123>, <!here>, <!subteam^S1>.
 _SLACK_REF = re.compile(r"<([@#!][A-Za-z0-9^|_.-]+)>")
 _SAFE_SCHEMES = ("http://", "https://", "mailto:")
+_MARKS = {"bold": "*", "italic": "_", "strike": "~"}
 
 
 def escape_mrkdwn(text: str) -> str:
@@ -30,78 +23,46 @@ def escape_mrkdwn(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-class _Inline:
-    """Inline Markdown → mrkdwn; code spans and links are held aside so emphasis never reaches
-    into them."""
+class _Mrkdwn(ChatRenderer):
+    """Slack's mrkdwn: its own emphasis marks, `<url|label>` links, everything else escaped."""
 
-    def __init__(self) -> None:
-        self.held: list[str] = []
+    def text(self, text: str) -> str:
+        parts = _SLACK_REF.split(text)
+        # split() puts each reference at the odd places: those stay as Slack wrote them.
+        return "".join(
+            f"<{part}>" if odd else escape_mrkdwn(part)
+            for odd, part in ((i % 2 == 1, p) for i, p in enumerate(parts))
+        )
 
-    def _hold(self, markup: str) -> str:
-        self.held.append(markup)
-        return f"\x00{len(self.held) - 1}\x00"
+    def code(self, code: str) -> str:
+        return f"`{escape_mrkdwn(code)}`"
 
-    def render(self, text: str) -> str:
-        text = text.replace("\x00", "")
-        text = _CODE_SPAN.sub(lambda m: self._hold(f"`{escape_mrkdwn(m.group(2))}`"), text)
-        text = _LINK.sub(self._link, text)
-        text = _AUTOLINK.sub(lambda m: self._hold(f"<{m.group(1)}>"), text)
-        text = _SLACK_REF.sub(lambda m: self._hold(f"<{m.group(1)}>"), text)
-        text = escape_mrkdwn(text)
-        text = _BOLD_ITALIC.sub(lambda m: self._hold(f"*_{m.group(1)}_*"), text)
-        text = _BOLD.sub(lambda m: self._hold(f"*{m.group(1) or m.group(2)}*"), text)
-        text = _ITALIC.sub(lambda m: f"_{m.group(1)}_", text)
-        text = _STRIKE.sub(r"~\1~", text)
-        # Held pieces may hold others (bold around a link): resolve until none remain.
-        while "\x00" in text:
-            text = re.sub(r"\x00(\d+)\x00", lambda m: self.held[int(m.group(1))], text)
-        return text
+    def style(self, style: str, inner: str) -> str:
+        mark = _MARKS[style]
+        return f"{mark}{inner}{mark}"
 
-    def _link(self, match: re.Match[str]) -> str:
-        label, url = match.group(1), match.group(2)
-        if not url.lower().startswith(_SAFE_SCHEMES):
-            return match.group(0)
-        inner = _Inline().render(label).replace("|", "¦")
-        return self._hold(f"<{url.replace('|', '%7C')}|{inner}>")
+    def link(self, href: str, label: str, autolink: bool) -> str:
+        if not href.lower().startswith(_SAFE_SCHEMES):
+            return label if autolink else f"{label} ({escape_mrkdwn(href)})"
+        url = escape_mrkdwn(href.replace("|", "%7C"))
+        return f"<{url}>" if autolink else f"<{url}|{label.replace('|', '¦')}>"
+
+    def quote(self, body: str) -> str:
+        return "\n".join(f">{' ' if line else ''}{line}" for line in body.split("\n"))
+
+    def code_block(self, code: str, language: str) -> str:
+        # Slack would show a language tag as the code's first line: it goes.
+        return f"```\n{escape_mrkdwn(code)}\n```" if code else "```\n```"
+
+    def preformatted(self, text: str) -> str:
+        return self.code_block(text, "")
 
 
 def markdown_to_mrkdwn(markdown: str) -> str:
     """Model Markdown → Slack mrkdwn: *bold*, _italic_, ~strike~, <url|links>, headings as bold,
-    bullets as •; code blocks keep their fence but lose the language tag Slack would show."""
-    out: list[str] = []
-    in_code = False
-    marker = ""
-    for line in markdown.split("\n"):
-        fence = _FENCE.match(line)
-        if fence and not in_code:
-            in_code, marker = True, fence.group(1)
-            out.append("```")
-            continue
-        if fence and in_code and fence.group(1).startswith(marker) and not fence.group(2):
-            in_code = False
-            out.append("```")
-            continue
-        if in_code:
-            out.append(escape_mrkdwn(line))
-            continue
-        out.append(_block_line(line))
-    if in_code:
-        out.append("```")
-    return "\n".join(out)
-
-
-def _block_line(line: str) -> str:
-    if heading := _HEADING.match(line):
-        return f"*{_Inline().render(heading.group(1))}*"
-    if _RULE.match(line):
-        return "──────"
-    if bullet := _BULLET.match(line):
-        return f"{bullet.group(1)}• {_Inline().render(bullet.group(2))}"
-    if line.lstrip().startswith(">"):
-        # A quote keeps Slack's own ">" marker (it must not be escaped).
-        indent, _, rest = line.partition(">")
-        return f"{indent}>{_Inline().render(rest)}"
-    return _Inline().render(line)
+    bullets as •, quotes, tables in a code block; code blocks lose the language tag Slack would
+    show."""
+    return _Mrkdwn().render(markdown)
 
 
 def question_blocks(request_id: str, question: str, choices: list[str]) -> list[dict[str, Any]]:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from atlas.channels.chat_common import MB
+from atlas.channels.chat_common import unsendable as shared_unsendable
 from atlas.channels.text import markdown_to_telegram_html, split_message, utf16_len
 from atlas.errors import AtlasError
 
@@ -25,7 +27,6 @@ log = logging.getLogger(__name__)
 
 TELEGRAM_LIMIT = 4096
 # What bots may upload: 50 MB through Telegram's servers, 2,000 MB through a self-hosted one.
-MB = 1024 * 1024
 UPLOAD_LIMIT = 50 * MB
 SELF_HOSTED_UPLOAD_LIMIT = 2000 * MB
 T = TypeVar("T")
@@ -142,17 +143,8 @@ async def send_chunk(
 
 
 def unsendable(path: Path, limit: int) -> str | None:
-    """Why a file cannot go out (missing, not a file, over `limit` bytes), or None."""
-    try:
-        info = path.stat()
-    except OSError as exc:
-        return f"it cannot be read ({exc.strerror or exc})"
-    if not path.is_file():
-        return "it is not a file"
-    if info.st_size > limit:
-        size, most = info.st_size / MB, limit / MB
-        return f"it is {size:.1f} MB and Telegram takes at most {most:.0f} MB from a bot"
-    return None
+    """Why a file cannot go out to Telegram (missing, not a file, over `limit` bytes), or None."""
+    return shared_unsendable(path, limit, "Telegram")
 
 
 __all__ = [

@@ -1,8 +1,8 @@
 """Reply text for chat platforms: splitting below a size limit, and Markdown → Telegram HTML.
 
-No Markdown library is installed, so the converter is a small, careful one: it escapes all text
-and only emits the tags Telegram accepts, well nested. When Telegram still rejects the markup,
-the Telegram channel falls back to the plain text.
+The HTML is rendered from markdown-it-py's syntax tree (atlas/channels/markdown.py): all text is
+escaped and only the tags Telegram accepts are emitted, well nested. When Telegram still rejects
+the markup, the Telegram channel falls back to the plain text.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Callable
+
+from atlas.channels.markdown import ChatRenderer
 
 Measure = Callable[[str], int]
 
@@ -111,109 +113,48 @@ def split_message(text: str, limit: int, measure: Measure = len) -> list[str]:
 
 # ---------------------------------------------------------------- Markdown → Telegram HTML
 
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
-_BULLET = re.compile(r"^(\s*)[-*+]\s+(.*)$")
-_QUOTE = re.compile(r"^\s{0,3}>\s?(.*)$")
-_RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
-_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
-
-_CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.DOTALL)
-_LINK = re.compile(r"\[([^\]\n]+)\]\(\s*<?([^\s)>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
-_BOLD_ITALIC = re.compile(r"\*\*\*(?=\S)(.+?)(?<=\S)\*\*\*")
-_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|(?<!\w)__(?=\S)(.+?)(?<=\S)__(?!\w)")
-_ITALIC = re.compile(
-    r"(?<![*\w])\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?![*\w])|(?<!\w)_(?=[^\s_])(.+?)(?<=[^\s_])_(?!\w)"
-)
-_STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
 _SAFE_SCHEMES = ("http://", "https://", "tg://", "mailto:")
+_TAGS = {"bold": "b", "italic": "i", "strike": "s"}
 
 
 def _escape(text: str) -> str:
     return html.escape(text, quote=False)
 
 
-class _Inline:
-    """Inline Markdown → HTML, with code spans and links held aside as placeholders so the
-    emphasis patterns never reach into them."""
+class _TelegramHTML(ChatRenderer):
+    """The HTML subset Telegram's parse_mode=HTML accepts, every text escaped."""
 
-    def __init__(self) -> None:
-        self.held: list[str] = []
+    def text(self, text: str) -> str:
+        return _escape(text)
 
-    def _hold(self, markup: str) -> str:
-        self.held.append(markup)
-        return f"\x00{len(self.held) - 1}\x00"
+    def code(self, code: str) -> str:
+        return f"<code>{_escape(code)}</code>"
 
-    def render(self, text: str) -> str:
-        text = text.replace("\x00", "")
-        text = _CODE_SPAN.sub(lambda m: self._hold(f"<code>{_escape(m.group(2))}</code>"), text)
-        text = _LINK.sub(self._link, text)
-        text = _escape(text)
-        text = _BOLD_ITALIC.sub(r"<b><i>\1</i></b>", text)
-        text = _BOLD.sub(lambda m: f"<b>{m.group(1) or m.group(2)}</b>", text)
-        text = _ITALIC.sub(lambda m: f"<i>{m.group(1) or m.group(2)}</i>", text)
-        text = _STRIKE.sub(r"<s>\1</s>", text)
-        return re.sub(r"\x00(\d+)\x00", lambda m: self.held[int(m.group(1))], text)
+    def style(self, style: str, inner: str) -> str:
+        tag = _TAGS[style]
+        return f"<{tag}>{inner}</{tag}>"
 
-    def _link(self, match: re.Match[str]) -> str:
-        label, url = match.group(1), match.group(2)
-        if not url.lower().startswith(_SAFE_SCHEMES):
-            return match.group(0)  # left as text (escaped later): no javascript: links
-        inner = _Inline().render(label)
-        href = html.escape(url, quote=True)
-        return self._hold(f'<a href="{href}">{inner}</a>')
+    def link(self, href: str, label: str, autolink: bool) -> str:
+        if not href.lower().startswith(_SAFE_SCHEMES):
+            # Telegram would refuse the tag; a relative or odd link stays readable as text.
+            return label if autolink else f"{label} ({_escape(href)})"
+        return f'<a href="{html.escape(href, quote=True)}">{label}</a>'
+
+    def quote(self, body: str) -> str:
+        return f"<blockquote>{body}</blockquote>"
+
+    def code_block(self, code: str, language: str) -> str:
+        attr = f' class="language-{html.escape(language, quote=True)}"' if language else ""
+        return f"<pre><code{attr}>{_escape(code)}</code></pre>"
+
+    def preformatted(self, text: str) -> str:
+        return f"<pre>{_escape(text)}</pre>"
 
 
 def markdown_to_telegram_html(markdown: str) -> str:
     """Model Markdown → the HTML subset Telegram renders: bold, italic, strike, code, pre, links,
     quotes; headings become bold, bullets become •, tables keep their shape in a <pre>."""
-    out: list[str] = []
-    lines = markdown.split("\n")
-    index = 0
-    while index < len(lines):
-        line = lines[index]
-        fence = _FENCE.match(line)
-        if fence:
-            marker, language = fence.group(1), fence.group(2)
-            body: list[str] = []
-            index += 1
-            while index < len(lines):
-                closing = _FENCE.match(lines[index])
-                if closing and closing.group(1).startswith(marker) and not closing.group(2):
-                    break
-                body.append(lines[index])
-                index += 1
-            index += 1  # past the closing fence (or the end of an unclosed block)
-            code = _escape("\n".join(body))
-            attr = f' class="language-{html.escape(language, quote=True)}"' if language else ""
-            out.append(f"<pre><code{attr}>{code}</code></pre>")
-            continue
-        if _TABLE_ROW.match(line):
-            rows = []
-            while index < len(lines) and _TABLE_ROW.match(lines[index]):
-                rows.append(lines[index].strip())
-                index += 1
-            out.append(f"<pre>{_escape(chr(10).join(rows))}</pre>")
-            continue
-        if _QUOTE.match(line):
-            quoted = []
-            while index < len(lines) and (match := _QUOTE.match(lines[index])):
-                quoted.append(_Inline().render(match.group(1)))
-                index += 1
-            out.append(f"<blockquote>{chr(10).join(quoted)}</blockquote>")
-            continue
-        out.append(_block_line(line))
-        index += 1
-    return "\n".join(out)
-
-
-def _block_line(line: str) -> str:
-    if heading := _HEADING.match(line):
-        return f"<b>{_Inline().render(heading.group(1))}</b>"
-    if _RULE.match(line):
-        return "──────"
-    if bullet := _BULLET.match(line):
-        return f"{bullet.group(1)}• {_Inline().render(bullet.group(2))}"
-    return _Inline().render(line)
+    return _TelegramHTML().render(markdown)
 
 
 __all__ = ["markdown_to_telegram_html", "split_message", "utf16_len"]

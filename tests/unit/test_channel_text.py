@@ -85,3 +85,47 @@ def test_snake_case_and_code_keep_their_underscores() -> None:
 
 def test_unclosed_fence_is_still_one_pre_block() -> None:
     assert markdown_to_telegram_html("```\nx = 1") == "<pre><code>x = 1</code></pre>"
+
+
+# ---------------------------------------------------------------- CommonMark edges (markdown-it-py)
+
+
+def test_lists_nest_and_keep_their_numbers() -> None:
+    md = "1. one\n2. two\n   - sub **b**\n   - sub2"
+    assert markdown_to_telegram_html(md) == "1. one\n2. two\n   • sub <b>b</b>\n   • sub2"
+
+
+def test_a_table_is_laid_out_in_columns_inside_pre() -> None:
+    md = "| name | n |\n|---|--:|\n| a<b | **10** |"
+    assert markdown_to_telegram_html(md) == (
+        "<pre>| name | n  |\n|------|----|\n| a&lt;b  | 10 |</pre>"
+    )
+
+
+def test_a_link_telegram_would_refuse_stays_readable_text() -> None:
+    assert markdown_to_telegram_html("[notes](notes.md)") == "notes (notes.md)"
+    assert markdown_to_telegram_html("<https://x.org>") == (
+        '<a href="https://x.org">https://x.org</a>'
+    )
+
+
+def test_raw_html_and_entities_are_text() -> None:
+    assert (
+        markdown_to_telegram_html("<div>**x**</div> &copy;") == "&lt;div&gt;<b>x</b>&lt;/div&gt; ©"
+    )
+
+
+def test_a_bold_heading_is_bold_once_and_blank_lines_collapse() -> None:
+    assert markdown_to_telegram_html("# **Big** news\n\n\n\nbody") == "<b>Big news</b>\n\nbody"
+
+
+def test_mrkdwn_keeps_slack_references_and_links() -> None:
+    from atlas.channels.slack_format import markdown_to_mrkdwn
+
+    assert markdown_to_mrkdwn("<!here> see <https://a.b> and [x|y](https://q.r/a|b)") == (
+        "<!here> see <https://a.b> and <https://q.r/a%7Cb|x¦y>"
+    )
+    assert markdown_to_mrkdwn("> quoted **b**\n>\n> more") == "> quoted *b*\n>\n> more"
+    assert (
+        markdown_to_mrkdwn("| a |\n|---|\n| <1> |") == "```\n| a   |\n|-----|\n| &lt;1&gt; |\n```"
+    )

@@ -1,0 +1,128 @@
+"""What the Telegram and Slack channels share: `/new` generations of a chat, the check of files
+going out, and the background work (closing a question's message) a channel keeps until it
+stops."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from atlas.store.home_db import HomeStore
+
+log = logging.getLogger(__name__)
+MB = 1024 * 1024
+NEW_CONVERSATION = "Started a new conversation. The earlier one is kept and searchable."
+
+
+class ChatGenerations:
+    """How often `/new` restarted each conversation of one channel, kept in atlas.db so the
+    chat key `<chat>#<generation>` survives a restart (and the old conversation stays stored)."""
+
+    def __init__(self, store: HomeStore, channel: str) -> None:
+        self.store = store
+        self.channel = channel
+        self._known: dict[tuple[str, str, str], int] = {}
+
+    async def current(self, chat: str, thread: str = "", user: str = "") -> int:
+        key = (chat, thread, user)
+        if key not in self._known:
+
+            def find(db: sqlite_utils.Database) -> int:
+                rows = db.query(
+                    "SELECT generation FROM chat_generations "
+                    "WHERE channel = ? AND chat = ? AND thread = ? AND user = ?",
+                    [self.channel, chat, thread, user],
+                )
+                row = next(iter(rows), None)
+                return int(row["generation"]) if row else 0
+
+            self._known[key] = await self.store.call(find)
+        return self._known[key]
+
+    async def chat_key(self, chat: str, thread: str = "", user: str = "") -> str:
+        """The conversation's chat key: the platform's chat id, with its generation if any."""
+        generation = await self.current(chat, thread, user)
+        return f"{chat}#{generation}" if generation else chat
+
+    async def bump(self, chat: str, thread: str = "", user: str = "") -> int:
+        """Start the next generation: the next message here begins a fresh conversation."""
+        generation = await self.current(chat, thread, user) + 1
+        row = {
+            "channel": self.channel,
+            "chat": chat,
+            "thread": thread,
+            "user": user,
+            "generation": generation,
+        }
+        pk = ("channel", "chat", "thread", "user")
+        await self.store.call(lambda db: db["chat_generations"].upsert(row, pk=pk))
+        self._known[(chat, thread, user)] = generation
+        return generation
+
+
+def platform_chat(chat_key: str) -> str:
+    """The platform's own chat id in a chat key (without the `/new` generation)."""
+    return chat_key.split("#", 1)[0]
+
+
+def unsendable(path: Path, limit: int, platform: str) -> str | None:
+    """Why a file cannot go out (missing, not a file, over `limit` bytes), or None."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror or exc})"
+    if not path.is_file():
+        return "it is not a file"
+    if info.st_size > limit:
+        size, most = info.st_size / MB, limit / MB
+        return f"it is {size:.1f} MB and {platform} takes at most {most:.0f} MB from a bot"
+    return None
+
+
+def sort_files(
+    files: list[Path], problem: Callable[[Path], str | None], channel: str
+) -> tuple[list[Path], list[str]]:
+    """The files that can go out, and a line for each that cannot, saying why."""
+    sendable: list[Path] = []
+    refused: list[str] = []
+    for path in files:
+        why = problem(path)
+        if why is None:
+            sendable.append(path)
+        else:
+            log.warning("%s: file %s not sent: %s", channel, path, why)
+            refused.append(f"(I could not send the file {path.name}: {why}.)")
+    return sendable, refused
+
+
+class BackgroundTasks:
+    """Work that outlives the call that began it, cancelled when the channel stops."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, work: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def cancel_all(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+__all__ = [
+    "NEW_CONVERSATION",
+    "BackgroundTasks",
+    "ChatGenerations",
+    "platform_chat",
+    "sort_files",
+    "unsendable",
+]
