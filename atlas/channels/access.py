@@ -13,9 +13,11 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlite_utils
+if TYPE_CHECKING:
+    import sqlite_utils  # loaded through atlas.store, which keeps pandas out
+
 
 from atlas.errors import AtlasError
 from atlas.store.home_db import HomeStore

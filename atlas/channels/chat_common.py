@@ -8,9 +8,11 @@ import asyncio
 import logging
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlite_utils
+if TYPE_CHECKING:
+    import sqlite_utils  # loaded through atlas.store, which keeps pandas out
+
 
 from atlas.store.home_db import HomeStore
 

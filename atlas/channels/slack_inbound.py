@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-import sqlite_utils
 
 from atlas.channels.base import Address
 from atlas.channels.chat_common import NEW_CONVERSATION, ChatGenerations
@@ -30,6 +29,8 @@ from atlas.channels.slack_sending import slack_channel
 from atlas.home import Bot
 
 if TYPE_CHECKING:
+    import sqlite_utils
+
     from atlas.dispatch import Dispatcher
 
 log = logging.getLogger(__name__)

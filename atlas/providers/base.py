@@ -42,6 +42,8 @@ class Message:
     images: list[Image] = field(default_factory=list)
     # The store's row id, when the message came from a store; never sent to a provider.
     id: int | None = field(default=None, compare=False)
+    # Filled in by atlas.agent.tokens on first count; a Message is never changed after it is made.
+    token_estimate: int | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "content": self.content}

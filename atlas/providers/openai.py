@@ -128,13 +128,19 @@ class OpenAIProvider(SdkProvider):
         self, request: CompletionRequest, on_text: TextSink | None = None
     ) -> CompletionResponse:
         client = self._get_client()
+        # The conversation and the tool schemas go in `extra_body`, which the SDK sends as they
+        # are. Given as typed arguments, the SDK walks them key by key against its TypedDicts on
+        # every call: the largest CPU cost of a turn in the daemon (docs/benchmarks.md). The
+        # empty `messages` only satisfies the signature; extra_body's key replaces it.
+        body: dict[str, Any] = {"messages": to_openai_messages(request.system, request.messages)}
+        if request.tools:
+            body["tools"] = to_openai_tools(request.tools)
         params: dict[str, Any] = {
             "model": request.model,
-            "messages": to_openai_messages(request.system, request.messages),
+            "messages": [],
             "max_tokens": request.max_tokens,
+            "extra_body": body,
         }
-        if request.tools:
-            params["tools"] = to_openai_tools(request.tools)
         try:
             if on_text is None:
                 message, usage, finish = await self._complete_once(client, params)

@@ -74,7 +74,7 @@ async def execute_run(
     except Exception as exc:  # a bug in a run must not stop the scheduler: record it
         log.exception("routine %s (run %d) crashed", routine.name, run_id)
         result = RunResult("failed", error=f"{type(exc).__name__}: {exc}")
-        result.delivery = await _deliver(
+        result.delivery = await deliver_to_target(
             routine, dispatcher, f'Routine "{routine.name}" failed: {result.error}'
         )
     await store.finish_run(run_id, result)
@@ -107,7 +107,7 @@ async def _run_and_deliver(
         )
         return RunResult(
             "timeout" if timed_out else "failed",
-            delivery=await _deliver(routine, dispatcher, message),
+            delivery=await deliver_to_target(routine, dispatcher, message),
             error=error,
             conversation_id=detached.conversation_id,
         )
@@ -123,11 +123,11 @@ async def _run_and_deliver(
         result.status, result.delivery = "silent", "silent"
         return result
     notes = "".join(f"({note})\n" for note in outcome.notes)
-    result.delivery = await _deliver(routine, dispatcher, notes + outcome.text)
+    result.delivery = await deliver_to_target(routine, dispatcher, notes + outcome.text)
     return result
 
 
-async def _deliver(routine: Routine, dispatcher: RunsDetached, text: str) -> str:
+async def deliver_to_target(routine: Routine, dispatcher: RunsDetached, text: str) -> str:
     address = routine.address()
     if address is None:
         return "no target (kept in the history only)"

@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo
 
 from atlas.errors import AtlasError
 from atlas.routines.files import ReconcileReport, reconcile_files
-from atlas.routines.runner import RunsDetached, execute_run
+from atlas.routines.runner import RunsDetached, deliver_to_target, execute_run
 from atlas.routines.schedule import (
     Schedule,
     ScheduleError,
@@ -94,7 +94,8 @@ class RoutineScheduler:
         try:
             closed = await self.store.close_interrupted_runs("interrupted: Atlas stopped mid-run")
             if closed:
-                log.warning("%d routine run(s) were interrupted by the last stop", closed)
+                log.warning("%d routine run(s) were interrupted by the last stop", len(closed))
+            await self._report_interrupted(closed)
             report = await reconcile_files(self.home, self.store)
             self._aps = AsyncIOScheduler(
                 timezone=self.tz, job_defaults={"coalesce": True, "max_instances": 1}
@@ -110,6 +111,22 @@ class RoutineScheduler:
         self._watch_task = asyncio.create_task(self._watch(), name="routines: watch")
         log.info("routines: %d scheduled (%s)", len(self._jobs), self.tz)
         return report
+
+    async def _report_interrupted(self, routine_ids: list[int]) -> None:
+        """A run cut short by a crash is not run again (its slot was taken); its target is told."""
+        for routine_id in dict.fromkeys(routine_ids):
+            routine = await self.store.get(routine_id)
+            if routine is None:
+                continue
+            text = (
+                f'Routine "{routine.name}" was interrupted when Atlas stopped and did not '
+                "finish; it runs again at its next time."
+            )
+            log.info(
+                "routine %s: %s",
+                routine.name,
+                await deliver_to_target(routine, self.dispatcher, text),
+            )
 
     async def stop(self) -> None:
         """Stop scheduling; a run still going is cancelled and recorded as failed."""

@@ -5,14 +5,17 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any, Literal
 
 from atlas.channels.base import Address
 from atlas.errors import AtlasError
 from atlas.store.db import utc_now_iso
 from atlas.store.home_db import HomeStore
+
+if TYPE_CHECKING:
+    # Only in annotations: imported at run time before atlas.store, sqlite-utils would load
+    # pandas (atlas/store/__init__.py), over a second of every daemon start.
+    import sqlite_utils
 
 RunStatus = Literal["running", "ok", "failed", "silent", "missed", "timeout"]
 RunTrigger = Literal["schedule", "catch-up", "manual"]
@@ -318,17 +321,21 @@ class RoutineStore:
         )
         return _run(rows[0]) if rows else None
 
-    async def close_interrupted_runs(self, why: str) -> int:
-        """Runs left `running` by a crash: failed, with the reason. Returns how many."""
+    async def close_interrupted_runs(self, why: str) -> list[int]:
+        """Runs left `running` by a crash: failed, with the reason. Returns their routine ids."""
         row = {"status": "failed", "ended_at": utc_now_iso(), "error": why}
 
-        def close(db: sqlite_utils.Database) -> int:
-            cursor = db.execute(
+        def close(db: sqlite_utils.Database) -> list[int]:
+            ids = [
+                r["routine_id"]
+                for r in db.query("SELECT routine_id FROM routine_runs WHERE status = 'running'")
+            ]
+            db.execute(
                 "UPDATE routine_runs SET status = :status, ended_at = :ended_at, error = :error "
                 "WHERE status = 'running'",
                 row,
             )
-            return cursor.rowcount
+            return ids
 
         return await self.home_store.call(close)
 

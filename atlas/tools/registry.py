@@ -9,6 +9,7 @@ The first parameter is always the injected RunContext; the model never sees it.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import logging
@@ -117,6 +118,15 @@ def _strip_titles(schema: Any) -> Any:
     return schema
 
 
+@functools.cache
+def _arguments_schema(arguments: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schema of a tool's arguments, built once: pydantic's schema generation costs
+    more than the rest of a turn's own work. Shared by every spec, which only read it."""
+    schema = _strip_titles(arguments.model_json_schema())
+    schema.pop("additionalProperties", None)
+    return schema
+
+
 @dataclass(frozen=True)
 class Tool:
     name: str
@@ -135,10 +145,8 @@ class Tool:
     describe: Callable[[RunContext], str] | None = None  # a description made for the run
 
     def spec(self, run: RunContext | None = None) -> ToolSpec:
-        schema = _strip_titles(self.arguments.model_json_schema())
-        schema.pop("additionalProperties", None)
         description = self.describe(run) if run is not None and self.describe else self.description
-        return ToolSpec(self.name, description, schema)
+        return ToolSpec(self.name, description, _arguments_schema(self.arguments))
 
     def unavailable_reason(self, run: RunContext) -> str | None:
         allowed = run.bot.settings.tools

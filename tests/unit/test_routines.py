@@ -247,6 +247,11 @@ async def test_an_interrupted_run_is_closed_at_start(rig: Rig) -> None:
     await rig.scheduler.start()
     run = await rig.scheduler.store.get_run(run_id)
     assert run is not None and run.status == "failed" and "interrupted" in run.error
+    told = [text for _, text in rig.channel.sent]
+    assert told == [
+        'Routine "crashed" was interrupted when Atlas stopped and did not finish; '
+        "it runs again at its next time."
+    ]  # the target hears of it once
 
 
 async def test_a_run_still_going_is_never_started_twice(

@@ -1,0 +1,102 @@
+"""Start-up figures: `atlas --help`, `atlas run` until every bot polls, idle RSS.
+
+    uv run python scripts/bench_startup.py [--bots 10] [--runs 5] [--idle-seconds 60] [--json]
+
+- help_s: wall time of `atlas --help` (the console script of this environment), median of runs;
+- ready_s: `atlas run` (through scripts/loadkit.py's probe child, which adds nothing before
+  `serve`) from spawn until every bot's fake Telegram has received a getUpdates call, median;
+- idle_rss_mb: the daemon's RSS after `--idle-seconds` with every bot polling and no traffic
+  (measured in the last run), and its peak.
+Everything listens on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from scripts.loadkit import Daemon, Fakes, machine, write_home
+
+ATLAS = Path(sys.executable).parent / "atlas"
+
+
+def time_help(runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run([str(ATLAS), "--help"], check=True, capture_output=True)
+        times.append(time.perf_counter() - started)
+    return times
+
+
+async def time_ready(args: argparse.Namespace) -> dict[str, Any]:
+    ready: list[float] = []
+    idle: dict[str, int] = {}
+    with tempfile.TemporaryDirectory(prefix="atlas-start-") as tmp:
+        home = Path(tmp) / "home"
+        async with Fakes(args.bots, 0.0) as fakes:
+            write_home(
+                home,
+                bots=args.bots,
+                model_url=fakes.model.base_url,
+                telegram_urls=[t.base_url for t in fakes.telegrams],
+                allowed_users=[1],
+                concurrent_turns=8,
+            )
+            for run in range(args.runs):
+                daemon = Daemon(home, fakes.env(home), Path(tmp) / f"daemon-{run}.log")
+                before = fakes.polls()
+                started = time.monotonic()
+                daemon.start()
+                try:
+                    await fakes.wait_polling(before, 60)
+                    ready.append(time.monotonic() - started)
+                    if run == args.runs - 1:
+                        await asyncio.sleep(args.idle_seconds)
+                        idle = daemon.memory_kb()
+                finally:
+                    daemon.stop()
+    return {"ready": ready, "idle": idle}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bots", type=int, default=10)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--idle-seconds", type=float, default=60.0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    helps = time_help(args.runs)
+    measured = asyncio.run(time_ready(args))
+    result: dict[str, Any] = {
+        "bots": args.bots,
+        "runs": args.runs,
+        "help_s": round(statistics.median(helps), 3),
+        "help_min_s": round(min(helps), 3),
+        "ready_s": round(statistics.median(measured["ready"]), 3),
+        "ready_min_s": round(min(measured["ready"]), 3),
+        "idle_seconds": args.idle_seconds,
+        "idle_rss_mb": round(measured["idle"].get("VmRSS", 0) / 1024, 1),
+        "idle_peak_rss_mb": round(measured["idle"].get("VmHWM", 0) / 1024, 1),
+        **{f"machine_{key}": value for key, value in machine().items()},
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for key, value in result.items():
+            print(f"{key}: {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

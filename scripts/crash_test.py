@@ -1,0 +1,376 @@
+"""Kill the daemon with SIGKILL at random moments under load, restart it, and check nothing is lost.
+
+    uv run python scripts/crash_test.py [--kills 20] [--bots 3] [--conversations 12]
+        [--latency 0.2] [--seed N] [--json]
+
+The daemon (`atlas run` plus probes, scripts/loadkit.py) serves B
+Telegram bots on fake Bot APIs (which keep an update until a later getUpdates confirms it, as
+Telegram does) and one fake model (a read_file call in half the turns). C conversations keep
+writing. The daemon is killed `--kills` times, each after a random 0.3-2.5 s of life (some
+while starting), stays down 0-0.6 s, and is started again; one down time is stretched over a
+routine slot whose grace is 1 s. One-off routines fall due every few seconds throughout.
+
+Checked at the end (after a last clean run lets everything finish):
+- every inbound message is stored exactly once (the bots' conversations.db);
+- every message is answered after it was sent, or the person was told the turn was cut short;
+- no reply is delivered twice (the fake's sendMessage log); every stored answer was delivered;
+- PRAGMA integrity_check is ok on every SQLite file of the home (after each kill and at the end);
+- routines: each due one ran exactly once; one due while the daemon was down ran as a
+  catch-up, and the one whose 1 s grace passed while down is recorded `missed`, not run.
+Exits 1 on any loss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import random
+import re
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from atlas.recovery import TOLD
+from scripts.loadkit import Daemon, Fakes, bot_name, machine, write_home
+from tests.fakes.load_fakes import TAG, TOOL_MARK
+
+FIRST_CHAT = 5000
+ROUTINE_CHAT = 9000  # routine k reports to chat ROUTINE_CHAT + k
+ROUTINE_EVERY = 4.0  # seconds between one-off routine slots
+MISSED_AT = 22.0  # seconds after start: the slot of the routine with a 1 s grace
+REPLY_WAIT = 3.0
+
+
+@dataclass
+class Run:
+    sent: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # tag -> bot, chat, n
+    downs: list[tuple[datetime, datetime]] = field(default_factory=list)  # killed, restarted
+    integrity: list[str] = field(default_factory=list)  # problems found
+    kills: int = 0
+    during_start: int = 0  # kills before every bot polled
+    polls_at_start: list[int] = field(default_factory=list)
+    missed_window = False  # the long down time over the 1 s-grace slot happened
+    stop_sending = False
+
+
+def routine_files(start: datetime, count: int) -> dict[str, str]:
+    files = {}
+    for k in range(count):
+        at = start + timedelta(seconds=ROUTINE_EVERY * (k + 1))
+        files[f"due-{k:02d}"] = _routine(at, ROUTINE_CHAT + k)
+    missed_at = start + timedelta(seconds=MISSED_AT)
+    files["missed-grace"] = _routine(missed_at, ROUTINE_CHAT + 99, grace="1s")
+    return files
+
+
+def _routine(at: datetime, chat: int, grace: str | None = None) -> str:
+    when = at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S+00:00")
+    lines = [f'schedule = "{when}"', 'prompt = "Say that the routine ran."']
+    if grace:
+        lines.append(f'grace = "{grace}"')
+    lines += ["", "[target]", 'channel = "telegram:atlas"', f'chat = "{chat}"', ""]
+    return "\n".join(lines)
+
+
+def integrity(home: Path) -> list[str]:
+    problems = []
+    for path in sorted(home.rglob("*.db")):
+        with sqlite3.connect(path) as db:
+            result = db.execute("PRAGMA integrity_check").fetchone()[0]
+        if result != "ok":
+            problems.append(f"{path}: {result}")
+    return problems
+
+
+async def converse(fakes: Fakes, run: Run, index: int, rng: random.Random) -> None:
+    bot = index % len(fakes.telegrams)
+    chat = FIRST_CHAT + index
+    telegram = fakes.telegrams[bot]
+    number = 0
+    while not run.stop_sending:
+        tag = f"T{bot}-{chat}-{number}"
+        tool = rng.random() < 0.5
+        reply = telegram.expect(tag)
+        run.sent[tag] = (bot, chat, number)
+        await telegram.push(
+            telegram.message(f"{tag} please {TOOL_MARK if tool else 'answer'}", user_id=chat)
+        )
+        # The daemon may be down: write again anyway after a while, as people do.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(reply, REPLY_WAIT)
+        await asyncio.sleep(rng.uniform(0.05, 0.4))
+        number += 1
+
+
+async def kill_loop(
+    daemon: Daemon, fakes: Fakes, run: Run, kills: int, rng: random.Random, start: float
+) -> None:
+    """Most kills come 0-2 s after every bot polls (turns in flight); one in four comes at a
+    random moment of start-up (stores opening, channels connecting, recovery, routines)."""
+    missed_done = False
+    for _ in range(kills):
+        during_start = rng.random() < 0.25
+        life = rng.uniform(0.0, 1.5) if during_start else rng.uniform(0.2, 2.0)
+        down = rng.uniform(0.0, 0.6)
+        if not during_start:
+            with contextlib.suppress(TimeoutError):
+                await fakes.wait_polling(run.polls_at_start, 30)
+        elapsed = time.monotonic() - start
+        if not missed_done and elapsed + life > MISSED_AT - 1.5:
+            # Down from before the 1 s-grace slot until well after it.
+            life = max(0.1, MISSED_AT - 1.5 - elapsed)
+            down = 4.0
+            missed_done = run.missed_window = True
+        await asyncio.sleep(life)
+        killed = datetime.now(UTC)
+        daemon.kill()
+        run.kills += 1
+        run.during_start += during_start
+        run.integrity += integrity(daemon.home)
+        await asyncio.sleep(down)
+        restarted = datetime.now(UTC)
+        run.downs.append((killed, restarted))
+        run.polls_at_start = fakes.polls()
+        daemon.start()
+
+
+def check(home: Path, fakes: Fakes, run: Run, routine_count: int, end: datetime) -> dict[str, Any]:
+    """Every check, with what it found."""
+    failures: list[str] = []
+    stored: Counter[str] = Counter()
+    answers: dict[int, list[str]] = defaultdict(list)  # chat -> stored final answers
+    for index in range(len(fakes.telegrams)):
+        path = home / "bots" / bot_name(index) / "conversations.db"
+        with sqlite3.connect(path) as db:
+            rows = db.execute(
+                "SELECT c.chat, c.kind, m.role, m.content, m.tool_calls FROM messages m "
+                "JOIN conversations c ON c.id = m.conversation_id"
+            ).fetchall()
+        for chat, kind, role, content, tool_calls in rows:
+            if kind != "conversation":
+                continue
+            if role == "user" and not content.startswith("[notice]"):
+                stored.update(TAG.findall(content))
+            if role == "assistant" and tool_calls in (None, "", "[]"):
+                answers[int(chat.split("#")[0])].append(content)
+    not_stored = [tag for tag in run.sent if stored[tag] == 0]
+    twice = [tag for tag in run.sent if stored[tag] > 1]
+    if not_stored:
+        failures.append(f"{len(not_stored)} inbound message(s) never stored: {not_stored[:5]}")
+    if twice:
+        failures.append(f"{len(twice)} inbound message(s) stored more than once: {twice[:5]}")
+
+    sent_texts: dict[int, list[str]] = defaultdict(list)
+    for telegram in fakes.telegrams:
+        for sent in telegram.sent:
+            sent_texts[sent.chat_id].append(sent.text)
+    # The "cut short" message may rightly go to a chat once per interrupted turn; it is
+    # stored when sent, so more sent than stored would be the same report sent twice.
+    duplicates = [
+        (chat, text)
+        for chat, texts in sent_texts.items()
+        for text, n in Counter(texts).items()
+        if n > (answers[chat].count(TOLD) if text == TOLD else 1)
+    ]
+    if duplicates:
+        failures.append(f"{len(duplicates)} reply(ies) delivered more than once: {duplicates[:3]}")
+    undelivered = [
+        (chat, text)
+        for chat, texts in answers.items()
+        for text in texts
+        if text not in sent_texts.get(chat, [])
+    ]
+    if undelivered:
+        failures.append(
+            f"{len(undelivered)} stored answer(s) never delivered (killed between storing the "
+            f"answer and sending it): {undelivered[:3]}"
+        )
+
+    # Answered: a later reply in that chat echoes this turn's tag or a later one, or says the
+    # turn was cut short.
+    answered_upto: dict[int, int] = defaultdict(lambda: -1)
+    told: Counter[int] = Counter()
+    for chat, texts in sent_texts.items():
+        for text in texts:
+            for tag in TAG.findall(text):
+                answered_upto[chat] = max(answered_upto[chat], int(tag.rsplit("-", 1)[1]))
+            if text == TOLD:
+                told[chat] += 1
+    unanswered = [
+        tag for tag, (_, chat, n) in run.sent.items() if n > answered_upto[chat] and not told[chat]
+    ]
+    if unanswered:
+        failures.append(
+            f"{len(unanswered)} message(s) never answered nor reported: {unanswered[:5]}"
+        )
+
+    # Routines.
+    with sqlite3.connect(home / "atlas.db") as db:
+        db.row_factory = sqlite3.Row
+        runs = [dict(r) for r in db.execute("SELECT * FROM routine_runs ORDER BY id")]
+    by_name: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in runs:
+        by_name[row["name"]].append(row)
+    routine_notes = []
+    caught_up = 0
+    for k in range(routine_count):
+        name = f"due-{k:02d}"
+        records = by_name.get(name, [])
+        due = datetime.fromisoformat(records[0]["scheduled_for"]) if records else None
+        if due is None:
+            routine_notes.append(f"{name}: no run recorded")
+            continue
+        if due > end:
+            continue
+        if len(records) != 1:
+            failures.append(f"routine {name}: {len(records)} run records, expected one")
+        record = records[-1]
+        chat = ROUTINE_CHAT + k
+        deliveries = len(sent_texts.get(chat, []))
+        if record["status"] == "ok" and deliveries != 1:
+            failures.append(f"routine {name}: ok but delivered {deliveries} times")
+        if record["status"] == "failed":
+            routine_notes.append(f"{name}: failed ({record['error']}), reported {deliveries}x")
+            if deliveries == 0:
+                failures.append(f"routine {name}: {record['error']}, never reported")
+        down_at_slot = any(killed < due < restarted for killed, restarted in run.downs)
+        if down_at_slot:
+            caught_up += 1
+            if record["trigger"] != "catch-up":
+                failures.append(f"routine {name}: due while down but trigger {record['trigger']!r}")
+    missed = by_name.get("missed-grace", [])
+    if not run.missed_window:
+        routine_notes.append("missed-grace: not exercised (too few kills to reach its slot)")
+    elif [r["status"] for r in missed] != ["missed"]:
+        failures.append(
+            "routine missed-grace (1 s grace, due while down): expected one `missed` record, got "
+            f"{[(r['status'], r['trigger']) for r in missed]}"
+        )
+    if run.missed_window and sent_texts.get(ROUTINE_CHAT + 99):
+        failures.append("routine missed-grace was delivered although its grace had passed")
+    if run.integrity:
+        failures += run.integrity
+    return {
+        "kills": run.kills,
+        "kills_during_start_up": run.during_start,
+        "messages_sent": len(run.sent),
+        "messages_stored_once": sum(1 for tag in run.sent if stored[tag] == 1),
+        "replies_delivered": sum(len(t) for c, t in sent_texts.items() if c < ROUTINE_CHAT),
+        "duplicate_replies": len(duplicates),
+        "stored_answers_undelivered": len(undelivered),
+        "unanswered_messages": len(unanswered),
+        "told_cut_short": sum(told.values()),
+        "routine_runs": len(runs),
+        "routines_caught_up_after_downtime": caught_up,
+        "routine_notes": routine_notes,
+        "integrity_checks": "ok" if not run.integrity else f"{len(run.integrity)} problem(s)",
+        "failures": failures,
+    }
+
+
+def keep(args: argparse.Namespace, home: Path, log: str) -> None:
+    """The daemon's log and a copy of the home, when asked for (to look into a failure)."""
+    if args.keep_log:
+        args.keep_log.write_text(log)
+    if args.keep_home:
+        shutil.copytree(home, args.keep_home, dirs_exist_ok=True)
+
+
+async def crash_test(args: argparse.Namespace) -> dict[str, Any]:
+    rng = random.Random(args.seed)
+    run = Run()
+    with tempfile.TemporaryDirectory(prefix="atlas-crash-") as tmp:
+        home = Path(tmp) / "home"
+        async with Fakes(args.bots, args.latency) as fakes:
+            start_at = datetime.now(UTC) + timedelta(seconds=5)  # time to start the first daemon
+            routine_count = args.routines
+            write_home(
+                home,
+                bots=args.bots,
+                model_url=fakes.model.base_url,
+                telegram_urls=[t.base_url for t in fakes.telegrams],
+                allowed_users=[FIRST_CHAT + i for i in range(args.conversations)],
+                concurrent_turns=args.conversations,
+                routines=routine_files(start_at, routine_count),
+            )
+            daemon = Daemon(home, fakes.env(home), Path(tmp) / "daemon.log")
+            run.polls_at_start = fakes.polls()
+            daemon.start()
+            await fakes.wait_polling(run.polls_at_start, 60)
+            start = time.monotonic() - (datetime.now(UTC) - start_at).total_seconds()
+            talkers = [
+                asyncio.create_task(converse(fakes, run, i, random.Random(rng.random())))
+                for i in range(args.conversations)
+            ]
+            try:
+                async with asyncio.timeout(args.max_seconds):
+                    await kill_loop(daemon, fakes, run, args.kills, rng, start)
+                    run.stop_sending = True
+                    await asyncio.gather(*talkers)
+                    # A last life long enough for every slot to pass and every turn to finish.
+                    last_slot = start + ROUTINE_EVERY * routine_count + 2
+                    settle = max(args.settle, last_slot - time.monotonic())
+                    await asyncio.sleep(settle)
+            finally:
+                run.stop_sending = True
+                for task in talkers:
+                    task.cancel()
+                end = datetime.now(UTC)
+                code = daemon.stop()
+            log = (Path(tmp) / "daemon.log").read_text(errors="replace")
+            result = check(home, fakes, run, routine_count, end)
+            result["recovery_log_lines"] = len(re.findall("interrupted turns: ", log))
+            result["final_exit_code"] = code
+            if code != 0:
+                result["failures"].append(f"the last clean stop exited with {code}")
+            run.integrity = integrity(home)
+            if run.integrity:
+                result["failures"] += run.integrity
+            keep(args, home, log)
+    result.update({f"machine_{k}": v for k, v in machine().items()})
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--bots", type=int, default=3)
+    parser.add_argument("--conversations", type=int, default=12)
+    parser.add_argument("--latency", type=float, default=0.2, help="fake model seconds per call")
+    parser.add_argument("--routines", type=int, default=12, help="one-off routines, 4 s apart")
+    parser.add_argument("--settle", type=float, default=15.0, help="seconds of the last clean run")
+    parser.add_argument("--max-seconds", type=float, default=600)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep-log", type=Path, help="write the daemon's log here")
+    parser.add_argument("--keep-home", type=Path, help="copy the home here at the end")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.kills < 1:
+        parser.error("--kills must be at least 1")
+    result = asyncio.run(crash_test(args))
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        for key, value in result.items():
+            if key == "failures":
+                continue
+            print(f"{key}: {value}")
+        for failure in result["failures"]:
+            print(f"FAILED: {failure}")
+        print("result: " + ("LOSS" if result["failures"] else "no loss"))
+    return 1 if result["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

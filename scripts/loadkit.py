@@ -1,0 +1,361 @@
+"""What the load scripts share: a home of B Telegram bots pointed at fakes on 127.0.0.1, the
+fakes themselves, the daemon as a child process with probes, and readings from /proc.
+
+The child (`python scripts/loadkit.py daemon --home H --report R`) is `atlas run` plus probes:
+an event-loop lag monitor (SIGUSR1 starts a measuring window, SIGUSR2 writes the window's
+figures to R) and, with `--profile P`, cProfile over that window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+LAG_TICK = 0.02  # seconds between the lag monitor's wake-ups
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def bot_name(index: int) -> str:
+    return "atlas" if index == 0 else f"bot{index:02d}"
+
+
+def bot_token(index: int) -> str:
+    return f"{700000 + index}:LOAD-token-{index:02d}"
+
+
+def token_env(index: int) -> str:
+    return f"LOAD_TELEGRAM_TOKEN_{index:02d}"
+
+
+def percentile(values: Sequence[float], share: float) -> float:
+    """The nearest-rank percentile (0 for no values)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, int(round(share * len(ordered) + 0.5)) - 1))
+    return ordered[rank]
+
+
+def machine() -> dict[str, str]:
+    """What the figures were measured on."""
+    memory = "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+    return {
+        "cpus": str(os.cpu_count()),
+        "memory": memory,
+        "python": sys.version.split()[0],
+    }
+
+
+# ------------------------------------------------------------------ the home
+
+
+def write_home(
+    root: Path,
+    *,
+    bots: int,
+    model_url: str,
+    telegram_urls: list[str],
+    allowed_users: list[int],
+    concurrent_turns: int,
+    max_retries: int = 3,
+    timeout: float = 30.0,
+    routines: dict[str, str] | None = None,
+) -> None:
+    """A home whose bots each have a Telegram channel on their own fake, all on one model."""
+    from atlas.home import init_home
+
+    init_home(root)
+    (root / "config.toml").write_text(
+        f"""\
+main = "atlas"
+timezone = "UTC"
+model = "fake/test-model"
+
+[providers.fake]
+kind = "openai"
+base_url = "{model_url}"
+timeout = {timeout}
+max_retries = {max_retries}
+
+[limits]
+concurrent_turns = {concurrent_turns}
+retry_base_delay = 0.05
+retry_max_delay = 2.0
+
+[review]
+enabled = false
+
+[routines]
+poll_seconds = 1.0
+"""
+    )
+    users = ", ".join(str(u) for u in allowed_users)
+    for index in range(bots):
+        folder = root / "bots" / bot_name(index)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "bot.toml").write_text(
+            f"""\
+title = "Load bot {index}"
+mode = "auto"
+
+[channels.telegram]
+token_env = "{token_env(index)}"
+api_base = "{telegram_urls[index]}"
+allowed_users = [{users}]
+poll_timeout = 10
+"""
+        )
+        if not (folder / "MISSION.md").exists():
+            (folder / "MISSION.md").write_text("A bot under load. Answer briefly.\n")
+        for sub in ("memory", "skills", "workspace"):
+            (folder / sub).mkdir(exist_ok=True)
+        (folder / "workspace" / "note.txt").write_text("A small file the tool turns read.\n")
+    for path in (root / "routines").glob("*.toml"):
+        path.unlink()  # the examples: paused, but they would be counted
+    for name, text in (routines or {}).items():
+        (root / "routines" / f"{name}.toml").write_text(text)
+
+
+@dataclass
+class Fakes:
+    """One fake model server and one fake Telegram per bot, on 127.0.0.1."""
+
+    bots: int
+    latency: float
+    bad_json_every: int = 0
+    model: Any = None
+    telegrams: list[Any] = field(default_factory=list)
+
+    async def __aenter__(self) -> Fakes:
+        from tests.fakes.load_fakes import AutoOpenAIServer, TimedTelegram
+
+        self.model = AutoOpenAIServer(latency=self.latency, bad_json_every=self.bad_json_every)
+        await self.model.__aenter__()
+        for index in range(self.bots):
+            telegram = TimedTelegram(token=bot_token(index), keep_calls=False)
+            await telegram.start()
+            self.telegrams.append(telegram)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        for telegram in self.telegrams:
+            await telegram.stop()
+        await self.model.__aexit__(*exc_info)
+
+    def env(self, home: Path) -> dict[str, str]:
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.upper().endswith(("_PROXY", "_KEY", "_TOKEN"))
+        }
+        env.update({token_env(i): bot_token(i) for i in range(self.bots)})
+        env["ATLAS_HOME"] = str(home)
+        env["NO_PROXY"] = "127.0.0.1,localhost"
+        return env
+
+    def polls(self) -> list[int]:
+        return [telegram.polls for telegram in self.telegrams]
+
+    async def wait_polling(self, before: list[int], timeout: float) -> float:
+        """Seconds until every bot made a getUpdates call after `before` was read."""
+        started = time.monotonic()
+        deadline = started + timeout
+        while any(now <= then for now, then in zip(self.polls(), before, strict=True)):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not every bot polled within {timeout:.0f} s")
+            await asyncio.sleep(0.005)
+        return time.monotonic() - started
+
+
+# ------------------------------------------------------------------ the child process
+
+
+@dataclass
+class Daemon:
+    """`atlas run` with probes, as a child process."""
+
+    home: Path
+    env: dict[str, str]
+    log_path: Path
+    profile: Path | None = None
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def report_path(self) -> Path:
+        return self.log_path.with_suffix(".report.json")
+
+    def start(self) -> None:
+        command = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "daemon",
+            "--home",
+            str(self.home),
+        ]
+        command += ["--report", str(self.report_path)]
+        if self.profile:
+            command += ["--profile", str(self.profile)]
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            command, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO
+        )
+        log.close()
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no handler runs, nothing is flushed but what SQLite already committed."""
+        if self.alive():
+            assert self.process is not None
+            self.process.kill()
+            self.process.wait()
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM and wait; SIGKILL when it does not stop in time. The exit code."""
+        assert self.process is not None
+        if self.alive():
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    async def window_start(self) -> None:
+        self.report_path.unlink(missing_ok=True)
+        os.kill(self.pid, signal.SIGUSR1)
+        await asyncio.sleep(0.05)
+
+    async def window_report(self, timeout: float = 30.0) -> dict[str, Any]:
+        os.kill(self.pid, signal.SIGUSR2)
+        deadline = time.monotonic() + timeout
+        while not self.report_path.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the daemon wrote no probe report")
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # written whole: it is small
+        return json.loads(self.report_path.read_text())
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+
+    def memory_kb(self) -> dict[str, int]:
+        """VmRSS (now) and VmHWM (peak) of the daemon, in KiB."""
+        found = {}
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                found[key] = int(value.split()[0])
+        return found
+
+
+class LagMonitor:
+    """How late the event loop wakes a task that asked to sleep LAG_TICK: the time every other
+    callback held the loop."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+        self.window_started = time.monotonic()
+
+    def reset(self) -> None:
+        self.samples = []
+        self.window_started = time.monotonic()
+
+    async def run(self) -> None:
+        while True:
+            before = time.monotonic()
+            await asyncio.sleep(LAG_TICK)
+            self.samples.append(max(0.0, time.monotonic() - before - LAG_TICK))
+
+
+async def _child(home_path: Path, report: Path, profile: Path | None) -> None:
+    import cProfile
+
+    from atlas.daemon import serve
+    from atlas.home import Home
+
+    home = Home(home_path)
+    monitor = LagMonitor()
+    profiler = cProfile.Profile() if profile else None
+    loop = asyncio.get_running_loop()
+
+    def start_window() -> None:
+        monitor.reset()
+        if profiler:
+            profiler.enable()
+
+    def write_report() -> None:
+        if profiler:
+            profiler.disable()
+            profiler.dump_stats(str(profile))
+        lags = monitor.samples
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        figures = {
+            "seconds": time.monotonic() - monitor.window_started,
+            "lag_samples": len(lags),
+            "lag_p50_ms": percentile(lags, 0.50) * 1000,
+            "lag_p99_ms": percentile(lags, 0.99) * 1000,
+            "lag_max_ms": max(lags, default=0.0) * 1000,
+            "lag_mean_ms": statistics.fmean(lags) * 1000 if lags else 0.0,
+            "peak_rss_mb": usage.ru_maxrss / 1024,
+        }
+        report.write_text(json.dumps(figures))
+
+    loop.add_signal_handler(signal.SIGUSR1, start_window)
+    loop.add_signal_handler(signal.SIGUSR2, write_report)
+    lag_task = asyncio.create_task(monitor.run())
+    try:
+        await serve(home)
+    finally:
+        lag_task.cancel()
+
+
+def child_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="loadkit.py daemon")
+    parser.add_argument("--home", type=Path, required=True)
+    parser.add_argument("--report", type=Path, required=True)
+    parser.add_argument("--profile", type=Path)
+    args = parser.parse_args(argv)
+    # As `atlas run` sets it up (atlas/cli.py), so logging costs what it costs there.
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for noisy in ("httpx", "httpcore", "openai", "anthropic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    asyncio.run(_child(args.home, args.report, args.profile))
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["daemon"]:
+        sys.exit(child_main(sys.argv[2:]))
+    sys.exit("usage: loadkit.py daemon --home HOME --report PATH [--profile PATH]")

@@ -1,0 +1,200 @@
+"""Fakes for load, crash and fault runs: a model server that answers by itself after a set
+latency (a tool call when the user's message asks for one), and a Telegram fake that times
+when each update was served and each reply arrived.
+
+    async with AutoOpenAIServer(latency=0.5) as model:   # no script needed
+        ...                                                # a message with "[tool]" gets a
+                                                           # read_file call, then a text answer
+
+Turn tags: a user message carrying `T<bot>-<chat>-<n>` has that tag echoed in the answer, so a
+driver can match each reply to its turn, and the server's own time is kept per tag (the part of
+a turn the daemon is not responsible for).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from tests.fakes.model_servers import FakeOpenAIServer, Scripted
+from tests.fakes.telegram_server import FakeTelegram
+
+TAG = re.compile(r"\bT\d+-\d+-\d+\b")
+TOOL_MARK = "[tool]"
+TOOL_FILE = "note.txt"  # the small file the tool turns read, in each bot's workspace
+CONTEXT_OVERFLOW_BODY = {
+    "error": {
+        "message": "This model's maximum context length is 128000 tokens. However, your "
+        "messages resulted in 131072 tokens. Please reduce the length of the messages.",
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": "context_length_exceeded",
+    }
+}
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    content = message.get("content") or ""
+    if isinstance(content, list):  # content parts
+        return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return str(content)
+
+
+def turn_tag(messages: list[dict[str, Any]]) -> str:
+    """The tag of the latest user message that has one ('' when none does)."""
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            found = TAG.search(_text_of(message))
+            if found:
+                return found.group(0)
+    return ""
+
+
+class AutoOpenAIServer(FakeOpenAIServer):
+    """Chat Completions that answer without a script: after `latency` seconds, a `read_file`
+    call when the last message is the user's and asks for `[tool]`, else a text answer echoing
+    the turn tag. Scripted answers (`fail`, `hang`, `reply`) still come first, so faults can be
+    injected into a run; `bad_json_every` makes every n-th tool call carry malformed arguments."""
+
+    def __init__(self, *, latency: float = 0.0, bad_json_every: int = 0) -> None:
+        super().__init__()
+        self.latency = latency
+        self.bad_json_every = bad_json_every
+        self.handled = 0
+        self.tool_calls_made = 0
+        self.model_seconds: dict[str, float] = defaultdict(float)  # tag -> time spent here
+        self.keep_requests = False  # bodies grow with the history: keep them only in tests
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        started = time.monotonic()
+        try:
+            body = await request.json()
+        except ConnectionResetError:  # the client died mid-request (a crash test's SIGKILL)
+            return web.Response(status=499)
+        self.handled += 1
+        if self.keep_requests:
+            self.requests.append(body)
+        tag = turn_tag(body.get("messages", []))
+        try:
+            item = self.script.popleft() if self.script else self._auto(body, tag)
+            if item.delay:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._closing.wait(), item.delay)
+            if item.status != 200:
+                return self._failure(item)
+            if body.get("stream"):
+                return await self._stream(request, self._events(body, item))
+            return web.json_response(self._answer(body, item))
+        finally:
+            self.model_seconds[tag] += time.monotonic() - started
+
+    def _auto(self, body: dict[str, Any], tag: str) -> Scripted:
+        messages = body.get("messages", [])
+        last = messages[-1] if messages else {}
+        if last.get("role") == "user" and TOOL_MARK in _text_of(last):
+            self.tool_calls_made += 1
+            arguments: dict[str, Any] | str = {"path": TOOL_FILE}
+            if self.bad_json_every and self.tool_calls_made % self.bad_json_every == 0:
+                arguments = '{"path": "note.txt"'  # cut short: not JSON
+            return Scripted(calls=[("read_file", arguments)], delay=self.latency)
+        if last.get("role") == "tool":
+            return Scripted(text=f"Read it. {tag} done.", delay=self.latency)
+        return Scripted(text=f"Answer to {tag}.", delay=self.latency)
+
+    def overflow(self) -> None:
+        """Queue OpenAI's context-length error (400, code context_length_exceeded)."""
+        self.fail(400, body=CONTEXT_OVERFLOW_BODY)
+
+
+@dataclass
+class Sent:
+    chat_id: int
+    text: str
+    at: float  # time.monotonic() when the fake received it
+
+
+@dataclass
+class TimedTelegram(FakeTelegram):
+    """FakeTelegram that records when each update was handed out and each message arrived,
+    and can wake a waiter when a reply carrying a turn tag comes in."""
+
+    served_at: dict[int, float] = field(default_factory=dict)  # update_id -> monotonic
+    sent: list[Sent] = field(default_factory=list)
+    keep_calls: bool = True  # False for long runs: `calls` would grow with every poll
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._waiters: dict[str, asyncio.Future[float]] = {}
+        self.polls = 0  # getUpdates calls answered: > 0 once the bot polls
+        self.confirmed_below = 0  # the highest offset a getUpdates confirmed
+
+    def expect(self, tag: str) -> asyncio.Future[float]:
+        """A future resolved with the arrival time of the first reply containing `tag`."""
+        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self._waiters[tag] = future
+        return future
+
+    async def _api(self, request: web.Request) -> web.StreamResponse:
+        response = await super()._api(request)
+        if not self.keep_calls and self.calls:
+            self.calls.clear()
+            self._history.clear()
+        return response
+
+    async def _m_getUpdates(self, params: dict[str, Any]) -> web.Response:
+        """As Telegram does it: an update handed out stays until a later call's offset
+        confirms it, so a bot that dies before storing it gets it again after a restart."""
+        offset = int(params.get("offset") or 0)
+        timeout = float(params.get("timeout") or 0)
+        limit = int(params.get("limit") or 100)
+        self.polls += 1
+        self.confirmed_below = max(self.confirmed_below, offset)
+
+        def ready() -> list[dict[str, Any]]:
+            return [u for u in self.updates if u["update_id"] >= offset][:limit]
+
+        async with self._new_update:
+            if offset:
+                self.updates = [u for u in self.updates if u["update_id"] >= offset]
+            if not ready() and timeout:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._new_update.wait_for(lambda: bool(ready()) or self._stopping), timeout
+                    )
+            handed = ready()
+        now = time.monotonic()
+        for update in handed:
+            self.served_at.setdefault(update["update_id"], now)
+        if self.keep_calls:
+            self._history.extend(handed)
+        return web.json_response({"ok": True, "result": handed})
+
+    async def _m_sendMessage(self, params: dict[str, Any]) -> web.Response:
+        response = await super()._m_sendMessage(params)
+        if response.status == 200:
+            now = time.monotonic()
+            text = str(params["text"])
+            self.sent.append(Sent(int(params["chat_id"]), text, now))
+            for tag in TAG.findall(text):
+                waiter = self._waiters.pop(tag, None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(now)
+        return response
+
+
+__all__ = [
+    "CONTEXT_OVERFLOW_BODY",
+    "TOOL_FILE",
+    "TOOL_MARK",
+    "AutoOpenAIServer",
+    "Sent",
+    "TimedTelegram",
+    "turn_tag",
+]
