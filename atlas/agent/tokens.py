@@ -33,8 +33,24 @@ def count_tokens_cached(text: str) -> int:
     return count_tokens(text)
 
 
+# (name, description, id of the schema dict) → (the schema, kept so its id stays unique; tokens)
+_TOOL_COUNTS: dict[tuple[str, str, int], tuple[object, int]] = {}
+
+
 def tool_tokens(spec: ToolSpec) -> int:
-    """A tool's cost as an OpenAI function definition (name, description, JSON schema)."""
+    """A tool's cost as an OpenAI function definition (name, description, JSON schema).
+    Specs are rebuilt every round around the same schema objects: counted once each."""
+    key = (spec.name, spec.description, id(spec.parameters))
+    if key in _TOOL_COUNTS:
+        return _TOOL_COUNTS[key][1]
+    if len(_TOOL_COUNTS) > 4096:  # per-run descriptions (skills, tool_search) vary: stay bounded
+        _TOOL_COUNTS.clear()
+    tokens = _wire_tokens(spec)
+    _TOOL_COUNTS[key] = (spec.parameters, tokens)
+    return tokens
+
+
+def _wire_tokens(spec: ToolSpec) -> int:
     wire = {
         "type": "function",
         "function": {
@@ -46,11 +62,26 @@ def tool_tokens(spec: ToolSpec) -> int:
     return count_tokens_cached(json.dumps(wire, ensure_ascii=False))
 
 
+# hash(content) → tokens: a history is loaded afresh every turn, its texts mostly seen before.
+# Keyed by hash, not by the text, so the cache holds no large strings; a collision would only
+# misjudge an estimate.
+_CONTENT_COUNTS: dict[int, int] = {}
+
+
+def _content_tokens(text: str) -> int:
+    key = hash(text)
+    if key not in _CONTENT_COUNTS:
+        if len(_CONTENT_COUNTS) > 100_000:
+            _CONTENT_COUNTS.clear()
+        _CONTENT_COUNTS[key] = count_tokens(text)
+    return _CONTENT_COUNTS[key]
+
+
 def message_tokens(message: Message) -> int:
     """Counted once per message object: a history is estimated before every model call."""
     if message.token_estimate is not None:
         return message.token_estimate
-    total = MESSAGE_OVERHEAD + count_tokens(message.content)
+    total = MESSAGE_OVERHEAD + _content_tokens(message.content)
     for call in message.tool_calls:
         total += count_tokens(call.name) + count_tokens(call.arguments)
     total += 800 * len(message.images)  # a rough, deliberately high price per image

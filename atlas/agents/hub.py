@@ -35,8 +35,8 @@ _ENTRIES: dict[Path, _Entry] = {}
 
 
 def _key(home: Home | Path) -> Path:
-    root = home if isinstance(home, Path) else home.root
-    return root.expanduser().resolve()
+    # A Home's root is resolved once when it loads; tools ask for the hub on every call.
+    return home.root if not isinstance(home, Path) else home.expanduser().resolve()
 
 
 def register(home: Home | Path, dispatcher: Dispatcher) -> None:

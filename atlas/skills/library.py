@@ -8,6 +8,7 @@ Atlas's tools (see atlas/skills/claude_code.py).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -136,6 +137,24 @@ def _skill_folders(root: Path) -> Iterable[Path]:
         for p in sorted(root.iterdir())
         if p.is_dir() and not p.name.startswith((".", "_")) and (p / SKILL_FILE).is_file()
     )
+
+
+def any_skill(home_skills: Path, bot_skills: Path) -> bool:
+    """Whether either folder holds a skill. Asked every round (use_skill's availability), so
+    the answer is kept until a folder's modification time changes (a skill added or removed)."""
+    return any(_has_skill(root, _mtime(root)) for root in (home_skills, bot_skills))
+
+
+def _mtime(folder: Path) -> int:
+    try:
+        return folder.stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
+@functools.lru_cache(maxsize=256)
+def _has_skill(root: Path, mtime_ns: int) -> bool:
+    return any(True for _ in _skill_folders(root))
 
 
 def discover(home_skills: Path, bot_skills: Path) -> Library:

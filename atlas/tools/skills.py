@@ -24,6 +24,7 @@ from atlas.skills.library import (
     Library,
     Skill,
     SkillError,
+    any_skill,
     check_skill_name,
     count_tokens,
     discover,
@@ -55,7 +56,9 @@ def context_window(run: RunContext) -> int:
 
 
 def _when_a_skill_exists(run: RunContext) -> str | None:
-    return None if library_for(run).skills else "not available: there are no skills yet"
+    if any_skill(run.home.skills_dir, run.bot.skills_dir):
+        return None
+    return "not available: there are no skills yet"
 
 
 def _substitute(body: str, skill: Skill, arguments: str) -> tuple[str, bool]:
