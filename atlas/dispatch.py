@@ -166,6 +166,10 @@ class Dispatcher:
         ]
         return "\n".join(lines)
 
+    def has_lane(self, address: Address) -> bool:
+        """Whether this conversation has had a message since the dispatcher started."""
+        return address in self._lanes
+
     def stop_turn(self, address: Address) -> bool:
         """Cancel the conversation's running turn, if any. True when one was running."""
         lane = self._lanes.get(address)

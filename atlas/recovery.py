@@ -151,8 +151,10 @@ async def resume_interrupted_turns(
             if item.address.channel not in dispatcher.channels:
                 report.skipped.append((item, f"channel {item.address.channel} is not running"))
                 continue
-            if await _newer_message(store, item):
-                continue  # came in as the channels started: the turn it woke answers both
+            if await _newer_message(store, item) or dispatcher.has_lane(item.address):
+                # A message came in as the channels started: the turn it woke answers both. A
+                # notice now would start a second turn answering the same message again.
+                continue
             if now - item.last_at <= resume_within and not item.resumed_before:
                 await dispatcher.submit(
                     Inbound(item.address, RESUME_NOTICE, kind="notice", run_kind="conversation")

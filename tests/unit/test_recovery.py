@@ -177,3 +177,35 @@ async def test_a_message_arriving_between_the_scan_and_the_resume_wins(home: Hom
     assert await _newer_message(store, item)
     await dispatcher.shutdown()
     await runtime.close()
+
+
+async def test_a_conversation_already_running_again_is_not_resumed_twice(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """If the conversation's lane woke as the channels started (a message raced the check), a
+    resume notice would start a second turn answering the same message: none is sent."""
+    from datetime import UTC, datetime, timedelta
+
+    from atlas.channels.base import Address
+    from atlas.dispatch import Dispatcher
+    from atlas.providers.base import Message
+    from atlas.providers.scripted import ScriptedModel
+    from atlas.recovery import resume_interrupted_turns
+    from atlas.runtime import Runtime
+    from atlas.tools.registry import ToolRegistry
+    from tests.helpers import make_home
+    from tests.unit.test_dispatch import RecordingChannel
+
+    home = make_home(tmp_path / "home")
+    model = ScriptedModel()  # any model call would fail the test
+    runtime = Runtime(home, model=model, registry=ToolRegistry())
+    dispatcher = Dispatcher(runtime, {"test": RecordingChannel()})
+    address = Address("atlas", "test", "c1")
+    store = await runtime.store(home.bot(None))
+    conversation = await store.conversation("test", "c1", bot="atlas")
+    await store.append(conversation.id, Message("user", "cut short by a crash"))
+    dispatcher._lane(address, conversation.id, "conversation")
+    report = await resume_interrupted_turns(
+        dispatcher, started_at=datetime.now(UTC) + timedelta(seconds=1)
+    )
+    assert report.resumed == [] and report.told == [] and model.requests == []
+    await dispatcher.shutdown()
+    await runtime.close()
