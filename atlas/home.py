@@ -177,6 +177,11 @@ def init_home(root: Path, source: Path = REPO_ROOT) -> list[Path]:
     """Copy config.example.toml, bots/ and routines/ into a home; never overwrite a file.
     Returns the files created."""
     root = root.expanduser()
+    if not (source / "config.example.toml").is_file():
+        raise AtlasError(
+            f"the examples `atlas init` copies are not at {source}: run it from a checkout of "
+            "Atlas (`uv run atlas init`), where config.example.toml, bots/ and routines/ live"
+        )
     created: list[Path] = []
 
     def copy(src: Path, dst: Path) -> None:
