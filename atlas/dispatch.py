@@ -277,7 +277,13 @@ class Dispatcher:
             return
         for note in outcome.notes:
             await self._safe_send(address, f"({note})")
-        await self._safe(channel.send(address, outcome.text, outcome.files))
+        try:
+            await channel.send(address, outcome.text, outcome.files)
+        except (AtlasError, OSError) as exc:  # stays undelivered: the next start sends it
+            log.warning("could not deliver the answer in %s: %s", address, exc)
+            return
+        if outcome.message_id is not None:
+            await (await self.runtime.store(bot)).mark_delivered(outcome.message_id)
 
     def _run_context(
         self,

@@ -54,22 +54,31 @@ class Unfinished:
     last_id: int  # its last message
     last_at: datetime  # when that was stored
     resumed_before: bool  # its latest user message is our own resume notice
+    undelivered: str | None = None  # a final answer stored but never sent: sent now
+    unanswered: bool = True  # a person's message is still owed an answer
 
 
 @dataclass
 class RecoveryReport:
+    resent: list[Unfinished] = field(default_factory=list)
     resumed: list[Unfinished] = field(default_factory=list)
     told: list[Unfinished] = field(default_factory=list)
     skipped: list[tuple[Unfinished, str]] = field(default_factory=list)
 
     def summary(self) -> str:
-        return f"{len(self.resumed)} resumed, {len(self.told)} told, {len(self.skipped)} skipped"
+        return (
+            f"{len(self.resent)} answers resent, {len(self.resumed)} resumed, "
+            f"{len(self.told)} told, {len(self.skipped)} skipped"
+        )
 
 
 # The last message of each person-facing conversation of this bot, and its latest user message.
 _LAST_MESSAGES = """
 SELECT c.id, c.channel, c.chat, c.thread, c.user,
-       m.id AS last_id, m.role, m.tool_calls, m.created_at,
+       m.id AS last_id, m.role, m.tool_calls, m.created_at, m.content,
+       m.answers_upto, m.delivered_at,
+       (SELECT MAX(u.id) FROM messages u
+         WHERE u.conversation_id = c.id AND u.role = 'user') AS last_user_id,
        (SELECT u.content FROM messages u
          WHERE u.conversation_id = c.id AND u.role = 'user'
          ORDER BY u.id DESC LIMIT 1) AS last_user
@@ -97,7 +106,10 @@ async def find_unfinished(
 
     found = []
     for row in await store.db.call(select):
-        if _is_final_answer(row["role"], row["tool_calls"]):
+        final = _is_final_answer(row["role"], row["tool_calls"])
+        unanswered = not final or _came_in_during_the_turn(row)
+        undelivered = _undelivered(row)
+        if not unanswered and undelivered is None:
             continue
         address = Address(bot, row["channel"], row["chat"], row["thread"], row["user"])
         found.append(
@@ -107,9 +119,27 @@ async def find_unfinished(
                 last_id=row["last_id"],
                 last_at=datetime.fromisoformat(row["created_at"]),
                 resumed_before=row["last_user"] == f"[notice] {RESUME_NOTICE}",
+                undelivered=undelivered,
+                unanswered=unanswered,
             )
         )
     return found
+
+
+def _undelivered(row: dict[str, Any]) -> str | None:
+    """The final answer's text when it was stored but never reached the platform. Answers from
+    before delivery was tracked (no `answers_upto`) count as delivered."""
+    final = _is_final_answer(row["role"], row["tool_calls"])
+    if final and row["answers_upto"] is not None and row["delivered_at"] is None:
+        return row["content"]
+    return None
+
+
+def _came_in_during_the_turn(row: dict[str, Any]) -> bool:
+    """A person's message stored before the final answer but after its turn began: the lane
+    would have answered it next, had the process lived."""
+    upto, last_user = row["answers_upto"], row["last_user_id"]
+    return upto is not None and last_user is not None and last_user > upto
 
 
 async def _newer_message(store: ConversationStore, item: Unfinished) -> bool:
@@ -151,6 +181,14 @@ async def resume_interrupted_turns(
             if item.address.channel not in dispatcher.channels:
                 report.skipped.append((item, f"channel {item.address.channel} is not running"))
                 continue
+            if item.undelivered is not None:
+                if await dispatcher.deliver(item.address, item.undelivered) is not None:
+                    report.skipped.append((item, "could not send its stored answer"))
+                    continue
+                await store.mark_delivered(item.last_id)
+                report.resent.append(item)
+                if not item.unanswered:
+                    continue
             if await _newer_message(store, item) or dispatcher.has_lane(item.address):
                 # A message came in as the channels started: the turn it woke answers both. A
                 # notice now would start a second turn answering the same message again.
@@ -169,7 +207,7 @@ async def resume_interrupted_turns(
             report.told.append(item)
     for item, why in report.skipped:
         log.warning("unfinished turn in %s not recovered: %s", item.address, why)
-    if report.resumed or report.told:
+    if report.resent or report.resumed or report.told:
         log.info("turns cut short by the last stop: %s", report.summary())
     return report
 

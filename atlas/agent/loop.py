@@ -48,6 +48,7 @@ class MessageStore(Protocol):
         *,
         usage: Usage | None = None,
         model: str | None = None,
+        answers_upto: int | None = None,
     ) -> int | None: ...
 
     async def history(self, conversation_id: int) -> list[Message]: ...
@@ -75,6 +76,7 @@ class TurnOutcome:
     halted: bool = False
     notes: list[str] = field(default_factory=list)  # told to the user before the answer
     files: list[Path] = field(default_factory=list)  # attached to the answer by tools
+    message_id: int | None = None  # the stored answer, to mark delivered once it is sent
 
 
 @dataclass
@@ -85,9 +87,12 @@ class _Turn:
     usage: Usage = field(default_factory=Usage)
     notes: list[str] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
+    answers_upto: int | None = None  # the newest person's message this turn has seen
 
-    def outcome(self, text: str, rounds: int, *, halted: bool = False) -> TurnOutcome:
-        return TurnOutcome(text, rounds, self.usage, halted, self.notes, self.files)
+    def outcome(
+        self, text: str, rounds: int, message_id: int | None, *, halted: bool = False
+    ) -> TurnOutcome:
+        return TurnOutcome(text, rounds, self.usage, halted, self.notes, self.files, message_id)
 
 
 def _add_usage(total: Usage, more: Usage) -> None:
@@ -122,7 +127,9 @@ class ToolLoop:
         hooks = hooks or TurnHooks()
         system = build_system_prompt(run)
         history = await self.load_history(run)
-        turn = _Turn()
+        turn = _Turn(
+            answers_upto=max((m.id for m in history if m.role == "user" and m.id), default=None)
+        )
         rounds = round_cap(run)
         for round_number in range(1, rounds + 1):
             # Listed per round: a deferred tool loaded by the last round joins now, at the end.
@@ -139,12 +146,17 @@ class ToolLoop:
                 response = await self._call_model(run, system, specs, history, hooks)
             _add_usage(turn.usage, response.usage)
             reply = response.message
-            await self.store.append(
-                run.conversation_id, reply, usage=response.usage, model=response.model
+            final = not reply.tool_calls
+            stored_id = await self.store.append(
+                run.conversation_id,
+                reply,
+                usage=response.usage,
+                model=response.model,
+                answers_upto=turn.answers_upto if final else None,
             )
             history.append(reply)
-            if not reply.tool_calls:
-                return turn.outcome(reply.content, round_number)
+            if final:
+                return turn.outcome(reply.content, round_number, stored_id)
             for result in await self._run_calls(run, reply.tool_calls, turn, hooks):
                 await self.store.append(run.conversation_id, result)
                 history.append(result)
@@ -217,8 +229,10 @@ class ToolLoop:
         return compacted.messages
 
     async def _finish(self, run: RunContext, text: str, rounds: int, turn: _Turn) -> TurnOutcome:
-        await self.store.append(run.conversation_id, Message("assistant", text))
-        return turn.outcome(text, rounds, halted=True)
+        stored_id = await self.store.append(
+            run.conversation_id, Message("assistant", text), answers_upto=turn.answers_upto
+        )
+        return turn.outcome(text, rounds, stored_id, halted=True)
 
     async def _run_calls(
         self, run: RunContext, calls: list[ToolCall], turn: _Turn, hooks: TurnHooks

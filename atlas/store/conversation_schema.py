@@ -114,12 +114,20 @@ def _create_compactions(db: sqlite_utils.Database) -> None:
     db["compactions"].create_index(["conversation_id", "id"])
 
 
+def _track_delivery(db: sqlite_utils.Database) -> None:
+    """A final answer records the newest person's message it saw (`answers_upto`) and when it
+    reached the platform (`delivered_at`), so a restart knows what is still owed."""
+    db["messages"].add_column("answers_upto", int)
+    db["messages"].add_column("delivered_at", str)
+
+
 MIGRATIONS: list[Migration] = [
     ("001_conversations", _create_conversations),
     ("002_messages", _create_messages),
     ("003_messages_fts", _index_messages),
     ("004_messages_trigram", _index_messages_by_trigram),
     ("005_compactions", _create_compactions),
+    ("006_delivery", _track_delivery),
 ]
 
 

@@ -165,6 +165,7 @@ class ConversationStore:
         model: str | None = None,
         event_id: str | None = None,
         kind: MessageKind = "message",
+        answers_upto: int | None = None,
     ) -> int | None:
         """Store a message and return its id; None when `event_id` is already stored in this
         conversation (a platform redelivered an event)."""
@@ -183,6 +184,7 @@ class ConversationStore:
             "model": model,
             "event_id": event_id,
             "kind": kind,
+            "answers_upto": answers_upto,
         }
 
         def insert(db: sqlite_utils.Database) -> int | None:
@@ -197,9 +199,10 @@ class ConversationStore:
                     raise AtlasError(f"{self.path}: no conversation with id {conversation_id}")
                 cursor = db.execute(
                     "INSERT INTO messages (conversation_id, role, content, tool_calls, "
-                    "tool_call_id, name, images, usage, model, event_id, kind, created_at) "
+                    "tool_call_id, name, images, usage, model, event_id, kind, answers_upto, "
+                    "created_at) "
                     "VALUES (:conversation_id, :role, :content, :tool_calls, :tool_call_id, "
-                    ":name, :images, :usage, :model, :event_id, :kind, :now) "
+                    ":name, :images, :usage, :model, :event_id, :kind, :answers_upto, :now) "
                     "ON CONFLICT (conversation_id, event_id) WHERE event_id IS NOT NULL DO NOTHING",
                     {**row, "now": now},
                 )
@@ -212,6 +215,15 @@ class ConversationStore:
                 return message_id
 
         return await self.db.call(insert)
+
+    async def mark_delivered(self, message_id: int) -> None:
+        """The answer reached the platform: a restart must not send it again."""
+        now = utc_now_iso()
+        await self.db.call(
+            lambda db: db.execute(
+                "UPDATE messages SET delivered_at = ? WHERE id = ?", [now, message_id]
+            )
+        )
 
     async def record_compaction(
         self, conversation_id: int, first_kept_id: int, summary: str

@@ -209,3 +209,50 @@ async def test_a_conversation_already_running_again_is_not_resumed_twice(tmp_pat
     assert report.resumed == [] and report.told == [] and model.requests == []
     await dispatcher.shutdown()
     await runtime.close()
+
+
+async def test_an_answer_stored_but_never_sent_is_sent_once(home: Home) -> None:
+    runtime, dispatcher, channel = await setup(home)
+    store = await runtime.store(home.bot(None))
+    conversation = await store.conversation(CHANNEL, "9", bot="atlas")
+    asked = await store.append(conversation.id, Message("user", "what time is it?"))
+    await store.append(conversation.id, Message("assistant", "Noon."), answers_upto=asked)
+    first = await resume_interrupted_turns(dispatcher, started_at=RESTARTED, now=RESTARTED)
+    assert [text for _, text in channel.sent] == ["Noon."]
+    assert len(first.resent) == 1 and first.resumed == [] and first.told == []
+    again = await resume_interrupted_turns(dispatcher, started_at=RESTARTED, now=RESTARTED)
+    assert again.resent == [] and [text for _, text in channel.sent] == ["Noon."]
+    await dispatcher.shutdown()
+    await runtime.close()
+
+
+async def test_a_message_that_came_in_during_the_last_turn_is_answered(home: Home) -> None:
+    runtime, dispatcher, channel = await setup(home, Reply("About the second one: yes."))
+    store = await runtime.store(home.bot(None))
+    conversation = await store.conversation(CHANNEL, "10", bot="atlas")
+    first = await store.append(conversation.id, Message("user", "first question"))
+    await store.append(conversation.id, Message("user", "second, sent mid-turn"))
+    answer = await store.append(
+        conversation.id, Message("assistant", "About the first."), answers_upto=first
+    )
+    await store.mark_delivered(answer)
+    report = await resume_interrupted_turns(
+        dispatcher, started_at=RESTARTED, now=RESTARTED - timedelta(hours=3)
+    )
+    assert len(report.resumed) == 1 and report.resent == []
+    await dispatcher.wait_idle(address("10"))
+    assert [text for _, text in channel.sent] == ["About the second one: yes."]
+    await dispatcher.shutdown()
+    await runtime.close()
+
+
+async def test_the_dispatcher_marks_what_it_delivered(home: Home) -> None:
+    from atlas.dispatch import Inbound
+
+    runtime, dispatcher, channel = await setup(home, Reply("hello"))
+    await dispatcher.submit(Inbound(address("11"), "hi"))
+    await dispatcher.wait_idle(address("11"))
+    report = await resume_interrupted_turns(dispatcher, started_at=RESTARTED, now=RESTARTED)
+    assert report.resent == [] and [text for _, text in channel.sent] == ["hello"]
+    await dispatcher.shutdown()
+    await runtime.close()
