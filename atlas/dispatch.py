@@ -62,6 +62,7 @@ class Lane:
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     turn: asyncio.Task[None] | None = None
     worker: asyncio.Task[None] | None = None
+    answered_upto: int | None = None  # the newest message the last finished turn saw
 
 
 class Dispatcher:
@@ -224,12 +225,22 @@ class Dispatcher:
                     await self._safe_send(lane.address, f"Sorry, something went wrong: {exc}")
                 finally:
                     lane.turn = None
+            if lane.wake.is_set() and await self._already_answered(lane):
+                lane.wake.clear()  # woken by a message the finished turn had already seen
             if not lane.wake.is_set():
                 lane.idle.set()
                 if self._quiet and lane.run_kind == "conversation":
                     self._quiet.restart(lane.address, lane.conversation_id)
 
+    async def _already_answered(self, lane: Lane) -> bool:
+        if lane.answered_upto is None:
+            return False
+        store = await self.runtime.store(self.runtime.home.bot(lane.address.bot))
+        newest = await store.newest_user_message_id(lane.conversation_id)
+        return newest is not None and newest <= lane.answered_upto
+
     async def _turn(self, lane: Lane) -> None:
+        lane.answered_upto = None
         address = lane.address
         channel = self._channel(address)
         bot = self.runtime.home.bot(address.bot)
@@ -275,6 +286,7 @@ class Dispatcher:
             log.warning("turn failed in %s: %s", address, exc)
             await self._safe_send(address, f"Sorry, I could not answer: {exc}")
             return
+        lane.answered_upto = outcome.answers_upto
         for note in outcome.notes:
             await self._safe_send(address, f"({note})")
         try:

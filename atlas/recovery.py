@@ -199,11 +199,17 @@ async def resume_interrupted_turns(
                 )
                 report.resumed.append(item)
                 continue
+            # Stored first, as an answer owed: should this process die before sending it, the
+            # next start sends it (once) instead of telling them again.
+            told_id = await store.append(
+                item.conversation_id, Message("assistant", TOLD), answers_upto=item.last_id
+            )
             problem = await dispatcher.deliver(item.address, TOLD)
-            if problem is not None:  # not stored: the next start tries again
-                report.skipped.append((item, f"could not tell them: {problem}"))
+            if problem is not None:
+                report.skipped.append((item, f"could not tell them yet: {problem}"))
                 continue
-            await store.append(item.conversation_id, Message("assistant", TOLD))
+            if told_id is not None:
+                await store.mark_delivered(told_id)
             report.told.append(item)
     for item, why in report.skipped:
         log.warning("unfinished turn in %s not recovered: %s", item.address, why)

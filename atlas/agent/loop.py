@@ -77,6 +77,7 @@ class TurnOutcome:
     notes: list[str] = field(default_factory=list)  # told to the user before the answer
     files: list[Path] = field(default_factory=list)  # attached to the answer by tools
     message_id: int | None = None  # the stored answer, to mark delivered once it is sent
+    answers_upto: int | None = None  # the newest person's message the turn saw
 
 
 @dataclass
@@ -92,7 +93,9 @@ class _Turn:
     def outcome(
         self, text: str, rounds: int, message_id: int | None, *, halted: bool = False
     ) -> TurnOutcome:
-        return TurnOutcome(text, rounds, self.usage, halted, self.notes, self.files, message_id)
+        return TurnOutcome(
+            text, rounds, self.usage, halted, self.notes, self.files, message_id, self.answers_upto
+        )
 
 
 def _add_usage(total: Usage, more: Usage) -> None:

@@ -216,6 +216,16 @@ class ConversationStore:
 
         return await self.db.call(insert)
 
+    async def newest_user_message_id(self, conversation_id: int) -> int | None:
+        def newest(db: sqlite_utils.Database) -> int | None:
+            row = db.execute(
+                "SELECT MAX(id) FROM messages WHERE conversation_id = ? AND role = 'user'",
+                [conversation_id],
+            ).fetchone()
+            return row[0]
+
+        return await self.db.call(newest)
+
     async def mark_delivered(self, message_id: int) -> None:
         """The answer reached the platform: a restart must not send it again."""
         now = utc_now_iso()

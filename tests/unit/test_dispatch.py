@@ -290,3 +290,34 @@ async def test_ask_user_reaches_the_channel_through_the_dispatcher(home) -> None
     assert channel.sent[-1][1] == "Blue it is."
     await dispatcher.shutdown()
     await runtime.close()
+
+
+async def test_a_wake_for_a_message_the_turn_already_saw_runs_no_second_turn(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A message stored while its lane waited for a turn slot is in that turn's history: the
+    wake-up it left must not answer it again (found by scripts/crash_test.py as a duplicate)."""
+    from tests.helpers import BASE_CONFIG, make_home
+
+    config = BASE_CONFIG.format(base_url="http://127.0.0.1:9/v1").replace(
+        "[limits]\n", "[limits]\nconcurrent_turns = 1\n"
+    )
+    home = make_home(tmp_path / "home", config=config)
+    busy = asyncio.Event()
+    model = ScriptedModel(
+        Reply("other chat", wait_for=busy), Reply("both answered"), Reply("answered again")
+    )
+    runtime, dispatcher, channel = make(home, model)
+    other = Address("atlas", "test", "chat-2", user="u2")
+    await dispatcher.submit(Inbound(other, "hold the only slot"))
+    await asyncio.sleep(0.05)
+    await dispatcher.submit(Inbound(ADDRESS, "first"))
+    await asyncio.sleep(0.05)  # its lane now waits for the slot, its wake-up taken
+    await dispatcher.submit(Inbound(ADDRESS, "second"))
+    busy.set()
+    await dispatcher.wait_idle(ADDRESS)
+    await asyncio.sleep(0.05)
+    users = [m.content for m in model.requests[1].messages if m.role == "user"]
+    assert users == ["first", "second"]  # the set-up this test is about
+    assert [t for a, t in channel.sent if a == ADDRESS] == ["both answered"]
+    assert len(model.requests) == 2
+    await dispatcher.shutdown()
+    await runtime.close()

@@ -145,11 +145,14 @@ async def test_an_undeliverable_report_is_tried_again_at_the_next_start(home: Ho
     report = await resume_interrupted_turns(dispatcher, now=later, started_at=RESTARTED)
     assert report.told == [] and len(report.skipped) == 1
     assert "telegram is down" in report.skipped[0][1]
-    assert (await roles(runtime, home, conversation_id))[-1] == ("user", "q")
+    # Kept as an answer owed (stored before sending), so it is sent once, not told again.
+    assert (await roles(runtime, home, conversation_id))[-1] == ("assistant", TOLD)
     down.fail_with = None
-    assert (
-        len((await resume_interrupted_turns(dispatcher, now=later, started_at=RESTARTED)).told) == 1
-    )
+    again = await resume_interrupted_turns(dispatcher, now=later, started_at=RESTARTED)
+    assert len(again.resent) == 1 and again.told == []
+    assert [text for _, text in down.sent] == [TOLD]
+    third = await resume_interrupted_turns(dispatcher, now=later, started_at=RESTARTED)
+    assert (third.resent, third.told) == ([], [])
     await dispatcher.shutdown()
     await runtime.close()
 
