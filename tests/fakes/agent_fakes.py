@@ -4,10 +4,8 @@ channel that records what it sends and answers approval questions as told."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
-from atlas.channels.base import Address
-from atlas.providers.base import CompletionRequest, CompletionResponse, TextSink, ToolCall
+from atlas.providers.base import CompletionRequest, CompletionResponse, TextSink
 from atlas.providers.scripted import Reply, ScriptedModel
 
 
@@ -46,34 +44,6 @@ class ConversationModel:
     def assert_complete(self) -> None:
         for marker, model in self.scripts.items():
             assert not model.replies, f"{marker!r}: {len(model.replies)} replies never requested"
-
-
-class RecordingChannel:
-    """Keeps what it sends; answers approval questions with `answer`."""
-
-    name = "test"
-    streams = False
-
-    def __init__(self, answer: str | None = None) -> None:
-        self.sent: list[tuple[Address, str]] = []
-        self.questions: list[str] = []
-        self.answer = answer
-
-    async def start(self) -> None: ...
-    async def stop(self) -> None: ...
-    async def typing(self, address: Address) -> None: ...
-    async def stream(self, address: Address, text: str) -> None: ...
-    async def show_tool_call(self, address: Address, call: ToolCall) -> None: ...
-
-    async def send(self, address: Address, text: str, files: list[Path] | None = None) -> None:
-        self.sent.append((address, text))
-
-    async def ask(self, address: Address, question: str, choices: list[str]) -> str | None:
-        self.questions.append(question)
-        return self.answer
-
-    def texts(self, address: Address) -> list[str]:
-        return [text for a, text in self.sent if a == address]
 
 
 async def eventually(condition, timeout: float = 20.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]

@@ -9,20 +9,28 @@ from atlas.providers.base import ToolCall
 
 
 class RecordingChannel:
-    """Implements the Channel protocol; `sent` holds (address, text) in order."""
+    """Implements the Channel protocol: `sent` holds (address, text) in order, `questions` the
+    approval questions (answered with `answer`), `tool_calls` the names of the calls shown."""
 
     streams = False
 
-    def __init__(self, name: str = "fake", *, fail_with: str | None = None) -> None:
+    def __init__(
+        self, name: str = "fake", *, answer: str | None = None, fail_with: str | None = None
+    ) -> None:
         self.name = name
+        self.answer = answer
         self.fail_with = fail_with  # make send raise OSError(fail_with): a platform outage
         self.sent: list[tuple[Address, str]] = []
+        self.questions: list[str] = []
+        self.tool_calls: list[str] = []
 
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
     async def typing(self, address: Address) -> None: ...
     async def stream(self, address: Address, text: str) -> None: ...
-    async def show_tool_call(self, address: Address, call: ToolCall) -> None: ...
+
+    async def show_tool_call(self, address: Address, call: ToolCall) -> None:
+        self.tool_calls.append(call.name)
 
     async def send(self, address: Address, text: str, files: list[Path] | None = None) -> None:
         if self.fail_with:
@@ -30,4 +38,8 @@ class RecordingChannel:
         self.sent.append((address, text))
 
     async def ask(self, address: Address, question: str, choices: list[str]) -> str | None:
-        return None
+        self.questions.append(question)
+        return self.answer
+
+    def texts(self, address: Address) -> list[str]:
+        return [text for a, text in self.sent if a == address]

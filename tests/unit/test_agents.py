@@ -21,7 +21,8 @@ from atlas.runtime import Runtime
 from atlas.tools.agents import AGENT_TOOLS, bot_create, bot_create_question, message_agent
 from atlas.tools.registry import RunContext, Tool, ToolRegistry
 from atlas.trust.gate import Decision, OpenGate
-from tests.fakes.agent_fakes import ConversationModel, RecordingChannel, eventually
+from tests.fakes.agent_fakes import ConversationModel, eventually
+from tests.fakes.recording_channel import RecordingChannel
 from tests.helpers import BASE_CONFIG, make_home, run_context
 
 ADDRESS = Address("atlas", "test", "chat-1", user="u1")
@@ -44,7 +45,7 @@ class Setup:
         self.runtime = Runtime(
             home, model=model, registry=ToolRegistry(AGENT_TOOLS), gate=BotCreateAsks()
         )
-        self.channel = RecordingChannel(answer)
+        self.channel = RecordingChannel(answer=answer)
         self.agents = AgentChannel(reply_seconds=5)
         self.dispatcher = Dispatcher(self.runtime, {"test": self.channel, "agents": self.agents})
         hub.register(home, self.dispatcher)

@@ -20,7 +20,8 @@ from atlas.tools.memory import MEMORY_TOOLS
 from atlas.tools.registry import ToolRegistry
 from atlas.tools.shell import SHELL_TOOLS
 from atlas.trust.policy import RuleGate
-from tests.fakes.agent_fakes import ConversationModel, RecordingChannel, eventually
+from tests.fakes.agent_fakes import ConversationModel, eventually
+from tests.fakes.recording_channel import RecordingChannel
 from tests.helpers import BASE_CONFIG, make_home, run_context
 
 ADDRESS = Address("atlas", "test", "chat-1", user="u1")

@@ -8,35 +8,11 @@ from pathlib import Path
 from atlas.channels.base import Address
 from atlas.dispatch import Dispatcher, Inbound
 from atlas.errors import ProviderError
-from atlas.providers.base import ProviderCallError, ToolCall
+from atlas.providers.base import ProviderCallError
 from atlas.providers.scripted import Reply, ScriptedModel
 from atlas.runtime import Runtime
 from atlas.tools.registry import ToolRegistry
-
-
-class RecordingChannel:
-    """A channel that keeps what it was asked to send."""
-
-    name = "test"
-    streams = False
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[Address, str]] = []
-        self.tool_calls: list[str] = []
-
-    async def start(self) -> None: ...
-    async def stop(self) -> None: ...
-    async def typing(self, address: Address) -> None: ...
-    async def stream(self, address: Address, text: str) -> None: ...
-
-    async def send(self, address: Address, text: str, files: list[Path] | None = None) -> None:
-        self.sent.append((address, text))
-
-    async def ask(self, address: Address, question: str, choices: list[str]) -> str | None:
-        return None
-
-    async def show_tool_call(self, address: Address, call: ToolCall) -> None:
-        self.tool_calls.append(call.name)
+from tests.fakes.recording_channel import RecordingChannel
 
 
 class FailingModel(ScriptedModel):

@@ -195,7 +195,6 @@ async def test_a_conversation_already_running_again_is_not_resumed_twice(tmp_pat
     from atlas.runtime import Runtime
     from atlas.tools.registry import ToolRegistry
     from tests.helpers import make_home
-    from tests.unit.test_dispatch import RecordingChannel
 
     home = make_home(tmp_path / "home")
     model = ScriptedModel()  # any model call would fail the test

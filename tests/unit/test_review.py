@@ -10,21 +10,10 @@ from atlas.dispatch import Dispatcher, Inbound
 from atlas.providers.scripted import Reply, ScriptedModel
 from atlas.runtime import Runtime
 from atlas.tools.catalog import default_registry
+from tests.fakes.recording_channel import RecordingChannel
 from tests.helpers import BASE_CONFIG, make_home
-from tests.unit.test_dispatch import RecordingChannel
 
 ADDRESS = Address("atlas", "test", "chat-1", user="u1")
-
-
-class AnsweringChannel(RecordingChannel):
-    def __init__(self, answer: str | None) -> None:
-        super().__init__()
-        self.answer = answer
-        self.questions: list[str] = []
-
-    async def ask(self, address: Address, question: str, choices: list[str]) -> str | None:
-        self.questions.append(question)
-        return self.answer
 
 
 def review_home(root: Path, *, enabled: bool = True):  # type: ignore[no-untyped-def]
@@ -68,7 +57,7 @@ async def test_a_quiet_conversation_is_reviewed_into_memory(home_path: Path) -> 
         ),
         Reply("kept two notes"),
     )
-    channel = AnsweringChannel("allow once")
+    channel = RecordingChannel(answer="allow once")
     runtime, dispatcher = await chat(home, model, channel, ["I moved to Lyon", "and I prefer tea"])
     for _ in range(200):
         if not model.replies:
@@ -97,7 +86,7 @@ async def test_a_declined_proposal_changes_nothing(home_path: Path) -> None:
         Reply(calls=[("memory", {"target": "user", "action": "remove", "old_text": "Paris"})]),
         Reply("[NOTHING]"),
     )
-    runtime, dispatcher = await chat(home, model, AnsweringChannel("deny"), ["a", "b"])
+    runtime, dispatcher = await chat(home, model, RecordingChannel(answer="deny"), ["a", "b"])
     for _ in range(200):
         if not model.replies:
             break

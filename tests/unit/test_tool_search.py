@@ -27,7 +27,7 @@ from atlas.tools.tool_search import (
     tool_search,
 )
 from atlas.trust.gate import OpenGate
-from tests.fakes.agent_fakes import RecordingChannel
+from tests.fakes.recording_channel import RecordingChannel
 from tests.helpers import BASE_CONFIG, make_home, run_context
 
 ADDRESS = Address("atlas", "test", "chat-1", user="u1")
