@@ -84,14 +84,7 @@ class AutoOpenAIServer(FakeOpenAIServer):
         tag = turn_tag(body.get("messages", []))
         try:
             item = self.script.popleft() if self.script else self._auto(body, tag)
-            if item.delay:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._closing.wait(), item.delay)
-            if item.status != 200:
-                return self._failure(item)
-            if body.get("stream"):
-                return await self._stream(request, self._events(body, item))
-            return web.json_response(self._answer(body, item))
+            return await self._serve(request, body, item)
         finally:
             self.model_seconds[tag] += time.monotonic() - started
 

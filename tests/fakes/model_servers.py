@@ -131,7 +131,12 @@ class FakeModelServer:
             self.overruns += 1
             message = f"{self.name}: the script ran out at request {len(self.requests)}"
             return web.json_response(self._error_body(500, message), status=500)
-        item = self.script.popleft()
+        return await self._serve(request, body, self.script.popleft())
+
+    async def _serve(
+        self, request: web.Request, body: dict[str, Any], item: Scripted
+    ) -> web.StreamResponse:
+        """Answer one request as `item` says: after its delay, a failure, a stream or JSON."""
         if item.delay:
             with contextlib.suppress(TimeoutError):  # the delay ran its course: answer now
                 await asyncio.wait_for(self._closing.wait(), item.delay)
