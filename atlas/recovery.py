@@ -23,10 +23,6 @@ from typing import TYPE_CHECKING, Any
 from atlas.channels.base import Address
 from atlas.providers.base import Message
 
-# Before this process stored anything, when imported at start (atlas/daemon.py imports it at
-# the top), and after everything a previous process stored: that one has exited.
-IMPORTED_AT = datetime.now(UTC)
-
 if TYPE_CHECKING:
     from atlas.dispatch import Dispatcher
     from atlas.store.conversations import ConversationStore
@@ -158,19 +154,18 @@ async def _newer_message(store: ConversationStore, item: Unfinished) -> bool:
 async def resume_interrupted_turns(
     dispatcher: Dispatcher,
     *,
+    started_at: datetime,
     now: datetime | None = None,
     resume_within: timedelta = RESUME_WITHIN,
     look_back: timedelta = LOOK_BACK,
-    started_at: datetime | None = None,
 ) -> RecoveryReport:
     """Resume or report every unfinished turn of every bot. Call once at start, after the
     channels are registered in the dispatcher (their replies must find them). A conversation
-    whose last message was stored after `started_at` (default: when this module was imported)
-    is live: a message came in since the restart and its own turn answers everything."""
+    whose last message was stored after `started_at` (when this process began, before it
+    stored anything) is live: a message came in since the restart and its own turn answers everything."""
     from atlas.dispatch import Inbound
 
     now = now or datetime.now(UTC)
-    started_at = started_at or IMPORTED_AT
     runtime = dispatcher.runtime
     report = RecoveryReport()
     for bot in runtime.home.bots.values():
@@ -225,7 +220,6 @@ __all__ = [
     "TOLD",
     "RecoveryReport",
     "Unfinished",
-    "IMPORTED_AT",
     "find_unfinished",
     "resume_interrupted_turns",
 ]
