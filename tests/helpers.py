@@ -42,11 +42,13 @@ async def open_store_for_tests(bot):  # type: ignore[no-untyped-def]
     """A store opener for RunContext.open_store in tests; close with close_test_stores()."""
     from atlas.store.conversations import ConversationStore
 
-    if bot.name not in _STORES:
+    # Keyed by file, not by bot name: a test that forgets close_test_stores() must not hand
+    # the next test (another temporary home, the same bot name) a store of the old home.
+    if bot.db_path not in _STORES:
         store = ConversationStore(bot.db_path)
         await store.open()
-        _STORES[bot.name] = store
-    return _STORES[bot.name]
+        _STORES[bot.db_path] = store
+    return _STORES[bot.db_path]
 
 
 async def close_test_stores() -> None:
