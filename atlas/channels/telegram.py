@@ -17,6 +17,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from atlas.channels.access import Access
+from atlas.channels.aiogram_import import import_aiogram
 from atlas.channels.chat_common import BackgroundTasks, ChatGenerations
 from atlas.channels.manager import channel_name
 from atlas.channels.settings import TelegramSettings, channel_settings, secret
@@ -96,6 +97,7 @@ class TelegramChannel(TelegramInbound):
         self._background = BackgroundTasks()
 
     async def start(self) -> None:
+        import_aiogram()  # first: it makes the import itself cheap
         from aiogram.exceptions import TelegramAPIError
 
         tg = await self._client()

@@ -1,0 +1,50 @@
+"""Import aiogram without building all of its pydantic models up front.
+
+`aiogram.types` declares its ~300 models with `defer_build=True`, then calls `model_rebuild`
+on every one of them at import (to hand them each other's names), which builds them all:
+about 2.3 s and 100 MB of the daemon's start, for a channel that uses a dozen (measured in
+docs/benchmarks.md). Here those calls are held back while aiogram imports, and each model
+module is handed the names the call would have given it, so pydantic builds each model,
+complete, the first time it is used (a model nested in another resolves its names in its own
+module's globals, so that is where they go).
+
+If a later aiogram stops calling `model_rebuild` this way, nothing is deferred and the
+import is just slow again; `tests/unit/test_aiogram_import.py` notices.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+TYPES_PACKAGE = "aiogram.types."
+
+
+def import_aiogram() -> int:
+    """Import aiogram (once per process, before anything else imports it). Returns how many
+    modules' models were left to build on first use (0 when aiogram was already imported)."""
+    if "aiogram" in sys.modules:
+        return 0
+    from pydantic import BaseModel
+
+    rebuild = BaseModel.__dict__["model_rebuild"]  # the classmethod itself
+    held: dict[str, dict[str, Any]] = {}  # module name -> the names its models were handed
+
+    def hold_back(
+        cls: type[BaseModel], *args: Any, _types_namespace: Any = None, **kwargs: Any
+    ) -> bool | None:
+        if cls.__module__.startswith(TYPES_PACKAGE) and _types_namespace is not None:
+            held[cls.__module__] = _types_namespace
+            return None
+        return rebuild.__func__(cls, *args, _types_namespace=_types_namespace, **kwargs)
+
+    BaseModel.model_rebuild = classmethod(hold_back)  # type: ignore[assignment,method-assign]
+    try:
+        import aiogram  # noqa: F401
+    finally:
+        BaseModel.model_rebuild = rebuild  # type: ignore[method-assign]
+    for module, namespace in held.items():
+        names = vars(sys.modules[module])
+        for name, value in namespace.items():
+            names.setdefault(name, value)  # never over a name the module defines itself
+    return len(held)
