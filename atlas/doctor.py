@@ -46,8 +46,9 @@ async def _provider_check(home) -> Check:  # type: ignore[no-untyped-def]
         messages=[Message("user", "ping")],
         max_tokens=16,
     )
+    router = ModelRouter(home.settings)
     try:
-        response = await ModelRouter(home.settings).complete(request)
+        response = await router.complete(request)
     except AtlasError as exc:
         return Check(
             "provider",
@@ -55,6 +56,8 @@ async def _provider_check(home) -> Check:  # type: ignore[no-untyped-def]
             str(exc),
             "check the provider's base_url and that its key's environment variable is set",
         )
+    finally:
+        await router.close()
     return Check(
         "provider", True, f"{response.model} answered ({response.usage.input_tokens} tokens in)"
     )

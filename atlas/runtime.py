@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from atlas.agent.loop import ToolLoop
 from atlas.home import Bot, Home
@@ -16,6 +17,9 @@ from atlas.trust.gate import BaseGate
 from atlas.trust.guardian import Guardian
 from atlas.trust.policy import RuleGate
 
+if TYPE_CHECKING:
+    from atlas.providers.router import ModelRouter
+
 
 class Runtime:
     def __init__(
@@ -27,10 +31,11 @@ class Runtime:
         registry: ToolRegistry | None = None,
         mcp: McpManager | None = None,
     ) -> None:
+        self._owned_router: ModelRouter | None = None
         if model is None:
             from atlas.providers.router import ModelRouter
 
-            model = ModelRouter(home.settings)
+            model = self._owned_router = ModelRouter(home.settings)
         self.home = home
         self.model = model
         self.audit = HomeStore(home.db_path)
@@ -76,3 +81,5 @@ class Runtime:
             await store.close()
         self._stores.clear()
         await self.audit.close()
+        if self._owned_router is not None:  # a model handed in is closed by whoever made it
+            await self._owned_router.close()

@@ -142,6 +142,11 @@ class AnthropicProvider(SdkProvider):
 
         return AsyncAnthropic
 
+    def _sdk_http_client_class(self) -> type[Any]:
+        from anthropic import DefaultAioHttpClient
+
+        return DefaultAioHttpClient
+
     async def complete(
         self, request: CompletionRequest, on_text: TextSink | None = None
     ) -> CompletionResponse:

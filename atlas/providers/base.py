@@ -129,6 +129,8 @@ class Provider(Protocol):
         self, request: CompletionRequest, on_text: TextSink | None = None
     ) -> CompletionResponse: ...
 
+    async def close(self) -> None: ...
+
 
 class ProviderCallError(Exception):
     """One failed call. `retryable` says whether backing off and trying again can help;

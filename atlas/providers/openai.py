@@ -124,6 +124,11 @@ class OpenAIProvider(SdkProvider):
 
         return AsyncOpenAI
 
+    def _sdk_http_client_class(self) -> type[Any]:
+        from openai import DefaultAioHttpClient
+
+        return DefaultAioHttpClient
+
     async def complete(
         self, request: CompletionRequest, on_text: TextSink | None = None
     ) -> CompletionResponse:

@@ -65,6 +65,12 @@ class ModelRouter:
             self._providers[name] = _make_provider(name, self.settings.providers[name])
         return self._providers[name]
 
+    async def close(self) -> None:
+        """Close every provider's connections."""
+        providers, self._providers = list(self._providers.values()), {}
+        for provider in providers:
+            await provider.close()
+
     async def complete(
         self,
         request: CompletionRequest,

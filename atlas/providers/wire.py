@@ -126,6 +126,12 @@ class SdkProvider:
     def _sdk_client_class(self) -> Any:
         raise NotImplementedError
 
+    def _sdk_http_client_class(self) -> Any:
+        """The SDK's own aiohttp-backed client: with hundreds of calls in flight, httpx's
+        connection pool scans every pooled connection per request and cost more CPU than
+        the rest of a turn (docs/benchmarks.md); aiohttp's does not."""
+        raise NotImplementedError
+
     def _get_client(self) -> Any:
         if self._client is None:
             api_key = api_key_for(self.name, self.settings)  # raises before anything is cached
@@ -134,5 +140,12 @@ class SdkProvider:
                 api_key=api_key,
                 max_retries=0,  # the router retries, with our backoff and logging
                 timeout=self.settings.timeout,
+                http_client=self._sdk_http_client_class()(timeout=self.settings.timeout),
             )
         return self._client
+
+    async def close(self) -> None:
+        """Close the client's connections (aiohttp warns about a session left open)."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
