@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from atlas.errors import AtlasError
+from atlas.process import run, setup_logging
 
 
 def _home_path(args: argparse.Namespace) -> Path:
@@ -39,7 +40,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     home = _load_home(args)  # first: a broken config fails at once, before the slow imports
     from atlas.daemon import serve
 
-    asyncio.run(serve(home))
+    run(serve(home))
     return 0
 
 
@@ -48,7 +49,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     home.bot(args.bot)  # an unknown bot fails here, before the slow imports
     from atlas.chat import chat
 
-    return asyncio.run(chat(home, args.bot, chat_name=args.chat, stream=not args.no_stream))
+    return run(chat(home, args.bot, chat_name=args.chat, stream=not args.no_stream))
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -203,9 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.verbose
         else (logging.INFO if args.command == "run" else logging.WARNING)
     )
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "httpcore", "openai", "anthropic"):
-        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+    setup_logging(level)
     try:
         return args.func(args)
     except AtlasError as exc:

@@ -25,8 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from atlas.process import run, setup_logging
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 LAG_TICK = 0.02  # seconds between the lag monitor's wake-ups
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -346,12 +349,8 @@ def child_main(argv: list[str]) -> int:
     parser.add_argument("--profile", type=Path)
     args = parser.parse_args(argv)
     # As `atlas run` sets it up (atlas/cli.py), so logging costs what it costs there.
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    for noisy in ("httpx", "httpcore", "openai", "anthropic"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    asyncio.run(_child(args.home, args.report, args.profile))
+    setup_logging(logging.INFO)
+    run(_child(args.home, args.report, args.profile))
     return 0
 
 

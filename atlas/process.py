@@ -1,0 +1,29 @@
+"""How an atlas process sets itself up: logging, and the event loop its coroutine runs on."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# The HTTP clients log every request at INFO; the SDKs log their retries, which we do ourselves.
+CHATTY_LIBRARIES = ("httpx", "httpx2", "httpcore", "httpcore2", "openai", "anthropic")
+
+
+def setup_logging(level: int) -> None:
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in CHATTY_LIBRARIES:
+        logging.getLogger(name).setLevel(max(level, logging.WARNING))
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run`, on uvloop where it is installed (everywhere but Windows): under load its
+    loop and sockets cost the daemon markedly less CPU per turn (docs/benchmarks.md)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
