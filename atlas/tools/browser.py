@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import json
 import logging
 import os
 import re
 import signal
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -33,6 +35,7 @@ log = logging.getLogger(__name__)
 Mode = Literal["profile", "clean", "headless"]
 START_TIMEOUT = 60.0  # seconds for the worker to launch Chromium
 REPLY_GRACE = 15.0  # past timeout_s, how long the worker has to report a stopped call
+CHROME_RECHECK_SECONDS = 60
 CLOSE_GRACE = 10.0  # seconds a worker has to close its browser before it is killed
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
@@ -42,12 +45,19 @@ _SHOT_PATH = re.compile(r"(/[^\s'\"<>|]+\.(?:png|jpe?g))", re.IGNORECASE)
 def chrome_missing(run: RunContext) -> str | None:
     """Why the run has no browser_exec (no Chromium at [browser] chrome), or None."""
     chrome = Path(run.settings.browser.chrome).expanduser()
-    if chrome.is_file() and os.access(chrome, os.X_OK):
+    if _is_executable(chrome, int(time.monotonic() // CHROME_RECHECK_SECONDS)):
         return None
     return (
         f"not available: no Chromium at {chrome} (install Debian's `chromium`, or set "
         f"[browser] chrome in {run.home.config_path})"
     )
+
+
+# Asked in every model round of every turn: checked once a minute (the second argument
+# changes each minute), so Chromium installed while the daemon runs is found soon enough.
+@functools.lru_cache(maxsize=8)
+def _is_executable(path: Path, _minute: int) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
 
 
 @dataclass

@@ -9,6 +9,7 @@ as long as the search result that loaded it (or a call of it) stays in the histo
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -199,14 +200,21 @@ directly from then on. Deferred tools by source:"""
 def describe_tool_search(run: RunContext) -> str:
     """The description with the deferred tools by source, within its token budget."""
     budget = min(MAX_DESCRIPTION_TOKENS, int(run.settings.limits.context_window * WINDOW_SHARE))
-    limit = budget - 25  # room for the closing note
     groups: dict[str, list[str]] = {}
     for t in deferred_tools(run):
         groups.setdefault(tool_source(t), []).append(t.name)
+    return _description(budget, tuple((source, tuple(names)) for source, names in groups.items()))
+
+
+# Asked for in every model round; the answer changes only when the deferred tools do, and
+# counting every name's tokens each time cost ~10 % of a turn's CPU (docs/benchmarks.md).
+@functools.lru_cache(maxsize=64)
+def _description(budget: int, groups: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
+    limit = budget - 25  # room for the closing note
     lines = [BASE_DESCRIPTION]
     used = count_tokens(BASE_DESCRIPTION)
     left_out = 0
-    for source, names in groups.items():
+    for source, names in groups:
         head = f"\n{source}: "
         cost = count_tokens(head)
         shown: list[str] = []
