@@ -99,15 +99,14 @@ def to_openai_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
     ]
 
 
-def _usage(raw: Any) -> Usage:
-    if raw is None:  # some compatible servers send no usage at all
+def _usage(raw: dict[str, Any] | None) -> Usage:
+    if not raw:  # some compatible servers send no usage at all
         return Usage()
-    details = getattr(raw, "prompt_tokens_details", None)
-    cached = getattr(details, "cached_tokens", None) or 0
+    details = raw.get("prompt_tokens_details") or {}
     return Usage(
-        input_tokens=raw.prompt_tokens or 0,
-        output_tokens=raw.completion_tokens or 0,
-        cache_read_tokens=cached,
+        input_tokens=raw.get("prompt_tokens") or 0,
+        output_tokens=raw.get("completion_tokens") or 0,
+        cache_read_tokens=details.get("cached_tokens") or 0,
     )
 
 
@@ -133,24 +132,18 @@ class OpenAIProvider(SdkProvider):
         self, request: CompletionRequest, on_text: TextSink | None = None
     ) -> CompletionResponse:
         client = self._get_client()
-        # The conversation and the tool schemas go in `extra_body`, which the SDK sends as they
-        # are. Given as typed arguments, the SDK walks them key by key against its TypedDicts on
-        # every call: the largest CPU cost of a turn in the daemon (docs/benchmarks.md). The
-        # empty `messages` only satisfies the signature; extra_body's key replaces it.
-        body: dict[str, Any] = {"messages": to_openai_messages(request.system, request.messages)}
+        body: dict[str, Any] = {
+            "model": request.model,
+            "messages": to_openai_messages(request.system, request.messages),
+            "max_tokens": request.max_tokens,
+        }
         if request.tools:
             body["tools"] = to_openai_tools(request.tools)
-        params: dict[str, Any] = {
-            "model": request.model,
-            "messages": [],
-            "max_tokens": request.max_tokens,
-            "extra_body": body,
-        }
         try:
             if on_text is None:
-                message, usage, finish = await self._complete_once(client, params)
+                message, usage, finish = await self._complete_once(client, body)
             else:
-                message, usage, finish = await self._complete_streaming(client, params, on_text)
+                message, usage, finish = await self._complete_streaming(client, body, on_text)
         except ProviderCallError:
             raise
         except Exception as exc:  # the SDK's and the transport's errors; others pass unchanged
@@ -163,27 +156,44 @@ class OpenAIProvider(SdkProvider):
         )
 
     async def _complete_once(
-        self, client: AsyncOpenAI, params: dict[str, Any]
+        self, client: AsyncOpenAI, body: dict[str, Any]
     ) -> tuple[Message, Usage, str]:
-        response = await client.chat.completions.create(**params)
-        if not response.choices:
-            raise ProviderCallError(
-                f"{self._where(params['model'])}: the answer held no choices", retryable=True
-            )
-        choice = response.choices[0]
-        calls = [
-            _tool_call(i, c.id, c.function.name, c.function.arguments)
-            for i, c in enumerate(choice.message.tool_calls or [])
-            if c.type == "function"
-        ]
-        message = Message("assistant", choice.message.content or "", tool_calls=calls)
-        return message, _usage(response.usage), choice.finish_reason or ""
+        # Through the SDK's own request path (base URL, key, headers, its errors), as plain
+        # JSON both ways: its typed call walks every parameter against its TypedDicts and
+        # builds a model of the answer, which was the largest share of a turn's CPU under
+        # load (docs/benchmarks.md). The bytes on the wire are the same.
+        import orjson
+
+        raw = await client.post("/chat/completions", cast_to=bytes, content=orjson.dumps(body))
+        where = self._where(body["model"])
+        try:
+            answer = orjson.loads(raw)
+            choice = answer["choices"][0]
+            reply = choice["message"]
+            calls = [
+                _tool_call(i, c.get("id"), c["function"]["name"], c["function"].get("arguments"))
+                for i, c in enumerate(reply.get("tool_calls") or [])
+                if c.get("type", "function") == "function"
+            ]
+        except (ValueError, LookupError, TypeError, AttributeError) as exc:
+            detail = "held no choices" if isinstance(exc, IndexError) else f"is malformed ({exc!r})"
+            raise ProviderCallError(f"{where}: the answer {detail}", retryable=True) from exc
+        message = Message("assistant", reply.get("content") or "", tool_calls=calls)
+        return message, _usage(answer.get("usage")), choice.get("finish_reason") or ""
 
     async def _complete_streaming(
-        self, client: AsyncOpenAI, params: dict[str, Any], on_text: TextSink
+        self, client: AsyncOpenAI, body: dict[str, Any], on_text: TextSink
     ) -> tuple[Message, Usage, str]:
+        # The conversation and the tools go in `extra_body`, sent as they are, rather than
+        # walked key by key against the SDK's TypedDicts (the empty `messages` only satisfies
+        # the signature; extra_body's key replaces it).
         stream = await client.chat.completions.create(
-            **params, stream=True, stream_options={"include_usage": True}
+            model=body["model"],
+            messages=[],
+            max_tokens=body["max_tokens"],
+            extra_body={k: v for k, v in body.items() if k in ("messages", "tools")},
+            stream=True,
+            stream_options={"include_usage": True},
         )
         text: list[str] = []
         calls: dict[int, dict[str, Any]] = {}  # tool calls arrive as deltas keyed by index
@@ -191,7 +201,7 @@ class OpenAIProvider(SdkProvider):
         async with stream:
             async for chunk in stream:
                 if chunk.usage is not None:
-                    usage = _usage(chunk.usage)
+                    usage = _usage(chunk.usage.model_dump())
                 for choice in chunk.choices:
                     finish = choice.finish_reason or finish
                     delta = choice.delta

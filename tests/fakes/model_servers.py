@@ -87,6 +87,10 @@ class FakeModelServer:
         """Queue an HTTP failure with this status, body (default: the API's error shape) and headers."""
         self.script.append(Scripted(status=status, body=body, headers=dict(headers or {})))
 
+    def answer_raw(self, body: dict[str, Any] | str) -> None:
+        """Queue a 200 answer with exactly this body: for answers the API would never give."""
+        self.script.append(Scripted(body=body))
+
     def hang(self, seconds: float) -> None:
         """Queue a request that waits `seconds` before answering 504: for client timeouts."""
         self.script.append(
@@ -140,13 +144,13 @@ class FakeModelServer:
         if item.delay:
             with contextlib.suppress(TimeoutError):  # the delay ran its course: answer now
                 await asyncio.wait_for(self._closing.wait(), item.delay)
-        if item.status != 200:
-            return self._failure(item)
+        if item.status != 200 or item.body is not None:
+            return self._failure(item)  # as scripted, status and body
         if body.get("stream"):
             return await self._stream(request, self._events(body, item))
         return web.json_response(self._answer(body, item))
 
-    def _failure(self, item: Scripted) -> web.Response:
+    def _failure(self, item: Scripted) -> web.Response:  # or a raw answer
         body = (
             item.body
             if item.body is not None

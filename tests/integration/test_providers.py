@@ -271,6 +271,26 @@ async def test_openai_usage_with_cached_tokens() -> None:
     assert server.requests[1]["stream_options"] == {"include_usage": True}
 
 
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({"id": "x", "choices": []}, "held no choices"),
+        ({"id": "x"}, "is malformed"),
+        ("<html>gateway</html>", "is malformed"),
+    ],
+)
+async def test_openai_malformed_answer_is_a_retryable_error_naming_the_model(
+    body: dict[str, Any] | str, says: str
+) -> None:
+    async with FakeOpenAIServer() as server:
+        server.answer_raw(body)
+        with pytest.raises(ProviderCallError) as caught:
+            await make_provider(server).complete(request())
+    assert caught.value.retryable
+    assert "model 'test-model'" in str(caught.value)
+    assert says in str(caught.value)
+
+
 async def test_openai_fake_lists_models() -> None:
     from openai import AsyncOpenAI
 
