@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 from atlas.channels.manager import RunningChannels, start_channels, stop_channels
 from atlas.home import Home
+from atlas.process import freeze_long_lived_objects
 from atlas.recovery import resume_interrupted_turns
 from atlas.routines.scheduler import RoutineScheduler
 from atlas.services import start_core, stop_turns
@@ -42,6 +43,7 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
         # After the channels, so that catch-up runs of missed routines can be delivered.
         routines = RoutineScheduler(home, runtime.audit, dispatcher)
         log.info("routine files: %s", (await routines.start()).summary())
+        freeze_long_lived_objects()
         log.info("ready; stop with Ctrl-C or SIGTERM")
         await stop.wait()
         log.info("stopping")

@@ -114,12 +114,14 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                         raise RuntimeError(f"warm-up failed: {warm_failures[:3]}")
                     await daemon.window_start()
                     cpu_before = daemon.cpu_seconds()
+                    harness_before = time.process_time()
                     started = time.monotonic()
                     turns, failures = await drive(
                         fakes, args.conversations, args.warmup, args.turns
                     )
                     seconds = time.monotonic() - started
                     cpu = daemon.cpu_seconds() - cpu_before
+                    harness_cpu = time.process_time() - harness_before
                     probe = await daemon.window_report()
                     memory = daemon.memory_kb()
             finally:
@@ -157,11 +159,24 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "overhead_p95_ms": round(percentile(overheads, 0.95) * 1000, 2),
         "overhead_p99_ms": round(percentile(overheads, 0.99) * 1000, 2),
         "overhead_mean_ms": round(statistics.fmean(overheads) * 1000, 2),
+        "overhead_p50_ms_tool_turns": round(
+            percentile([t.overhead for t in turns if t.tool] or [0.0], 0.5) * 1000, 2
+        ),
+        "overhead_p50_ms_other_turns": round(
+            percentile([t.overhead for t in turns if not t.tool] or [0.0], 0.5) * 1000, 2
+        ),
         "end_to_end_p50_ms": round(percentile([t.end_to_end for t in turns], 0.5) * 1000, 1),
         "daemon_cpu_ms_per_turn": round(cpu / len(turns) * 1000, 2),
         "daemon_cpu_share": round(cpu / seconds, 2),
+        # The fakes and the drivers share this process: near 1.0, their own delays are in
+        # the overhead figures too.
+        "harness_cpu_share": round(harness_cpu / seconds, 2),
         "lag_p99_ms": round(probe["lag_p99_ms"], 2),
         "lag_max_ms": round(probe["lag_max_ms"], 2),
+        "gc_collections": probe["gc_collections"],
+        "gc_full_collections": probe["gc_full_collections"],
+        "gc_pause_max_ms": round(probe["gc_pause_max_ms"], 2),
+        "gc_pause_total_ms": round(probe["gc_pause_total_ms"], 1),
         "peak_rss_mb": round(memory["VmHWM"] / 1024, 1),
         "rss_after_mb": round(memory["VmRSS"] / 1024, 1),
         **{f"machine_{key}": value for key, value in machine().items()},

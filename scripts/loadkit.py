@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -283,15 +284,25 @@ class Daemon:
 
 class LagMonitor:
     """How late the event loop wakes a task that asked to sleep LAG_TICK: the time every other
-    callback held the loop."""
+    callback held the loop. Also how long each garbage collection stopped everything."""
 
     def __init__(self) -> None:
         self.samples: list[float] = []
         self.window_started = time.monotonic()
+        self.gc_pauses: list[tuple[int, float]] = []  # (generation, seconds)
+        self._gc_started = 0.0
+        gc.callbacks.append(self._on_gc)
 
     def reset(self) -> None:
         self.samples = []
+        self.gc_pauses = []
         self.window_started = time.monotonic()
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            self.gc_pauses.append((info["generation"], time.perf_counter() - self._gc_started))
 
     async def run(self) -> None:
         while True:
@@ -330,6 +341,10 @@ async def _child(home_path: Path, report: Path, profile: Path | None) -> None:
             "lag_max_ms": max(lags, default=0.0) * 1000,
             "lag_mean_ms": statistics.fmean(lags) * 1000 if lags else 0.0,
             "peak_rss_mb": usage.ru_maxrss / 1024,
+            "gc_collections": len(monitor.gc_pauses),
+            "gc_full_collections": sum(1 for gen, _ in monitor.gc_pauses if gen == 2),
+            "gc_pause_max_ms": max((s for _, s in monitor.gc_pauses), default=0.0) * 1000,
+            "gc_pause_total_ms": sum(s for _, s in monitor.gc_pauses) * 1000,
         }
         report.write_text(json.dumps(figures))
 

@@ -10,6 +10,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from atlas.config import ProviderSettings
+from atlas.process import freeze_long_lived_objects
 from atlas.providers.base import ProviderCallError, TextSink
 
 # Local servers (Ollama, vLLM, LM Studio) ignore the key, but the SDKs insist on one.
@@ -142,6 +143,7 @@ class SdkProvider:
                 timeout=self.settings.timeout,
                 http_client=self._sdk_http_client_class()(timeout=self.settings.timeout),
             )
+            freeze_long_lived_objects()  # the SDK just imported: long-lived, like the rest
         return self._client
 
     async def close(self) -> None:
