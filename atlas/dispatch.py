@@ -94,17 +94,20 @@ class Dispatcher:
         if command == STATUS_COMMAND:
             await self._channel(address).send(address, await self._status(inbound, bot, store))
             return True
-        conversation = await self._conversation(inbound, bot, store)
+        lane = self._lanes.get(address)  # an address keeps its conversation: no lookup
+        conversation_id = (
+            lane.conversation_id if lane else (await self._conversation(inbound, bot, store)).id
+        )
         text = inbound.text if inbound.kind == "message" else f"[notice] {inbound.text}"
         stored = await store.append(
-            conversation.id, Message("user", text), event_id=inbound.event_id, kind=inbound.kind
+            conversation_id, Message("user", text), event_id=inbound.event_id, kind=inbound.kind
         )
         if stored is None:
             log.info("dropped duplicate event %s in %s", inbound.event_id, address)
             return False
         if self._quiet:
             self._quiet.cancel(address)
-        lane = self._lane(address, conversation.id, inbound.run_kind)
+        lane = self._lane(address, conversation_id, inbound.run_kind)
         if (
             lane.turn
             and not lane.turn.done()

@@ -59,6 +59,10 @@ class MessageStore(Protocol):
 
     async def last_compaction(self, conversation_id: int) -> tuple[int, str] | None: ...
 
+    async def history_and_compaction(
+        self, conversation_id: int
+    ) -> tuple[list[Message], tuple[int, str] | None]: ...
+
 
 @dataclass
 class TurnHooks:
@@ -193,8 +197,7 @@ class ToolLoop:
     async def load_history(self, run: RunContext) -> list[Message]:
         """The stored messages as the model should see them: after the latest compaction,
         the first message, the summary, then what was kept and came since."""
-        messages = await self.store.history(run.conversation_id)
-        compaction = await self.store.last_compaction(run.conversation_id)
+        messages, compaction = await self.store.history_and_compaction(run.conversation_id)
         if compaction and messages:
             first_kept_id, summary = compaction
             kept = [m for m in messages[1:] if m.id is not None and m.id >= first_kept_id]

@@ -81,6 +81,25 @@ def _message_from_row(row: dict[str, Any]) -> Message:
     )
 
 
+def _history_rows(db: sqlite_utils.Database, *, conversation_id: int) -> list[dict[str, Any]]:
+    return list(
+        db.query(
+            "SELECT id, role, content, tool_calls, tool_call_id, name, images "
+            "FROM messages WHERE conversation_id = ? ORDER BY id",
+            [conversation_id],
+        )
+    )
+
+
+def _last_compaction(db: sqlite_utils.Database, *, conversation_id: int) -> tuple[int, str] | None:
+    row = db.execute(
+        "SELECT first_kept_id, summary FROM compactions WHERE conversation_id = ? "
+        "ORDER BY id DESC LIMIT 1",
+        [conversation_id],
+    ).fetchone()
+    return (row[0], row[1]) if row else None
+
+
 class ConversationStore:
     """A bot's conversation store; open it before use (or use it as an async context manager)."""
 
@@ -248,32 +267,27 @@ class ConversationStore:
 
     async def last_compaction(self, conversation_id: int) -> tuple[int, str] | None:
         """(first kept message id, summary) of the conversation's latest compaction."""
-
-        def select(db: sqlite_utils.Database) -> list[dict[str, Any]]:
-            return list(
-                db.query(
-                    "SELECT first_kept_id, summary FROM compactions WHERE conversation_id = ? "
-                    "ORDER BY id DESC LIMIT 1",
-                    [conversation_id],
-                )
-            )
-
-        rows = await self.db.call(select)
-        return (rows[0]["first_kept_id"], rows[0]["summary"]) if rows else None
+        return await self.db.call(partial(_last_compaction, conversation_id=conversation_id))
 
     async def history(self, conversation_id: int) -> list[Message]:
         """Every message of a conversation, oldest first, as provider messages."""
+        rows = await self.db.call(partial(_history_rows, conversation_id=conversation_id))
+        return [_message_from_row(row) for row in rows]
 
-        def select(db: sqlite_utils.Database) -> list[dict[str, Any]]:
-            return list(
-                db.query(
-                    "SELECT id, role, content, tool_calls, tool_call_id, name, images "
-                    "FROM messages WHERE conversation_id = ? ORDER BY id",
-                    [conversation_id],
-                )
+    async def history_and_compaction(
+        self, conversation_id: int
+    ) -> tuple[list[Message], tuple[int, str] | None]:
+        """`history` and `last_compaction` in one trip to the store's thread (every turn
+        starts with both)."""
+
+        def read(db: sqlite_utils.Database) -> tuple[list[dict[str, Any]], tuple[int, str] | None]:
+            return (
+                _history_rows(db, conversation_id=conversation_id),
+                _last_compaction(db, conversation_id=conversation_id),
             )
 
-        return [_message_from_row(row) for row in await self.db.call(select)]
+        rows, compaction = await self.db.call(read)
+        return [_message_from_row(row) for row in rows], compaction
 
     async def search(
         self, query: str, *, limit: int = 20, conversation_id: int | None = None
