@@ -30,7 +30,7 @@ from atlas.routines.schedule import (
     last_fire_between,
     parse_schedule,
 )
-from atlas.routines.store import Routine, RoutineStore, RunTrigger
+from atlas.routines.store import Routine, RoutineRun, RoutineStore, RunTrigger
 
 if TYPE_CHECKING:
     from apscheduler.events import JobExecutionEvent
@@ -92,10 +92,10 @@ class RoutineScheduler:
 
         self._take_lock()
         try:
-            closed = await self.store.close_interrupted_runs("interrupted: Atlas stopped mid-run")
-            if closed:
-                log.warning("%d routine run(s) were interrupted by the last stop", len(closed))
-            await self._report_interrupted(closed)
+            owed = await self.store.close_interrupted_runs("interrupted: Atlas stopped mid-run")
+            if owed:
+                log.warning("%d routine run(s) were interrupted by a stop", len(owed))
+            await self._report_interrupted(owed)
             report = await reconcile_files(self.home, self.store)
             self._aps = AsyncIOScheduler(
                 timezone=self.tz, job_defaults={"coalesce": True, "max_instances": 1}
@@ -112,21 +112,20 @@ class RoutineScheduler:
         log.info("routines: %d scheduled (%s)", len(self._jobs), self.tz)
         return report
 
-    async def _report_interrupted(self, routine_ids: list[int]) -> None:
-        """A run cut short by a crash is not run again (its slot was taken); its target is told."""
-        for routine_id in dict.fromkeys(routine_ids):
-            routine = await self.store.get(routine_id)
+    async def _report_interrupted(self, runs: list[RoutineRun]) -> None:
+        """A run cut short by a crash is not run again (its slot was taken); its target is
+        told, and the telling recorded (a kill before that tells it at the next start)."""
+        for run in runs:
+            routine = await self.store.get(run.routine_id)
             if routine is None:
                 continue
             text = (
                 f'Routine "{routine.name}" was interrupted when Atlas stopped and did not '
                 "finish; it runs again at its next time."
             )
-            log.info(
-                "routine %s: %s",
-                routine.name,
-                await deliver_to_target(routine, self.dispatcher, text),
-            )
+            delivery = await deliver_to_target(routine, self.dispatcher, text)
+            await self.store.record_delivery(run.id, delivery)
+            log.info("routine %s: %s", routine.name, delivery)
 
     async def stop(self) -> None:
         """Stop scheduling; a run still going is cancelled and recorded as failed."""

@@ -321,23 +321,31 @@ class RoutineStore:
         )
         return _run(rows[0]) if rows else None
 
-    async def close_interrupted_runs(self, why: str) -> list[int]:
-        """Runs left `running` by a crash: failed, with the reason. Returns their routine ids."""
-        row = {"status": "failed", "ended_at": utc_now_iso(), "error": why}
+    async def close_interrupted_runs(self, why: str) -> list[RoutineRun]:
+        """Runs left `running` by a crash become failed, with the reason. Returns every run
+        so closed whose target has not been told yet (no delivery recorded), including those
+        closed by an earlier start that was itself killed before telling."""
 
-        def close(db: sqlite_utils.Database) -> list[int]:
-            ids = [
-                r["routine_id"]
-                for r in db.query("SELECT routine_id FROM routine_runs WHERE status = 'running'")
-            ]
+        def close(db: sqlite_utils.Database) -> list[dict[str, Any]]:
             db.execute(
-                "UPDATE routine_runs SET status = :status, ended_at = :ended_at, error = :error "
+                "UPDATE routine_runs SET status = 'failed', ended_at = :now, error = :why "
                 "WHERE status = 'running'",
-                row,
+                {"now": utc_now_iso(), "why": why},
             )
-            return ids
+            return list(
+                db.query(
+                    "SELECT * FROM routine_runs WHERE status = 'failed' AND error = ? "
+                    "AND COALESCE(delivery, '') = '' ORDER BY id",
+                    [why],
+                )
+            )
 
-        return await self.home_store.call(close)
+        return [_run(row) for row in await self.home_store.call(close)]
+
+    async def record_delivery(self, run_id: int, delivery: str) -> None:
+        await self.home_store.call(
+            lambda db: db["routine_runs"].update(run_id, {"delivery": delivery})
+        )
 
     async def signature(self) -> str:
         """Changes whenever a routine is added, changed or removed (for the daemon's poll)."""

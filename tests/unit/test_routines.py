@@ -252,6 +252,23 @@ async def test_an_interrupted_run_is_closed_at_start(rig: Rig) -> None:
         'Routine "crashed" was interrupted when Atlas stopped and did not finish; '
         "it runs again at its next time."
     ]  # the target hears of it once
+    assert run.delivery.startswith("delivered to")  # recorded, so no later start repeats it
+
+
+async def test_an_interrupted_run_closed_but_not_yet_told_is_told_at_the_next_start(
+    rig: Rig,
+) -> None:
+    routine = await rig.routine("crashed twice", paused=True)
+    run_id = await rig.scheduler.store.start_run(routine, "schedule", None)
+    # A start closed the run, then was killed before telling anyone.
+    await rig.scheduler.store.close_interrupted_runs("interrupted: Atlas stopped mid-run")
+    for _ in range(2):
+        again = RoutineScheduler(rig.home, rig.runtime.audit, rig.dispatcher)
+        await again.start()
+        await again.stop()
+    assert len(rig.channel.sent) == 1  # told at the next start, and only then
+    run = await rig.scheduler.store.get_run(run_id)
+    assert run is not None and run.delivery.startswith("delivered to")
 
 
 async def test_a_run_still_going_is_never_started_twice(
