@@ -292,13 +292,18 @@ class Dispatcher:
         lane.answered_upto = outcome.answers_upto
         for note in outcome.notes:
             await self._safe_send(address, f"({note})")
+        store = await self.runtime.store(bot)
+        if outcome.message_id is not None:
+            await store.mark_sending(outcome.message_id)
         try:
             await channel.send(address, outcome.text, outcome.files)
-        except (AtlasError, OSError) as exc:  # stays undelivered: the next start sends it
+        except (AtlasError, OSError) as exc:  # it did not arrive: the next start sends it
             log.warning("could not deliver the answer in %s: %s", address, exc)
+            if outcome.message_id is not None:
+                await store.unmark_sending(outcome.message_id)
             return
         if outcome.message_id is not None:
-            await (await self.runtime.store(bot)).mark_delivered(outcome.message_id)
+            await store.mark_delivered(outcome.message_id)
 
     def _run_context(
         self,

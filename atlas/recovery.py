@@ -11,6 +11,11 @@ into the conversation and its lane runs a turn that answers from the stored hist
 and ones already resumed once without finishing (a message that crashes the daemon must not crash
 it at every start), get a short message saying the answer was cut off; that message is stored as
 the assistant's, so it is said once. Conversations idle for longer than `look_back` are left alone.
+
+Final answers are delivered at most once. Each records when its sending began (`sending_at`) and
+when the platform took it (`delivered_at`). One stored before the crash and never sent is sent
+now; one whose sending had begun may have arrived (the platforms take no idempotency key), so it
+is not sent again: the person is told it may not have reached them.
 """
 
 from __future__ import annotations
@@ -39,6 +44,10 @@ TOLD = (
     "(Atlas restarted while working on your last message and did not finish it. "
     "Send it again if you still want an answer.)"
 )
+MAYBE_LOST = (
+    "(Atlas restarted while sending its last answer, so it may not have reached you. "
+    "Ask again if it did not.)"
+)
 
 
 @dataclass(frozen=True)
@@ -50,29 +59,52 @@ class Unfinished:
     last_id: int  # its last message
     last_at: datetime  # when that was stored
     resumed_before: bool  # its latest user message is our own resume notice
-    undelivered: str | None = None  # a final answer stored but never sent: sent now
-    unanswered: bool = True  # a person's message is still owed an answer
+
+
+@dataclass(frozen=True)
+class OwedAnswer:
+    """A final answer stored before the restart whose delivery was never recorded."""
+
+    message_id: int
+    conversation_id: int
+    address: Address
+    text: str
+    answers_upto: int
+    maybe_sent: bool  # its sending had begun: it may have arrived
 
 
 @dataclass
 class RecoveryReport:
-    resent: list[Unfinished] = field(default_factory=list)
+    resent: list[OwedAnswer] = field(default_factory=list)
+    maybe_lost: list[OwedAnswer] = field(default_factory=list)  # told it may not have arrived
     resumed: list[Unfinished] = field(default_factory=list)
     told: list[Unfinished] = field(default_factory=list)
-    skipped: list[tuple[Unfinished, str]] = field(default_factory=list)
+    skipped: list[tuple[Unfinished | OwedAnswer, str]] = field(default_factory=list)
 
     def summary(self) -> str:
         return (
-            f"{len(self.resent)} answers resent, {len(self.resumed)} resumed, "
-            f"{len(self.told)} told, {len(self.skipped)} skipped"
+            f"{len(self.resent)} answers resent, {len(self.maybe_lost)} maybe lost (told), "
+            f"{len(self.resumed)} resumed, {len(self.told)} told, {len(self.skipped)} skipped"
         )
 
+
+# Final answers of this bot's person-facing conversations, stored before the restart, whose
+# delivery was never recorded.
+_OWED_ANSWERS = """
+SELECT m.id, m.conversation_id, m.content, m.answers_upto, m.sending_at,
+       c.channel, c.chat, c.thread, c.user
+FROM messages m JOIN conversations c ON c.id = m.conversation_id
+WHERE c.kind = 'conversation' AND c.bot = ? AND c.updated_at >= ?
+  AND m.role = 'assistant' AND m.answers_upto IS NOT NULL AND m.delivered_at IS NULL
+  AND m.created_at < ?
+ORDER BY m.id
+"""
 
 # The last message of each person-facing conversation of this bot, and its latest user message.
 _LAST_MESSAGES = """
 SELECT c.id, c.channel, c.chat, c.thread, c.user,
        m.id AS last_id, m.role, m.tool_calls, m.created_at, m.content,
-       m.answers_upto, m.delivered_at,
+       m.answers_upto,
        (SELECT MAX(u.id) FROM messages u
          WHERE u.conversation_id = c.id AND u.role = 'user') AS last_user_id,
        (SELECT u.content FROM messages u
@@ -88,46 +120,66 @@ def _is_final_answer(role: str, tool_calls: str | None) -> bool:
     return role == "assistant" and tool_calls in (None, "", "[]")
 
 
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
 async def find_unfinished(
     store: ConversationStore, bot: str, *, since: datetime
 ) -> list[Unfinished]:
-    """Conversations of `bot` active since `since` whose last message is not a final answer."""
-
-    def select(db: Any) -> list[dict[str, Any]]:
-        return list(
-            db.query(
-                _LAST_MESSAGES, [bot, since.astimezone(UTC).isoformat(timespec="microseconds")]
-            )
-        )
-
+    """Conversations of `bot` active since `since` whose last message is not a final answer,
+    or is one whose turn had not seen every message before it."""
+    rows = await store.db.call(lambda db: list(db.query(_LAST_MESSAGES, [bot, _iso(since)])))
     found = []
-    for row in await store.db.call(select):
+    for row in rows:
         final = _is_final_answer(row["role"], row["tool_calls"])
-        unanswered = not final or _came_in_during_the_turn(row)
-        undelivered = _undelivered(row)
-        if not unanswered and undelivered is None:
+        if final and not _came_in_during_the_turn(row):
             continue
-        address = Address(bot, row["channel"], row["chat"], row["thread"], row["user"])
         found.append(
             Unfinished(
                 conversation_id=row["id"],
-                address=address,
+                address=Address(bot, row["channel"], row["chat"], row["thread"], row["user"]),
                 last_id=row["last_id"],
                 last_at=datetime.fromisoformat(row["created_at"]),
                 resumed_before=row["last_user"] == f"[notice] {RESUME_NOTICE}",
-                undelivered=undelivered,
-                unanswered=unanswered,
             )
         )
     return found
 
 
-def _undelivered(row: dict[str, Any]) -> str | None:
-    """The final answer's text when it was stored but never reached the platform. Answers from
-    before delivery was tracked (no `answers_upto`) count as delivered."""
-    final = _is_final_answer(row["role"], row["tool_calls"])
-    if final and row["answers_upto"] is not None and row["delivered_at"] is None:
-        return row["content"]
+async def find_owed_answers(
+    store: ConversationStore, bot: str, *, since: datetime, before: datetime
+) -> list[OwedAnswer]:
+    """Final answers stored before `before` in conversations of `bot` active since `since`
+    whose delivery was never recorded, oldest first. (Answers from before delivery was
+    tracked have no `answers_upto` and count as delivered.)"""
+    rows = await store.db.call(
+        lambda db: list(db.query(_OWED_ANSWERS, [bot, _iso(since), _iso(before)]))
+    )
+    return [
+        OwedAnswer(
+            message_id=row["id"],
+            conversation_id=row["conversation_id"],
+            address=Address(bot, row["channel"], row["chat"], row["thread"], row["user"]),
+            text=row["content"],
+            answers_upto=row["answers_upto"],
+            maybe_sent=row["sending_at"] is not None,
+        )
+        for row in rows
+    ]
+
+
+async def send_owed(
+    dispatcher: Dispatcher, store: ConversationStore, message_id: int, address: Address, text: str
+) -> str | None:
+    """Send a stored answer at most once: marked as sending, sent, marked delivered (or
+    unmarked, when the platform refused it). None when sent, else why not."""
+    await store.mark_sending(message_id)
+    problem = await dispatcher.deliver(address, text)
+    if problem is not None:
+        await store.unmark_sending(message_id)
+        return problem
+    await store.mark_delivered(message_id)
     return None
 
 
@@ -139,12 +191,14 @@ def _came_in_during_the_turn(row: dict[str, Any]) -> bool:
 
 
 async def _newer_message(store: ConversationStore, item: Unfinished) -> bool:
-    """Has a message been stored in the conversation since it was found unfinished? Asked
-    right before acting, on the store's one writer thread, so the window is one write."""
+    """Has a person's message been stored in the conversation since it was found unfinished?
+    Asked right before acting, on the store's one writer thread, so the window is one write.
+    (Our own notes about owed answers, stored since, do not count.)"""
 
     def newest(db: Any) -> int:
         row = db.execute(
-            "SELECT MAX(id) FROM messages WHERE conversation_id = ?", [item.conversation_id]
+            "SELECT MAX(id) FROM messages WHERE conversation_id = ? AND role = 'user'",
+            [item.conversation_id],
         ).fetchone()
         return int(row[0] or 0)
 
@@ -170,20 +224,17 @@ async def resume_interrupted_turns(
     report = RecoveryReport()
     for bot in runtime.home.bots.values():
         store = await runtime.store(bot)
-        for item in await find_unfinished(store, bot.name, since=now - look_back):
+        since = now - look_back
+        # Found before the owed answers are settled, which may store a note after them.
+        unfinished = await find_unfinished(store, bot.name, since=since)
+        for owed in await find_owed_answers(store, bot.name, since=since, before=started_at):
+            await _settle_owed(dispatcher, store, owed, report)
+        for item in unfinished:
             if item.last_at >= started_at:
                 continue  # stored by this process: its lane is on it
             if item.address.channel not in dispatcher.channels:
                 report.skipped.append((item, f"channel {item.address.channel} is not running"))
                 continue
-            if item.undelivered is not None:
-                if await dispatcher.deliver(item.address, item.undelivered) is not None:
-                    report.skipped.append((item, "could not send its stored answer"))
-                    continue
-                await store.mark_delivered(item.last_id)
-                report.resent.append(item)
-                if not item.unanswered:
-                    continue
             if await _newer_message(store, item) or dispatcher.has_lane(item.address):
                 # A message came in as the channels started: the turn it woke answers both. A
                 # notice now would start a second turn answering the same message again.
@@ -199,27 +250,58 @@ async def resume_interrupted_turns(
             told_id = await store.append(
                 item.conversation_id, Message("assistant", TOLD), answers_upto=item.last_id
             )
-            problem = await dispatcher.deliver(item.address, TOLD)
+            assert told_id is not None  # no event id: never a duplicate
+            problem = await send_owed(dispatcher, store, told_id, item.address, TOLD)
             if problem is not None:
                 report.skipped.append((item, f"could not tell them yet: {problem}"))
                 continue
-            if told_id is not None:
-                await store.mark_delivered(told_id)
             report.told.append(item)
     for item, why in report.skipped:
         log.warning("unfinished turn in %s not recovered: %s", item.address, why)
-    if report.resent or report.resumed or report.told:
+    if report.resent or report.maybe_lost or report.resumed or report.told:
         log.info("turns cut short by the last stop: %s", report.summary())
     return report
 
 
+async def _settle_owed(
+    dispatcher: Dispatcher, store: ConversationStore, owed: OwedAnswer, report: RecoveryReport
+) -> None:
+    if owed.address.channel not in dispatcher.channels:
+        report.skipped.append((owed, f"channel {owed.address.channel} is not running"))
+        return
+    if not owed.maybe_sent:
+        problem = await send_owed(dispatcher, store, owed.message_id, owed.address, owed.text)
+        if problem is not None:
+            report.skipped.append((owed, f"could not send its stored answer: {problem}"))
+            return
+        report.resent.append(owed)
+        return
+    # It may have arrived: sending it again could say it twice. The note takes its place as
+    # the answer owed (one transaction), so a crash from here on sends the note, not both.
+    note_id = await store.append_settling(
+        owed.message_id,
+        owed.conversation_id,
+        Message("assistant", MAYBE_LOST),
+        answers_upto=owed.answers_upto,
+    )
+    problem = await send_owed(dispatcher, store, note_id, owed.address, MAYBE_LOST)
+    if problem is not None:
+        report.skipped.append((owed, f"could not tell them yet: {problem}"))
+        return
+    report.maybe_lost.append(owed)
+
+
 __all__ = [
     "LOOK_BACK",
+    "MAYBE_LOST",
     "RESUME_NOTICE",
     "RESUME_WITHIN",
     "TOLD",
     "RecoveryReport",
+    "OwedAnswer",
     "Unfinished",
+    "find_owed_answers",
     "find_unfinished",
+    "send_owed",
     "resume_interrupted_turns",
 ]

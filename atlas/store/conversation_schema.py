@@ -121,6 +121,12 @@ def _track_delivery(db: sqlite_utils.Database) -> None:
     db["messages"].add_column("delivered_at", str)
 
 
+def _track_sending(db: sqlite_utils.Database) -> None:
+    """When a final answer was handed to the platform (`sending_at`): after a crash, one with
+    `sending_at` but no `delivered_at` may have arrived, so it is never sent again."""
+    db["messages"].add_column("sending_at", str)
+
+
 MIGRATIONS: list[Migration] = [
     ("001_conversations", _create_conversations),
     ("002_messages", _create_messages),
@@ -128,6 +134,7 @@ MIGRATIONS: list[Migration] = [
     ("004_messages_trigram", _index_messages_by_trigram),
     ("005_compactions", _create_compactions),
     ("006_delivery", _track_delivery),
+    ("007_sending", _track_sending),
 ]
 
 

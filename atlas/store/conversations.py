@@ -190,8 +190,49 @@ class ConversationStore:
         conversation (a platform redelivered an event)."""
         if kind not in get_args(MessageKind):
             raise ValueError(f"message kind {kind!r} is not one of {get_args(MessageKind)}")
+        row = self._message_row(
+            conversation_id,
+            message,
+            usage=usage,
+            model=model,
+            event_id=event_id,
+            kind=kind,
+            answers_upto=answers_upto,
+        )
+        return await self.db.call(partial(self._insert, row=row))
+
+    async def append_settling(
+        self, unconfirmed_id: int, conversation_id: int, message: Message, *, answers_upto: int
+    ) -> int:
+        """Store `message` as an answer owed, and in the same transaction settle the answer
+        `unconfirmed_id`, whose sending began before a crash (its `delivered_at` becomes the
+        moment its sending began): after this, only the new message is owed."""
+        row = self._message_row(conversation_id, message, answers_upto=answers_upto)
+
+        def settle(db: sqlite_utils.Database) -> int:
+            with db.atomic():
+                db.execute(
+                    "UPDATE messages SET delivered_at = sending_at WHERE id = ?", [unconfirmed_id]
+                )
+                message_id = self._insert(db, row=row)
+            assert message_id is not None  # no event id: never a duplicate
+            return message_id
+
+        return await self.db.call(settle)
+
+    @staticmethod
+    def _message_row(
+        conversation_id: int,
+        message: Message,
+        *,
+        usage: Usage | None = None,
+        model: str | None = None,
+        event_id: str | None = None,
+        kind: MessageKind = "message",
+        answers_upto: int | None = None,
+    ) -> dict[str, Any]:
         data = message.to_dict()
-        row = {
+        return {
             "conversation_id": conversation_id,
             "role": message.role,
             "content": message.content or "",
@@ -206,34 +247,31 @@ class ConversationStore:
             "answers_upto": answers_upto,
         }
 
-        def insert(db: sqlite_utils.Database) -> int | None:
-            now = utc_now_iso()
-            with db.atomic():
-                if (
-                    db.execute(
-                        "SELECT 1 FROM conversations WHERE id = ?", [conversation_id]
-                    ).fetchone()
-                    is None
-                ):
-                    raise AtlasError(f"{self.path}: no conversation with id {conversation_id}")
-                cursor = db.execute(
-                    "INSERT INTO messages (conversation_id, role, content, tool_calls, "
-                    "tool_call_id, name, images, usage, model, event_id, kind, answers_upto, "
-                    "created_at) "
-                    "VALUES (:conversation_id, :role, :content, :tool_calls, :tool_call_id, "
-                    ":name, :images, :usage, :model, :event_id, :kind, :answers_upto, :now) "
-                    "ON CONFLICT (conversation_id, event_id) WHERE event_id IS NOT NULL DO NOTHING",
-                    {**row, "now": now},
-                )
-                if cursor.rowcount == 0:
-                    return None
-                message_id = cursor.lastrowid
-                db.execute(
-                    "UPDATE conversations SET updated_at = ? WHERE id = ?", [now, conversation_id]
-                )
-                return message_id
-
-        return await self.db.call(insert)
+    def _insert(self, db: sqlite_utils.Database, *, row: dict[str, Any]) -> int | None:
+        now = utc_now_iso()
+        conversation_id = row["conversation_id"]
+        with db.atomic():
+            if (
+                db.execute("SELECT 1 FROM conversations WHERE id = ?", [conversation_id]).fetchone()
+                is None
+            ):
+                raise AtlasError(f"{self.path}: no conversation with id {conversation_id}")
+            cursor = db.execute(
+                "INSERT INTO messages (conversation_id, role, content, tool_calls, "
+                "tool_call_id, name, images, usage, model, event_id, kind, answers_upto, "
+                "created_at) "
+                "VALUES (:conversation_id, :role, :content, :tool_calls, :tool_call_id, "
+                ":name, :images, :usage, :model, :event_id, :kind, :answers_upto, :now) "
+                "ON CONFLICT (conversation_id, event_id) WHERE event_id IS NOT NULL DO NOTHING",
+                {**row, "now": now},
+            )
+            if cursor.rowcount == 0:
+                return None
+            message_id = cursor.lastrowid
+            db.execute(
+                "UPDATE conversations SET updated_at = ? WHERE id = ?", [now, conversation_id]
+            )
+            return message_id
 
     async def newest_user_message_id(self, conversation_id: int) -> int | None:
         def newest(db: sqlite_utils.Database) -> int | None:
@@ -245,12 +283,23 @@ class ConversationStore:
 
         return await self.db.call(newest)
 
+    async def mark_sending(self, message_id: int) -> None:
+        """The answer is being handed to the platform: from now on a crash may leave it
+        arrived but unrecorded, so a restart must not send it again."""
+        await self._set_delivery(message_id, "sending_at", utc_now_iso())
+
+    async def unmark_sending(self, message_id: int) -> None:
+        """The platform refused the answer: it did not arrive, and the next start sends it."""
+        await self._set_delivery(message_id, "sending_at", None)
+
     async def mark_delivered(self, message_id: int) -> None:
         """The answer reached the platform: a restart must not send it again."""
-        now = utc_now_iso()
+        await self._set_delivery(message_id, "delivered_at", utc_now_iso())
+
+    async def _set_delivery(self, message_id: int, column: str, value: str | None) -> None:
         await self.db.call(
             lambda db: db.execute(
-                "UPDATE messages SET delivered_at = ? WHERE id = ?", [now, message_id]
+                f"UPDATE messages SET {column} = ? WHERE id = ?", [value, message_id]
             )
         )
 
