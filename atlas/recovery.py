@@ -245,13 +245,9 @@ async def resume_interrupted_turns(
                 )
                 report.resumed.append(item)
                 continue
-            # Stored first, as an answer owed: should this process die before sending it, the
-            # next start sends it (once) instead of telling them again.
-            told_id = await store.append(
-                item.conversation_id, Message("assistant", TOLD), answers_upto=item.last_id
+            problem = await _tell(
+                dispatcher, store, item.conversation_id, item.address, TOLD, upto=item.last_id
             )
-            assert told_id is not None  # no event id: never a duplicate
-            problem = await send_owed(dispatcher, store, told_id, item.address, TOLD)
             if problem is not None:
                 report.skipped.append((item, f"could not tell them yet: {problem}"))
                 continue
@@ -261,6 +257,25 @@ async def resume_interrupted_turns(
     if report.resent or report.maybe_lost or report.resumed or report.told:
         log.info("turns cut short by the last stop: %s", report.summary())
     return report
+
+
+async def _tell(
+    dispatcher: Dispatcher,
+    store: ConversationStore,
+    conversation_id: int,
+    address: Address,
+    note: str,
+    *,
+    upto: int,
+    settles: int | None = None,
+) -> str | None:
+    """Store a note as the answer owed, then send it: should this process die in between,
+    the next start sends it (once) instead of telling them again. None when sent."""
+    note_id = await store.append(
+        conversation_id, Message("assistant", note), answers_upto=upto, settles=settles
+    )
+    assert note_id is not None  # no event id: never a duplicate
+    return await send_owed(dispatcher, store, note_id, address, note)
 
 
 async def _settle_owed(
@@ -278,13 +293,15 @@ async def _settle_owed(
         return
     # It may have arrived: sending it again could say it twice. The note takes its place as
     # the answer owed (one transaction), so a crash from here on sends the note, not both.
-    note_id = await store.append_settling(
-        owed.message_id,
+    problem = await _tell(
+        dispatcher,
+        store,
         owed.conversation_id,
-        Message("assistant", MAYBE_LOST),
-        answers_upto=owed.answers_upto,
+        owed.address,
+        MAYBE_LOST,
+        upto=owed.answers_upto,
+        settles=owed.message_id,
     )
-    problem = await send_owed(dispatcher, store, note_id, owed.address, MAYBE_LOST)
     if problem is not None:
         report.skipped.append((owed, f"could not tell them yet: {problem}"))
         return

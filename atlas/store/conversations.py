@@ -185,54 +185,16 @@ class ConversationStore:
         event_id: str | None = None,
         kind: MessageKind = "message",
         answers_upto: int | None = None,
+        settles: int | None = None,
     ) -> int | None:
         """Store a message and return its id; None when `event_id` is already stored in this
-        conversation (a platform redelivered an event)."""
+        conversation (a platform redelivered an event). `settles`: an answer whose sending
+        began before a crash; in the same transaction its `delivered_at` becomes the moment
+        its sending began, so that only this message is owed from then on."""
         if kind not in get_args(MessageKind):
             raise ValueError(f"message kind {kind!r} is not one of {get_args(MessageKind)}")
-        row = self._message_row(
-            conversation_id,
-            message,
-            usage=usage,
-            model=model,
-            event_id=event_id,
-            kind=kind,
-            answers_upto=answers_upto,
-        )
-        return await self.db.call(partial(self._insert, row=row))
-
-    async def append_settling(
-        self, unconfirmed_id: int, conversation_id: int, message: Message, *, answers_upto: int
-    ) -> int:
-        """Store `message` as an answer owed, and in the same transaction settle the answer
-        `unconfirmed_id`, whose sending began before a crash (its `delivered_at` becomes the
-        moment its sending began): after this, only the new message is owed."""
-        row = self._message_row(conversation_id, message, answers_upto=answers_upto)
-
-        def settle(db: sqlite_utils.Database) -> int:
-            with db.atomic():
-                db.execute(
-                    "UPDATE messages SET delivered_at = sending_at WHERE id = ?", [unconfirmed_id]
-                )
-                message_id = self._insert(db, row=row)
-            assert message_id is not None  # no event id: never a duplicate
-            return message_id
-
-        return await self.db.call(settle)
-
-    @staticmethod
-    def _message_row(
-        conversation_id: int,
-        message: Message,
-        *,
-        usage: Usage | None = None,
-        model: str | None = None,
-        event_id: str | None = None,
-        kind: MessageKind = "message",
-        answers_upto: int | None = None,
-    ) -> dict[str, Any]:
         data = message.to_dict()
-        return {
+        row = {
             "conversation_id": conversation_id,
             "role": message.role,
             "content": message.content or "",
@@ -247,31 +209,38 @@ class ConversationStore:
             "answers_upto": answers_upto,
         }
 
-    def _insert(self, db: sqlite_utils.Database, *, row: dict[str, Any]) -> int | None:
-        now = utc_now_iso()
-        conversation_id = row["conversation_id"]
-        with db.atomic():
-            if (
-                db.execute("SELECT 1 FROM conversations WHERE id = ?", [conversation_id]).fetchone()
-                is None
-            ):
-                raise AtlasError(f"{self.path}: no conversation with id {conversation_id}")
-            cursor = db.execute(
-                "INSERT INTO messages (conversation_id, role, content, tool_calls, "
-                "tool_call_id, name, images, usage, model, event_id, kind, answers_upto, "
-                "created_at) "
-                "VALUES (:conversation_id, :role, :content, :tool_calls, :tool_call_id, "
-                ":name, :images, :usage, :model, :event_id, :kind, :answers_upto, :now) "
-                "ON CONFLICT (conversation_id, event_id) WHERE event_id IS NOT NULL DO NOTHING",
-                {**row, "now": now},
-            )
-            if cursor.rowcount == 0:
-                return None
-            message_id = cursor.lastrowid
-            db.execute(
-                "UPDATE conversations SET updated_at = ? WHERE id = ?", [now, conversation_id]
-            )
-            return message_id
+        def insert(db: sqlite_utils.Database) -> int | None:
+            now = utc_now_iso()
+            with db.atomic():
+                if (
+                    db.execute(
+                        "SELECT 1 FROM conversations WHERE id = ?", [conversation_id]
+                    ).fetchone()
+                    is None
+                ):
+                    raise AtlasError(f"{self.path}: no conversation with id {conversation_id}")
+                if settles is not None:
+                    db.execute(
+                        "UPDATE messages SET delivered_at = sending_at WHERE id = ?", [settles]
+                    )
+                cursor = db.execute(
+                    "INSERT INTO messages (conversation_id, role, content, tool_calls, "
+                    "tool_call_id, name, images, usage, model, event_id, kind, answers_upto, "
+                    "created_at) "
+                    "VALUES (:conversation_id, :role, :content, :tool_calls, :tool_call_id, "
+                    ":name, :images, :usage, :model, :event_id, :kind, :answers_upto, :now) "
+                    "ON CONFLICT (conversation_id, event_id) WHERE event_id IS NOT NULL DO NOTHING",
+                    {**row, "now": now},
+                )
+                if cursor.rowcount == 0:
+                    return None
+                message_id = cursor.lastrowid
+                db.execute(
+                    "UPDATE conversations SET updated_at = ? WHERE id = ?", [now, conversation_id]
+                )
+                return message_id
+
+        return await self.db.call(insert)
 
     async def newest_user_message_id(self, conversation_id: int) -> int | None:
         def newest(db: sqlite_utils.Database) -> int | None:

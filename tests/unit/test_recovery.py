@@ -45,6 +45,20 @@ async def conversation_with(runtime: Runtime, home: Home, chat: str, *messages: 
     return conversation.id
 
 
+async def answered_not_sent(
+    runtime: Runtime, home: Home, chat: str, question: str, answer: str
+) -> tuple[int, int]:
+    """A question and its final answer stored, the answer never sent: (conversation, answer)."""
+    store = await runtime.store(home.bot(None))
+    conversation = await store.conversation(CHANNEL, chat, bot="atlas")
+    asked = await store.append(conversation.id, Message("user", question))
+    answer_id = await store.append(
+        conversation.id, Message("assistant", answer), answers_upto=asked
+    )
+    assert answer_id is not None
+    return conversation.id, answer_id
+
+
 async def roles(runtime: Runtime, home: Home, conversation_id: int) -> list[tuple[str, str]]:
     store = await runtime.store(home.bot(None))
     return [(m.role, m.content) for m in await store.history(conversation_id)]
@@ -216,10 +230,7 @@ async def test_a_conversation_already_running_again_is_not_resumed_twice(tmp_pat
 
 async def test_an_answer_stored_but_never_sent_is_sent_once(home: Home) -> None:
     runtime, dispatcher, channel = await setup(home)
-    store = await runtime.store(home.bot(None))
-    conversation = await store.conversation(CHANNEL, "9", bot="atlas")
-    asked = await store.append(conversation.id, Message("user", "what time is it?"))
-    await store.append(conversation.id, Message("assistant", "Noon."), answers_upto=asked)
+    await answered_not_sent(runtime, home, "9", "what time is it?", "Noon.")
     first = await resume_interrupted_turns(dispatcher, started_at=RESTARTED, now=RESTARTED)
     assert [text for _, text in channel.sent] == ["Noon."]
     assert len(first.resent) == 1 and first.resumed == [] and first.told == []
@@ -265,16 +276,12 @@ async def test_an_answer_whose_sending_began_is_never_sent_again(home: Home) -> 
     # Killed while the platform had it: it may have arrived, and Telegram takes no
     # idempotency key, so the person is told instead (at most once, found by crash_test.py).
     runtime, dispatcher, channel = await setup(home)
-    store = await runtime.store(home.bot(None))
-    conversation = await store.conversation(CHANNEL, "12", bot="atlas")
-    asked = await store.append(conversation.id, Message("user", "what time is it?"))
-    answer = await store.append(conversation.id, Message("assistant", "Noon."), answers_upto=asked)
-    assert answer is not None
-    await store.mark_sending(answer)
+    conversation_id, answer = await answered_not_sent(runtime, home, "12", "time?", "Noon.")
+    await (await runtime.store(home.bot(None))).mark_sending(answer)
     first = await resume_interrupted_turns(dispatcher, started_at=RESTARTED, now=RESTARTED)
     assert [text for _, text in channel.sent] == [MAYBE_LOST]
     assert [owed.message_id for owed in first.maybe_lost] == [answer] and first.resent == []
-    assert (await roles(runtime, home, conversation.id))[-1] == ("assistant", MAYBE_LOST)
+    assert (await roles(runtime, home, conversation_id))[-1] == ("assistant", MAYBE_LOST)
     again = await resume_interrupted_turns(dispatcher, started_at=RESTARTED, now=RESTARTED)
     assert (again.resent, again.maybe_lost, again.told) == ([], [], [])
     assert len(channel.sent) == 1
@@ -286,12 +293,10 @@ async def test_an_owed_answer_is_sent_even_when_a_new_message_came_in_first(home
     # The restarted channel stored the person's next message before recovery ran: the old
     # answer is still owed (found by crash_test.py), and the new message is left to its lane.
     runtime, dispatcher, channel = await setup(home)
-    store = await runtime.store(home.bot(None))
-    conversation = await store.conversation(CHANNEL, "13", bot="atlas")
-    asked = await store.append(conversation.id, Message("user", "first"))
-    await store.append(conversation.id, Message("assistant", "First answer."), answers_upto=asked)
+    conversation_id, _ = await answered_not_sent(runtime, home, "13", "first", "First answer.")
     started_at = datetime.now(UTC)
-    await store.append(conversation.id, Message("user", "second, after the restart"))
+    store = await runtime.store(home.bot(None))
+    await store.append(conversation_id, Message("user", "second, after the restart"))
     report = await resume_interrupted_turns(dispatcher, started_at=started_at)
     assert [text for _, text in channel.sent] == ["First answer."]
     assert len(report.resent) == 1 and (report.resumed, report.told) == ([], [])
