@@ -114,6 +114,9 @@ async def emit_text(on_text: TextSink, text: str) -> None:
         await result
 
 
+_SDKS_IN_USE: set[type] = set()  # SDK client classes a provider of this process has made
+
+
 class SdkProvider:
     """What both SDK-backed providers share: settings, and one client made on first use
     (so importing a provider module never imports its SDK)."""
@@ -136,14 +139,17 @@ class SdkProvider:
     def _get_client(self) -> Any:
         if self._client is None:
             api_key = api_key_for(self.name, self.settings)  # raises before anything is cached
-            self._client = self._sdk_client_class()(
+            sdk = self._sdk_client_class()
+            self._client = sdk(
                 base_url=self.settings.base_url,
                 api_key=api_key,
                 max_retries=0,  # the router retries, with our backoff and logging
                 timeout=self.settings.timeout,
                 http_client=self._sdk_http_client_class()(timeout=self.settings.timeout),
             )
-            freeze_long_lived_objects()  # the SDK just imported: long-lived, like the rest
+            if sdk not in _SDKS_IN_USE:  # its modules just imported: long-lived, like the rest
+                _SDKS_IN_USE.add(sdk)
+                freeze_long_lived_objects()
         return self._client
 
     async def close(self) -> None:
