@@ -42,6 +42,9 @@ class Inbound:
     kind: Literal["message", "notice"] = "message"
     files: tuple[Path, ...] = ()
     run_kind: RunKind = "conversation"
+    # Stored only if no person's message newer than this id is in the conversation (checked
+    # in the same transaction): recovery's resume notice must not race a live message.
+    unless_newer_than: int | None = None
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,8 @@ class Dispatcher:
         )
 
     async def submit(self, inbound: Inbound) -> bool:
-        """Store the message and wake its conversation. False when it was a duplicate event."""
+        """Store the message and wake its conversation. False when it was a duplicate event
+        (or a person's message overtook it, see `Inbound.unless_newer_than`)."""
         address = inbound.address
         if inbound.kind == "message" and inbound.text.strip() == STOP_COMMAND:
             stopped = self.stop_turn(address)
@@ -100,10 +104,14 @@ class Dispatcher:
         )
         text = inbound.text if inbound.kind == "message" else f"[notice] {inbound.text}"
         stored = await store.append(
-            conversation_id, Message("user", text), event_id=inbound.event_id, kind=inbound.kind
+            conversation_id,
+            Message("user", text),
+            event_id=inbound.event_id,
+            kind=inbound.kind,
+            unless_user_after=inbound.unless_newer_than,
         )
         if stored is None:
-            log.info("dropped duplicate event %s in %s", inbound.event_id, address)
+            log.info("dropped %s in %s: stored already, or overtaken", inbound.kind, address)
             return False
         if self._quiet:
             self._quiet.cancel(address)

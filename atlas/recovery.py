@@ -190,21 +190,6 @@ def _came_in_during_the_turn(row: dict[str, Any]) -> bool:
     return upto is not None and last_user is not None and last_user > upto
 
 
-async def _newer_message(store: ConversationStore, item: Unfinished) -> bool:
-    """Has a person's message been stored in the conversation since it was found unfinished?
-    Asked right before acting, on the store's one writer thread, so the window is one write.
-    (Our own notes about owed answers, stored since, do not count.)"""
-
-    def newest(db: Any) -> int:
-        row = db.execute(
-            "SELECT MAX(id) FROM messages WHERE conversation_id = ? AND role = 'user'",
-            [item.conversation_id],
-        ).fetchone()
-        return int(row[0] or 0)
-
-    return await store.db.call(newest) > item.last_id
-
-
 async def resume_interrupted_turns(
     dispatcher: Dispatcher,
     *,
@@ -235,15 +220,20 @@ async def resume_interrupted_turns(
             if item.address.channel not in dispatcher.channels:
                 report.skipped.append((item, f"channel {item.address.channel} is not running"))
                 continue
-            if await _newer_message(store, item) or dispatcher.has_lane(item.address):
+            if dispatcher.has_lane(item.address):
                 # A message came in as the channels started: the turn it woke answers both. A
                 # notice now would start a second turn answering the same message again.
                 continue
             if now - item.last_at <= resume_within and not item.resumed_before:
-                await dispatcher.submit(
-                    Inbound(item.address, RESUME_NOTICE, kind="notice", run_kind="conversation")
+                notice = Inbound(
+                    item.address,
+                    RESUME_NOTICE,
+                    kind="notice",
+                    run_kind="conversation",
+                    unless_newer_than=item.last_id,  # the same race, closed in the store
                 )
-                report.resumed.append(item)
+                if await dispatcher.submit(notice):
+                    report.resumed.append(item)
                 continue
             problem = await _tell(
                 dispatcher, store, item.conversation_id, item.address, TOLD, upto=item.last_id

@@ -186,11 +186,13 @@ class ConversationStore:
         kind: MessageKind = "message",
         answers_upto: int | None = None,
         settles: int | None = None,
+        unless_user_after: int | None = None,
     ) -> int | None:
         """Store a message and return its id; None when `event_id` is already stored in this
-        conversation (a platform redelivered an event). `settles`: an answer whose sending
-        began before a crash; in the same transaction its `delivered_at` becomes the moment
-        its sending began, so that only this message is owed from then on."""
+        conversation (a platform redelivered an event), or when `unless_user_after` is given
+        and a person's message newer than that id is stored. `settles`: an answer whose
+        sending began before a crash; in the same transaction its `delivered_at` becomes the
+        moment its sending began, so that only this message is owed from then on."""
         if kind not in get_args(MessageKind):
             raise ValueError(f"message kind {kind!r} is not one of {get_args(MessageKind)}")
         data = message.to_dict()
@@ -219,6 +221,12 @@ class ConversationStore:
                     is None
                 ):
                     raise AtlasError(f"{self.path}: no conversation with id {conversation_id}")
+                if unless_user_after is not None and db.execute(
+                    "SELECT 1 FROM messages WHERE conversation_id = ? AND role = 'user' "
+                    "AND id > ? LIMIT 1",
+                    [conversation_id, unless_user_after],
+                ).fetchone():
+                    return None
                 if settles is not None:
                     db.execute(
                         "UPDATE messages SET delivered_at = sending_at WHERE id = ?", [settles]
