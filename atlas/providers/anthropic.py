@@ -21,7 +21,14 @@ from atlas.providers.base import (
     ToolSpec,
     Usage,
 )
-from atlas.providers.wire import SdkProvider, emit_text, status_error, transport_error
+from atlas.providers.wire import (
+    SdkProvider,
+    emit_text,
+    malformed,
+    post_json,
+    status_error,
+    transport_error,
+)
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
@@ -111,26 +118,27 @@ def to_anthropic_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
     return out
 
 
-def _usage(raw: Any) -> Usage:
+def _usage(raw: dict[str, Any]) -> Usage:
     """Anthropic counts cached prompt tokens apart; our input_tokens is the whole prompt."""
-    cache_read = getattr(raw, "cache_read_input_tokens", None) or 0
-    cache_write = getattr(raw, "cache_creation_input_tokens", None) or 0
+    cache_read = raw.get("cache_read_input_tokens") or 0
+    cache_write = raw.get("cache_creation_input_tokens") or 0
     return Usage(
-        input_tokens=(raw.input_tokens or 0) + cache_read + cache_write,
-        output_tokens=raw.output_tokens or 0,
+        input_tokens=(raw.get("input_tokens") or 0) + cache_read + cache_write,
+        output_tokens=raw.get("output_tokens") or 0,
         cache_read_tokens=cache_read,
         cache_write_tokens=cache_write,
     )
 
 
-def _from_anthropic(response: Any) -> Message:
+def _from_anthropic(content: list[dict[str, Any]]) -> Message:
+    """The answer's content blocks (as JSON) → one assistant message."""
     text: list[str] = []
     calls: list[ToolCall] = []
-    for block in response.content:
-        if block.type == "text":
-            text.append(block.text)
-        elif block.type == "tool_use":
-            calls.append(ToolCall(block.id, block.name, json.dumps(block.input)))
+    for block in content:
+        if block["type"] == "text":
+            text.append(block["text"])
+        elif block["type"] == "tool_use":
+            calls.append(ToolCall(block["id"], block["name"], json.dumps(block["input"])))
     return Message("assistant", "".join(text), tool_calls=calls)
 
 
@@ -162,24 +170,29 @@ class AnthropicProvider(SdkProvider):
             ]
         if request.tools:
             params["tools"] = to_anthropic_tools(request.tools)
+        where = f"provider {self.name!r} model {request.model!r}"
         try:
             if on_text is None:
-                response = await client.messages.create(**params)
+                answer = await post_json(client, "/v1/messages", params, where)
             else:
                 async with client.messages.stream(**params) as stream:
                     async for text in stream.text_stream:
                         await emit_text(on_text, text)
-                    response = await stream.get_final_message()
+                    answer = (await stream.get_final_message()).model_dump()
+        except ProviderCallError:
+            raise
         except Exception as exc:  # the SDK's and the transport's errors; others pass unchanged
             translated = self._translate(exc, request.model)
             if translated is None:
                 raise
             raise translated from exc
+        try:
+            message = _from_anthropic(answer["content"])
+            usage = _usage(answer["usage"])
+        except (LookupError, TypeError, AttributeError) as exc:
+            raise malformed(where, exc) from exc
         return CompletionResponse(
-            _from_anthropic(response),
-            _usage(response.usage),
-            f"{self.name}/{request.model}",
-            response.stop_reason or "",
+            message, usage, f"{self.name}/{request.model}", answer.get("stop_reason") or ""
         )
 
     def _translate(self, exc: Exception, model: str) -> ProviderCallError | None:

@@ -18,7 +18,14 @@ from atlas.providers.base import (
     ToolSpec,
     Usage,
 )
-from atlas.providers.wire import SdkProvider, emit_text, status_error, transport_error
+from atlas.providers.wire import (
+    SdkProvider,
+    emit_text,
+    malformed,
+    post_json,
+    status_error,
+    transport_error,
+)
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -158,16 +165,8 @@ class OpenAIProvider(SdkProvider):
     async def _complete_once(
         self, client: AsyncOpenAI, body: dict[str, Any]
     ) -> tuple[Message, Usage, str]:
-        # Through the SDK's own request path (base URL, key, headers, its errors), as plain
-        # JSON both ways: its typed call walks every parameter against its TypedDicts and
-        # builds a model of the answer, which was the largest share of a turn's CPU under
-        # load (docs/benchmarks.md). The bytes on the wire are the same.
-        import orjson
-
-        raw = await client.post("/chat/completions", cast_to=bytes, content=orjson.dumps(body))
-        where = self._where(body["model"])
+        answer = await post_json(client, "/chat/completions", body, self._where(body["model"]))
         try:
-            answer = orjson.loads(raw)
             choice = answer["choices"][0]
             reply = choice["message"]
             calls = [
@@ -175,9 +174,8 @@ class OpenAIProvider(SdkProvider):
                 for i, c in enumerate(reply.get("tool_calls") or [])
                 if c.get("type", "function") == "function"
             ]
-        except (ValueError, LookupError, TypeError, AttributeError) as exc:
-            detail = "held no choices" if isinstance(exc, IndexError) else f"is malformed ({exc!r})"
-            raise ProviderCallError(f"{where}: the answer {detail}", retryable=True) from exc
+        except (LookupError, TypeError, AttributeError) as exc:
+            raise malformed(self._where(body["model"]), exc) from exc
         message = Message("assistant", reply.get("content") or "", tool_calls=calls)
         return message, _usage(answer.get("usage")), choice.get("finish_reason") or ""
 

@@ -272,17 +272,21 @@ async def test_openai_usage_with_cached_tokens() -> None:
 
 
 @pytest.mark.parametrize(
-    ("body", "says"),
+    ("kind", "body", "says"),
     [
-        ({"id": "x", "choices": []}, "held no choices"),
-        ({"id": "x"}, "is malformed"),
-        ("<html>gateway</html>", "is malformed"),
+        ("openai", {"id": "x", "choices": []}, "held no choices"),
+        ("openai", {"id": "x"}, "is malformed"),
+        ("openai", "<html>gateway</html>", "is not JSON"),
+        ("anthropic", {"id": "x", "type": "message"}, "is malformed"),
+        ("anthropic", {"content": [{"type": "text"}], "usage": {}}, "is malformed"),
+        ("anthropic", "<html>gateway</html>", "is not JSON"),
     ],
 )
-async def test_openai_malformed_answer_is_a_retryable_error_naming_the_model(
-    body: dict[str, Any] | str, says: str
+async def test_a_malformed_answer_is_a_retryable_error_naming_the_model(
+    kind: str, body: dict[str, Any] | str, says: str
 ) -> None:
-    async with FakeOpenAIServer() as server:
+    fake = FakeOpenAIServer() if kind == "openai" else FakeAnthropicServer()
+    async with fake as server:
         server.answer_raw(body)
         with pytest.raises(ProviderCallError) as caught:
             await make_provider(server).complete(request())
