@@ -221,11 +221,14 @@ class ConversationStore:
                     is None
                 ):
                     raise AtlasError(f"{self.path}: no conversation with id {conversation_id}")
-                if unless_user_after is not None and db.execute(
-                    "SELECT 1 FROM messages WHERE conversation_id = ? AND role = 'user' "
-                    "AND id > ? LIMIT 1",
-                    [conversation_id, unless_user_after],
-                ).fetchone():
+                if (
+                    unless_user_after is not None
+                    and db.execute(
+                        "SELECT 1 FROM messages WHERE conversation_id = ? AND role = 'user' "
+                        "AND id > ? LIMIT 1",
+                        [conversation_id, unless_user_after],
+                    ).fetchone()
+                ):
                     return None
                 if settles is not None:
                     db.execute(
