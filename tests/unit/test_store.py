@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -182,6 +182,35 @@ async def test_calls_run_on_one_thread(tmp_path: Path) -> None:
         )
     assert len(set(threads)) == 1
     assert threads[0] != threading.get_ident()
+
+
+async def test_calls_made_together_run_in_order_each_with_its_own_outcome(
+    tmp_path: Path,
+) -> None:
+    seen: list[int] = []
+
+    def record(n: int) -> Callable[[sqlite_utils.Database], int]:
+        def fn(db: sqlite_utils.Database) -> int:
+            if n == 2:
+                raise ValueError("the second fails alone")
+            seen.append(n)
+            return n * 10
+
+        return fn
+
+    async with Database(tmp_path / "x.db", NOTES) as db:
+        # Made in one turn of the loop, they cross to the writer thread as one job.
+        outcomes = await asyncio.gather(
+            *(db.call(record(n)) for n in range(1, 5)), return_exceptions=True
+        )
+        assert outcomes[0] == 10 and outcomes[2:] == [30, 40]
+        assert isinstance(outcomes[1], ValueError)
+        assert seen == [1, 3, 4]
+        # Calls still waiting for their turn of the loop when the store closes run first.
+        late = asyncio.create_task(db.call(lambda d: d["notes"].insert({"text": "late"})))
+        await asyncio.sleep(0)  # the task has made its call; the job is not handed over yet
+    await late
+    assert [r["text"] for r in sqlite_utils.Database(tmp_path / "x.db")["notes"].rows] == ["late"]
 
 
 def test_duplicate_migration_names_rejected(tmp_path: Path) -> None:
