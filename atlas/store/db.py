@@ -2,7 +2,8 @@
 
 Every call runs on a dedicated single-thread executor: it keeps blocking SQLite work off the
 event loop, gives the connection the single thread it was made on, and serialises writes so a
-file always has exactly one writer.
+file always has exactly one writer. The calls made in one turn of the loop go over together,
+as one job, in the order they were made.
 """
 
 from __future__ import annotations
