@@ -81,14 +81,22 @@ def _message_from_row(row: dict[str, Any]) -> Message:
     )
 
 
-def _history_rows(db: sqlite_utils.Database, *, conversation_id: int) -> list[dict[str, Any]]:
-    return list(
-        db.query(
-            "SELECT id, role, content, tool_calls, tool_call_id, name, images "
-            "FROM messages WHERE conversation_id = ? ORDER BY id",
-            [conversation_id],
-        )
+_HISTORY_COLUMNS = "id, role, content, tool_calls, tool_call_id, name, images"
+
+
+def _history_rows(
+    db: sqlite_utils.Database, *, conversation_id: int, kept_from: int | None = None
+) -> list[dict[str, Any]]:
+    """Every message of the conversation; with `kept_from`, only its first message and those
+    from that id on (what a compaction kept)."""
+    if kept_from is None:
+        sql = f"SELECT {_HISTORY_COLUMNS} FROM messages WHERE conversation_id = ? ORDER BY id"
+        return list(db.query(sql, [conversation_id]))
+    sql = (
+        f"SELECT {_HISTORY_COLUMNS} FROM messages WHERE conversation_id = :c AND (id >= :kept "
+        "OR id = (SELECT MIN(id) FROM messages WHERE conversation_id = :c)) ORDER BY id"
     )
+    return list(db.query(sql, {"c": conversation_id, "kept": kept_from}))
 
 
 def _last_compaction(db: sqlite_utils.Database, *, conversation_id: int) -> tuple[int, str] | None:
@@ -306,14 +314,15 @@ class ConversationStore:
     async def history_and_compaction(
         self, conversation_id: int
     ) -> tuple[list[Message], tuple[int, str] | None]:
-        """`history` and `last_compaction` in one trip to the store's thread (every turn
-        starts with both)."""
+        """The latest compaction and the messages a turn needs, in one trip to the store's
+        thread: after a compaction, only the first message and those it kept, not the whole
+        stored conversation (a long chat's would grow the cost of every turn without end)."""
 
         def read(db: sqlite_utils.Database) -> tuple[list[dict[str, Any]], tuple[int, str] | None]:
-            return (
-                _history_rows(db, conversation_id=conversation_id),
-                _last_compaction(db, conversation_id=conversation_id),
-            )
+            compaction = _last_compaction(db, conversation_id=conversation_id)
+            kept_from = compaction[0] if compaction else None
+            rows = _history_rows(db, conversation_id=conversation_id, kept_from=kept_from)
+            return rows, compaction
 
         rows, compaction = await self.db.call(read)
         return [_message_from_row(row) for row in rows], compaction

@@ -503,8 +503,10 @@ async def test_compactions_are_recorded_and_history_carries_ids(tmp_path: Path) 
         await store.record_compaction(conversation.id, ids[2], "second summary")
         assert await store.last_compaction(conversation.id) == (ids[2], "second summary")
         assert len(await store.history(conversation.id)) == 3  # nothing is deleted
-        # Read together, as a turn starts: the same as the two reads apart.
-        together = await store.history_and_compaction(conversation.id)
-        assert together == (await store.history(conversation.id), (ids[2], "second summary"))
+        # Read together, as a turn starts: the compaction, and of the messages only the
+        # first and those it kept (a long chat's whole history is not read every turn).
+        messages, compaction = await store.history_and_compaction(conversation.id)
+        assert compaction == (ids[2], "second summary")
+        assert [m.id for m in messages] == [ids[0], ids[2]]
         other = await store.conversation("console", "d", bot="atlas")
         assert await store.history_and_compaction(other.id) == ([], None)
