@@ -85,6 +85,7 @@ def write_home(
     max_retries: int = 3,
     timeout: float = 30.0,
     routines: dict[str, str] | None = None,
+    context_window: int = 128_000,
 ) -> None:
     """A home whose bots each have a Telegram channel on their own fake, all on one model."""
     from atlas.home import init_home
@@ -104,6 +105,7 @@ max_retries = {max_retries}
 
 [limits]
 concurrent_turns = {concurrent_turns}
+context_window = {context_window}
 retry_base_delay = 0.05
 retry_max_delay = 2.0
 

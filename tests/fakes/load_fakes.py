@@ -23,6 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
+from atlas.agent.compaction import SUMMARY_PROMPT
 from tests.fakes.model_servers import FakeOpenAIServer, Scripted
 from tests.fakes.telegram_server import FakeTelegram
 
@@ -60,7 +61,7 @@ def turn_tag(messages: list[dict[str, Any]]) -> str:
 class AutoOpenAIServer(FakeOpenAIServer):
     """Chat Completions that answer without a script: after `latency` seconds, a `read_file`
     call when the last message is the user's and asks for `[tool]`, else a text answer echoing
-    the turn tag. Scripted answers (`fail`, `hang`, `reply`) still come first, so faults can be
+    the turn tag; a compaction's request for a summary gets one at once. Scripted answers (`fail`, `hang`, `reply`) still come first, so faults can be
     injected into a run; `bad_json_every` makes every n-th tool call carry malformed arguments."""
 
     def __init__(self, *, latency: float = 0.0, bad_json_every: int = 0) -> None:
@@ -90,6 +91,12 @@ class AutoOpenAIServer(FakeOpenAIServer):
 
     def _auto(self, body: dict[str, Any], tag: str) -> Scripted:
         messages = body.get("messages", [])
+        if (
+            messages
+            and messages[0].get("role") == "system"
+            and (_text_of(messages[0]) == SUMMARY_PROMPT)
+        ):  # compaction asks for a summary of the middle of a long conversation
+            return Scripted(text=f"Summary: {len(_text_of(messages[-1]))} characters of talk.")
         last = messages[-1] if messages else {}
         if last.get("role") == "user" and TOOL_MARK in _text_of(last):
             self.tool_calls_made += 1
