@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scripts.loadkit import Daemon, Fakes, machine, write_home
+from scripts.loadkit import Daemon, Fakes, machine, print_result
 
 ATLAS = Path(sys.executable).parent / "atlas"
 
@@ -45,14 +44,7 @@ async def time_ready(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="atlas-start-") as tmp:
         home = Path(tmp) / "home"
         async with Fakes(args.bots, 0.0) as fakes:
-            write_home(
-                home,
-                bots=args.bots,
-                model_url=fakes.model.base_url,
-                telegram_urls=[t.base_url for t in fakes.telegrams],
-                allowed_users=[1],
-                concurrent_turns=8,
-            )
+            fakes.write_home(home, conversations=1, concurrent_turns=8)
             for run in range(args.runs):
                 daemon = Daemon(home, fakes.env(home), Path(tmp) / f"daemon-{run}.log")
                 before = fakes.polls()
@@ -90,11 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         "idle_peak_rss_mb": round(measured["idle"].get("VmHWM", 0) / 1024, 1),
         **{f"machine_{key}": value for key, value in machine().items()},
     }
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        for key, value in result.items():
-            print(f"{key}: {value}")
+    print_result(result, args.json)
     return 0
 
 

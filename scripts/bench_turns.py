@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import statistics
 import sys
@@ -39,10 +38,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scripts.loadkit import Daemon, Fakes, machine, percentile, write_home
+from scripts.loadkit import FIRST_CHAT, Daemon, Fakes, machine, percentile, print_result
 from tests.fakes.load_fakes import TOOL_MARK
 
-FIRST_CHAT = 5000
 TURN_TIMEOUT = 120.0
 
 
@@ -140,15 +138,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="atlas-bench-") as tmp:
         home = Path(tmp) / "home"
         async with Fakes(args.bots, args.latency) as fakes:
-            users = [FIRST_CHAT + i for i in range(args.conversations)]
-            write_home(
-                home,
-                bots=args.bots,
-                model_url=fakes.model.base_url,
-                telegram_urls=[t.base_url for t in fakes.telegrams],
-                allowed_users=users,
-                concurrent_turns=concurrent,
-            )
+            fakes.write_home(home, conversations=args.conversations, concurrent_turns=concurrent)
             daemon = Daemon(
                 home,
                 fakes.env(home),
@@ -269,11 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.conversations < args.bots:
         parser.error("--conversations must be at least --bots")
     result = asyncio.run(bench(args))
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        for key, value in result.items():
-            print(f"{key}: {value}")
+    print_result(result, args.json)
     return 0
 
 

@@ -44,10 +44,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from atlas.recovery import MAYBE_LOST, TOLD
-from scripts.loadkit import Daemon, Fakes, bot_name, machine, write_home
+from scripts.loadkit import FIRST_CHAT, Daemon, Fakes, bot_name, integrity_problems, machine
 from tests.fakes.load_fakes import TAG, TOOL_MARK
 
-FIRST_CHAT = 5000
 ROUTINE_CHAT = 9000  # routine k reports to chat ROUTINE_CHAT + k
 ROUTINE_EVERY = 4.0  # seconds between one-off routine slots
 MISSED_AT = 22.0  # seconds after start: the slot of the routine with a 1 s grace
@@ -83,16 +82,6 @@ def _routine(at: datetime, chat: int, grace: str | None = None) -> str:
         lines.append(f'grace = "{grace}"')
     lines += ["", "[target]", 'channel = "telegram:atlas"', f'chat = "{chat}"', ""]
     return "\n".join(lines)
-
-
-def integrity(home: Path) -> list[str]:
-    problems = []
-    for path in sorted(home.rglob("*.db")):
-        with sqlite3.connect(path) as db:
-            result = db.execute("PRAGMA integrity_check").fetchone()[0]
-        if result != "ok":
-            problems.append(f"{path}: {result}")
-    return problems
 
 
 async def converse(fakes: Fakes, run: Run, index: int, rng: random.Random) -> None:
@@ -139,7 +128,7 @@ async def kill_loop(
         daemon.kill()
         run.kills += 1
         run.during_start += during_start
-        run.integrity += integrity(daemon.home)
+        run.integrity += integrity_problems(daemon.home)
         await asyncio.sleep(down)
         restarted = datetime.now(UTC)
         run.downs.append((killed, restarted))
@@ -312,13 +301,9 @@ async def crash_test(args: argparse.Namespace) -> dict[str, Any]:
         async with Fakes(args.bots, args.latency) as fakes:
             start_at = datetime.now(UTC) + timedelta(seconds=5)  # time to start the first daemon
             routine_count = args.routines
-            write_home(
+            fakes.write_home(
                 home,
-                bots=args.bots,
-                model_url=fakes.model.base_url,
-                telegram_urls=[t.base_url for t in fakes.telegrams],
-                allowed_users=[FIRST_CHAT + i for i in range(args.conversations)],
-                concurrent_turns=args.conversations,
+                conversations=args.conversations,
                 routines=routine_files(start_at, routine_count),
             )
             daemon = Daemon(home, fakes.env(home), Path(tmp) / "daemon.log")
@@ -351,7 +336,7 @@ async def crash_test(args: argparse.Namespace) -> dict[str, Any]:
             result["final_exit_code"] = code
             if code != 0:
                 result["failures"].append(f"the last clean stop exited with {code}")
-            run.integrity = integrity(home)
+            run.integrity = integrity_problems(home)
             if run.integrity:
                 result["failures"] += run.integrity
             keep(args, home, log)

@@ -17,6 +17,7 @@ import logging
 import os
 import resource
 import signal
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from atlas.process import run, setup_logging
 
 REPO = Path(__file__).resolve().parent.parent
 
+FIRST_CHAT = 5000  # conversation i is the private chat of user FIRST_CHAT + i
 LAG_TICK = 0.02  # seconds between the lag monitor's wake-ups
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -55,6 +57,26 @@ def percentile(values: Sequence[float], share: float) -> float:
     ordered = sorted(values)
     rank = max(0, min(len(ordered) - 1, int(round(share * len(ordered) + 0.5)) - 1))
     return ordered[rank]
+
+
+def integrity_problems(home: Path) -> list[str]:
+    """`PRAGMA integrity_check` on every SQLite file of the home: what is not "ok"."""
+    problems = []
+    for path in sorted(home.rglob("*.db")):
+        with sqlite3.connect(path) as db:
+            verdict = db.execute("PRAGMA integrity_check").fetchone()[0]
+        if verdict != "ok":
+            problems.append(f"{path.relative_to(home)}: {verdict}")
+    return problems
+
+
+def print_result(result: dict[str, Any], as_json: bool) -> None:
+    """A script's figures as `name: value` lines, or one JSON object."""
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        for key, value in result.items():
+            print(f"{key}: {value}")
 
 
 def machine() -> dict[str, str]:
@@ -168,6 +190,26 @@ class Fakes:
         for telegram in self.telegrams:
             await telegram.stop()
         await self.model.__aexit__(*exc_info)
+
+    def write_home(
+        self,
+        root: Path,
+        *,
+        conversations: int,
+        concurrent_turns: int | None = None,
+        **options: Any,
+    ) -> None:
+        """A home whose bots talk to these fakes, open to the users of C conversations (chat
+        ids FIRST_CHAT, FIRST_CHAT + 1, …), with `concurrent_turns` = C unless given."""
+        write_home(
+            root,
+            bots=self.bots,
+            model_url=self.model.base_url,
+            telegram_urls=[t.base_url for t in self.telegrams],
+            allowed_users=[FIRST_CHAT + i for i in range(conversations)],
+            concurrent_turns=concurrent_turns or conversations,
+            **options,
+        )
 
     def env(self, home: Path) -> dict[str, str]:
         env = {

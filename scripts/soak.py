@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import sqlite3
 import sys
@@ -37,10 +36,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scripts.loadkit import Daemon, Fakes, bot_name, machine, write_home
+from scripts.loadkit import (
+    FIRST_CHAT,
+    Daemon,
+    Fakes,
+    bot_name,
+    integrity_problems,
+    machine,
+    print_result,
+)
 from tests.fakes.load_fakes import TAG, TOOL_MARK
 
-FIRST_CHAT = 5000
 TURN_TIMEOUT = 60.0
 
 
@@ -126,16 +132,6 @@ def stored_tags(home: Path, bots: int) -> Counter[str]:
     return stored
 
 
-def integrity_problems(home: Path) -> list[str]:
-    problems = []
-    for path in sorted(home.rglob("*.db")):
-        with sqlite3.connect(path) as db:
-            verdict = db.execute("PRAGMA integrity_check").fetchone()[0]
-        if verdict != "ok":
-            problems.append(f"{path.relative_to(home)}: {verdict}")
-    return problems
-
-
 def interval(first: Sample, second: Sample) -> tuple[float, float]:
     """Turns per second and CPU ms per turn between two samples."""
     turns = second.turns - first.turns
@@ -150,14 +146,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="atlas-soak-") as tmp:
         home = Path(tmp) / "home"
         async with Fakes(args.bots, args.latency) as fakes:
-            write_home(
-                home,
-                bots=args.bots,
-                model_url=fakes.model.base_url,
-                telegram_urls=[t.base_url for t in fakes.telegrams],
-                allowed_users=[FIRST_CHAT + i for i in range(args.conversations)],
-                concurrent_turns=args.conversations,
-                context_window=args.context_window,
+            fakes.write_home(
+                home, conversations=args.conversations, context_window=args.context_window
             )
             daemon = Daemon(home, fakes.env(home), Path(tmp) / "daemon.log")
             before = fakes.polls()
@@ -235,11 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.conversations < args.bots:
         parser.error("--conversations must be at least --bots")
     result = asyncio.run(soak(args))
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        for key, value in result.items():
-            print(f"{key}: {value}")
+    print_result(result, args.json)
     healthy = (
         not result["failed_turns"]
         and not result["messages_lost"]
