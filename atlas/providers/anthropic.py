@@ -170,8 +170,8 @@ class AnthropicProvider(SdkProvider):
             ]
         if request.tools:
             params["tools"] = to_anthropic_tools(request.tools)
-        where = f"provider {self.name!r} model {request.model!r}"
-        try:
+        where = self._where(request.model)
+        with self._sdk_errors(request.model):
             if on_text is None:
                 answer = await post_json(client, "/v1/messages", params, where)
             else:
@@ -179,13 +179,6 @@ class AnthropicProvider(SdkProvider):
                     async for text in stream.text_stream:
                         await emit_text(on_text, text)
                     answer = (await stream.get_final_message()).model_dump()
-        except ProviderCallError:
-            raise
-        except Exception as exc:  # the SDK's and the transport's errors; others pass unchanged
-            translated = self._translate(exc, request.model)
-            if translated is None:
-                raise
-            raise translated from exc
         try:
             message = _from_anthropic(answer["content"])
             usage = _usage(answer["usage"])
@@ -200,7 +193,7 @@ class AnthropicProvider(SdkProvider):
         import anthropic
         import httpx2
 
-        where = f"provider {self.name!r} model {model!r}"
+        where = self._where(model)
         if isinstance(exc, anthropic.APIStatusError):
             status = exc.status_code
             retryable = None  # decided by the status

@@ -146,18 +146,11 @@ class OpenAIProvider(SdkProvider):
         }
         if request.tools:
             body["tools"] = to_openai_tools(request.tools)
-        try:
+        with self._sdk_errors(request.model):
             if on_text is None:
                 message, usage, finish = await self._complete_once(client, body)
             else:
                 message, usage, finish = await self._complete_streaming(client, body, on_text)
-        except ProviderCallError:
-            raise
-        except Exception as exc:  # the SDK's and the transport's errors; others pass unchanged
-            translated = self._translate(exc, request.model)
-            if translated is None:
-                raise
-            raise translated from exc
         return CompletionResponse(
             message, usage, f"{self.name}/{request.model}", STOP_REASONS.get(finish, finish)
         )
@@ -219,9 +212,6 @@ class OpenAIProvider(SdkProvider):
             for i, s in sorted(calls.items())
         ]
         return Message("assistant", "".join(text), tool_calls=tool_calls), usage, finish
-
-    def _where(self, model: str) -> str:
-        return f"provider {self.name!r} model {model!r}"
 
     def _translate(self, exc: Exception, model: str) -> ProviderCallError | None:
         """The SDK's exception → ProviderCallError, or None for one it does not know."""

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -155,6 +156,27 @@ class SdkProvider:
         connection pool scans every pooled connection per request and cost more CPU than
         the rest of a turn (docs/benchmarks.md); aiohttp's does not."""
         raise NotImplementedError
+
+    def _translate(self, exc: Exception, model: str) -> ProviderCallError | None:
+        """The SDK's exception → ProviderCallError, or None for one it does not know."""
+        raise NotImplementedError
+
+    def _where(self, model: str) -> str:
+        return f"provider {self.name!r} model {model!r}"
+
+    @contextlib.contextmanager
+    def _sdk_errors(self, model: str) -> Iterator[None]:
+        """The SDK's and the transport's errors become ProviderCallErrors; ours and any
+        other exception pass unchanged."""
+        try:
+            yield
+        except ProviderCallError:
+            raise
+        except Exception as exc:
+            translated = self._translate(exc, model)
+            if translated is None:
+                raise
+            raise translated from exc
 
     def _get_client(self) -> Any:
         if self._client is None:
