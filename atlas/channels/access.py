@@ -83,7 +83,7 @@ async def is_paired(store: HomeStore, bot: str, platform: str, user_id: str) -> 
         )
         return next(iter(rows), None) is not None
 
-    return await store.call(find)
+    return await store.quick(find)
 
 
 async def request_pairing(

@@ -43,7 +43,7 @@ class ChatGenerations:
                 row = next(iter(rows), None)
                 return int(row["generation"]) if row else 0
 
-            self._known[key] = await self.store.call(find)
+            self._known[key] = await self.store.quick(find)
         return self._known[key]
 
     async def chat_key(self, chat: str, thread: str = "", user: str = "") -> str:
@@ -62,7 +62,7 @@ class ChatGenerations:
             "generation": generation,
         }
         pk = ("channel", "chat", "thread", "user")
-        await self.store.call(lambda db: db["chat_generations"].upsert(row, pk=pk))
+        await self.store.quick(lambda db: db["chat_generations"].upsert(row, pk=pk))
         self._known[(chat, thread, user)] = generation
         return generation
 

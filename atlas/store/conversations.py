@@ -173,14 +173,14 @@ class ConversationStore:
                     )
                 )
 
-        return Conversation(**await self.db.call(get_or_create))
+        return Conversation(**await self.db.quick(get_or_create))
 
     async def get_conversation(self, conversation_id: int) -> Conversation | None:
         def get(db: sqlite_utils.Database) -> dict[str, Any] | None:
             rows = db.query("SELECT * FROM conversations WHERE id = ?", [conversation_id])
             return next(rows, None)
 
-        row = await self.db.call(get)
+        row = await self.db.quick(get)
         return Conversation(**row) if row else None
 
     async def append(
@@ -259,7 +259,7 @@ class ConversationStore:
                 )
                 return message_id
 
-        return await self.db.call(insert)
+        return await self.db.quick(insert)
 
     async def newest_user_message_id(self, conversation_id: int) -> int | None:
         def newest(db: sqlite_utils.Database) -> int | None:
@@ -269,7 +269,7 @@ class ConversationStore:
             ).fetchone()
             return row[0]
 
-        return await self.db.call(newest)
+        return await self.db.quick(newest)
 
     async def mark_sending(self, message_id: int) -> None:
         """The answer is being handed to the platform: from now on a crash may leave it
@@ -285,7 +285,7 @@ class ConversationStore:
         await self._set_delivery(message_id, "delivered_at", utc_now_iso())
 
     async def _set_delivery(self, message_id: int, column: str, value: str | None) -> None:
-        await self.db.call(
+        await self.db.quick(
             lambda db: db.execute(
                 f"UPDATE messages SET {column} = ? WHERE id = ?", [value, message_id]
             )
@@ -300,11 +300,11 @@ class ConversationStore:
             "summary": summary,
             "created_at": utc_now_iso(),
         }
-        await self.db.call(lambda db: db["compactions"].insert(row))
+        await self.db.quick(lambda db: db["compactions"].insert(row))
 
     async def last_compaction(self, conversation_id: int) -> tuple[int, str] | None:
         """(first kept message id, summary) of the conversation's latest compaction."""
-        return await self.db.call(partial(_last_compaction, conversation_id=conversation_id))
+        return await self.db.quick(partial(_last_compaction, conversation_id=conversation_id))
 
     async def history(self, conversation_id: int) -> list[Message]:
         """Every message of a conversation, oldest first, as provider messages."""
@@ -314,8 +314,8 @@ class ConversationStore:
     async def history_and_compaction(
         self, conversation_id: int
     ) -> tuple[list[Message], tuple[int, str] | None]:
-        """The latest compaction and the messages a turn needs, in one trip to the store's
-        thread: after a compaction, only the first message and those it kept, not the whole
+        """The latest compaction and the messages a turn needs, in one store call: after a
+        compaction, only the first message and those it kept, not the whole
         stored conversation (a long chat's would grow the cost of every turn without end)."""
 
         def read(db: sqlite_utils.Database) -> tuple[list[dict[str, Any]], tuple[int, str] | None]:
@@ -324,7 +324,7 @@ class ConversationStore:
             rows = _history_rows(db, conversation_id=conversation_id, kept_from=kept_from)
             return rows, compaction
 
-        rows, compaction = await self.db.call(read)
+        rows, compaction = await self.db.quick(read)
         return [_message_from_row(row) for row in rows], compaction
 
     async def search(
@@ -381,7 +381,8 @@ class ConversationStore:
         return await self.db.call(read)
 
     async def get_message(self, message_id: int, *, chars: int = 2000) -> StoredMessage | None:
-        return await self.db.call(partial(queries.get_message, message_id=message_id, chars=chars))
+        read = partial(queries.get_message, message_id=message_id, chars=chars)
+        return await self.db.quick(read)
 
     async def summarise_conversations(
         self, where: MessageFilter, *, sort: SearchSort, limit: int, ids: list[int] | None = None

@@ -1,9 +1,16 @@
 """One SQLite file behind one connection and one writer thread, with ordered migrations.
 
-Every call runs on a dedicated single-thread executor: it keeps blocking SQLite work off the
-event loop, gives the connection the single thread it was made on, and serialises writes so a
-file always has exactly one writer. The calls made in one turn of the loop go over together,
-as one job, in the order they were made.
+Two ways in, one connection, so a file always has exactly one writer and calls keep their order:
+- `call(fn)` runs on a dedicated single-thread executor: for anything that may take long (a
+  search over a million messages, a migration), so the event loop never waits for it. The calls
+  made in one turn of the loop go over together, as one job, in the order they were made.
+- `quick(fn)` is for a point read or a one-transaction write (microseconds): it runs on the loop
+  at once when nothing is queued for the thread, because crossing to a thread and back costs
+  far more than such a call itself (docs/benchmarks.md); otherwise it queues like `call`.
+
+Nothing on the loop ever waits for a disk or a lock: the loop's calls never block on another
+process's lock (a busy file sends the call to the thread, which waits for it), and commits
+never fsync (WAL, synchronous=NORMAL) because checkpoints, which do, run on the thread.
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ MigrationFn = Callable[[sqlite_utils.Database], None]
 Migration = tuple[str, MigrationFn]
 
 MIGRATIONS_TABLE = "_migrations"
+# Calls between two checkpoints (the connection's automatic ones are off: they would run in
+# whichever commit crossed the line, sometimes on the loop). A turn makes about six calls.
+CHECKPOINT_EVERY = 500
 
 
 def utc_now_iso() -> str:
@@ -66,25 +76,42 @@ def apply_migrations(
     return done
 
 
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    """Another connection holds the lock this statement needed."""
+    return "locked" in str(exc) or "busy" in str(exc)
+
+
+def _checkpoint(db: sqlite_utils.Database) -> None:
+    # PASSIVE: copies what it can without waiting for readers; the rest goes next time.
+    db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+
 def _run_batch(
     loop: asyncio.AbstractEventLoop,
     batch: list[tuple[Callable[[sqlite_utils.Database], Any], asyncio.Future[Any]]],
-    db: sqlite_utils.Database | None,
+    db: sqlite_utils.Database,
+    busy_ms: int,
+    settle: Callable[[list[tuple[asyncio.Future[Any], Any, BaseException | None]]], None],
 ) -> None:
-    """On the writer thread: each call in order, each result (or error) to its own future."""
+    """On the writer thread: each call in order, each result (or error) to its own future.
+    Only here may a call wait for another process's lock (the loop's calls never do)."""
     outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
-    for fn, future in batch:
-        try:
-            outcomes.append((future, fn(db), None))
-        except BaseException as exc:  # the caller gets it, whatever it is
-            outcomes.append((future, None, exc))
+    db.conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
     try:
-        loop.call_soon_threadsafe(_settle, outcomes)
-    except RuntimeError:  # the loop closed meanwhile: nobody is left to hear
-        log.warning("database work finished after its event loop closed")
+        for fn, future in batch:
+            try:
+                outcomes.append((future, fn(db), None))
+            except BaseException as exc:  # the caller gets it, whatever it is
+                outcomes.append((future, None, exc))
+    finally:
+        db.conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            loop.call_soon_threadsafe(settle, outcomes)
+        except RuntimeError:  # the loop closed meanwhile: nobody is left to hear
+            log.warning("database work finished after its event loop closed")
 
 
-def _settle(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+def _settle_each(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
     for future, value, exc in outcomes:
         if future.cancelled():
             continue
@@ -111,6 +138,8 @@ class Database:
         self._db: sqlite_utils.Database | None = None
         self._closed = False
         self._batch: list[tuple[Callable[[sqlite_utils.Database], Any], asyncio.Future[Any]]] = []
+        self._jobs_running = 0  # handed to the thread and not yet settled on the loop
+        self._calls_since_checkpoint = 0
 
     @property
     def is_open(self) -> bool:
@@ -133,7 +162,8 @@ class Database:
 
     def _connect(self) -> sqlite_utils.Database:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, timeout=self.busy_timeout)
+        # Shared between this thread and the loop, never at once: see `quick`.
+        conn = sqlite3.connect(self.path, timeout=self.busy_timeout, check_same_thread=False)
         try:
             # No plugins: the store must not behave differently with whatever is installed.
             db = sqlite_utils.Database(conn, execute_plugins=False)
@@ -141,7 +171,9 @@ class Database:
             db.enable_wal()
             db.execute("PRAGMA synchronous = NORMAL")
             db.execute("PRAGMA foreign_keys = ON")
+            db.execute("PRAGMA wal_autocheckpoint = 0")
             applied = apply_migrations(db, self.migrations, self.path)
+            db.execute("PRAGMA busy_timeout = 0")  # the thread sets it for each job
         except BaseException:
             conn.close()
             raise
@@ -149,16 +181,34 @@ class Database:
             log.info("%s: applied migrations %s", self.path, ", ".join(applied))
         return db
 
-    async def call(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
-        """Run `fn(db)` on the writer thread; it finishes even if the caller is cancelled."""
+    def _connection(self) -> sqlite_utils.Database:
         if self._executor is None or self._db is None or self._closed:
             state = "closed" if self._closed else "not open yet"
             raise AtlasError(f"database {self.path} is {state}")
+        return self._db
+
+    async def quick(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
+        """Run `fn(db)`, a point read or a single transaction, on the loop at once when the
+        thread has nothing of ours; otherwise behind what it has, as `call` would. A call
+        that finds the file locked by another process (its transaction rolled back, nothing
+        written) goes to the thread, which waits for the lock."""
+        db = self._connection()
+        if self._batch or self._jobs_running:
+            return await self.call(fn)
+        self._count_call()
+        try:
+            return fn(db)
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or db.conn.in_transaction:
+                raise
+        return await self.call(fn)
+
+    async def call(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
+        """Run `fn(db)` on the writer thread; it finishes even if the caller is cancelled."""
+        self._connection()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._batch.append((fn, future))
-        if len(self._batch) == 1:
-            loop.call_soon(self._flush)
+        self._enqueue(loop, fn, future)
         try:
             # The shield keeps a queued or running write from being dropped with its caller.
             return await asyncio.shield(future)
@@ -166,19 +216,48 @@ class Database:
             future.add_done_callback(self._report_orphan)
             raise
 
+    def _enqueue(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        fn: Callable[[sqlite_utils.Database], Any],
+        future: asyncio.Future[Any],
+    ) -> None:
+        self._count_call()
+        self._batch.append((fn, future))
+        if len(self._batch) == 1:
+            loop.call_soon(self._flush)
+
+    def _count_call(self) -> None:
+        self._calls_since_checkpoint += 1
+        if self._calls_since_checkpoint >= CHECKPOINT_EVERY:
+            self._calls_since_checkpoint = 0
+            loop = asyncio.get_running_loop()
+            checkpoint: asyncio.Future[None] = loop.create_future()
+            checkpoint.add_done_callback(self._report_orphan)  # nobody awaits it
+            self._enqueue(loop, _checkpoint, checkpoint)
+
     def _flush(self) -> None:
         """Hand the calls made since the last flush to the writer thread as one job: under
         load many arrive in one turn of the loop, and each crossing to the thread and back
         costs more CPU than most calls themselves (docs/benchmarks.md)."""
         batch, self._batch = self._batch, []
-        if batch and self._executor is not None:
-            self._executor.submit(_run_batch, asyncio.get_running_loop(), batch, self._db)
+        if batch and self._executor is not None and self._db is not None:
+            self._jobs_running += 1
+            busy_ms = int(self.busy_timeout * 1000)
+            loop = asyncio.get_running_loop()
+            self._executor.submit(_run_batch, loop, batch, self._db, busy_ms, self._settle)
+
+    def _settle(
+        self, outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]
+    ) -> None:
+        self._jobs_running -= 1
+        _settle_each(outcomes)
 
     def _report_orphan(self, future: asyncio.Future[object]) -> None:
         # Nobody awaits a cancelled caller's work any more, so its failure is logged here.
         if not future.cancelled() and future.exception() is not None:
             log.error(
-                "%s: work finished after its caller was cancelled, and failed",
+                "%s: work finished with nobody waiting for it, and failed",
                 self.path,
                 exc_info=future.exception(),
             )

@@ -185,6 +185,8 @@ class HomeStore:
         return self.db.path
 
     async def _ready(self) -> Database:
+        if self.db.is_open:
+            return self.db
         async with self._opening:
             if not self.db.is_open:
                 await self.db.open()
@@ -199,9 +201,13 @@ class HomeStore:
         such as channel pairing that keep their own queries)."""
         return await (await self._ready()).call(fn)
 
+    async def quick(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
+        """`call` for a point read or a single transaction (see `Database.quick`)."""
+        return await (await self._ready()).quick(fn)
+
     async def record_decision(self, record: GateRecord) -> None:
         row = {"at": utc_now_iso(), **record.__dict__}
-        await (await self._ready()).call(lambda db: db["gate_decisions"].insert(row))
+        await self.quick(lambda db: db["gate_decisions"].insert(row))
 
     async def recent_decisions(self, limit: int = 20) -> list[dict[str, Any]]:
         def select(db: sqlite_utils.Database) -> list[dict[str, Any]]:
@@ -212,17 +218,17 @@ class HomeStore:
     async def record_delegation(self, row: dict[str, Any]) -> None:
         """A new subagent's row (see the `delegations` table)."""
         row = {"created_at": utc_now_iso(), **row}
-        await (await self._ready()).call(lambda db: db["delegations"].insert(row))
+        await self.quick(lambda db: db["delegations"].insert(row))
 
     async def update_delegation(self, delegation_id: str, **fields: Any) -> None:
-        await (await self._ready()).call(lambda db: db["delegations"].update(delegation_id, fields))
+        await self.quick(lambda db: db["delegations"].update(delegation_id, fields))
 
     async def delegation(self, delegation_id: str) -> dict[str, Any] | None:
         def select(db: sqlite_utils.Database) -> dict[str, Any] | None:
             rows = list(db.query("SELECT * FROM delegations WHERE id = ?", [delegation_id]))
             return rows[0] if rows else None
 
-        return await (await self._ready()).call(select)
+        return await self.quick(select)
 
     async def delegations(
         self, bot: str, parent_conversation_id: int, limit: int = 20

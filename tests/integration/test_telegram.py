@@ -35,6 +35,9 @@ TOOL_RUNS: list[str] = []
 async def shout(run: RunContext, text: str) -> str:
     """Say the text loudly."""
     TOOL_RUNS.append(text)
+    # Work takes a moment, as real tools' does: "typing…" is sent while a turn waits on
+    # something, and with a scripted model and the store on the loop nothing else waits.
+    await asyncio.sleep(0.05)
     return text.upper()
 
 

@@ -14,6 +14,7 @@ import sqlite_utils
 
 from atlas.errors import AtlasError
 from atlas.providers.base import Image, Message, ToolCall, Usage
+from atlas.store import db as store_db
 from atlas.store.conversations import (
     MIGRATIONS,
     ConversationStore,
@@ -22,7 +23,7 @@ from atlas.store.conversations import (
     fts_query,
     has_cjk,
 )
-from atlas.store.db import Database, Migration
+from atlas.store.db import CHECKPOINT_EVERY, Database, Migration
 
 
 def _create_notes(db: sqlite_utils.Database) -> None:
@@ -171,7 +172,7 @@ async def test_failure_after_cancelled_caller_is_logged(
         with pytest.raises(asyncio.CancelledError):
             await task
     await asyncio.sleep(0)  # let the done-callback run
-    assert "after its caller was cancelled" in caplog.text
+    assert "nobody waiting for it" in caplog.text
     assert "no_such_table" in caplog.text
 
 
@@ -211,6 +212,76 @@ async def test_calls_made_together_run_in_order_each_with_its_own_outcome(
         await asyncio.sleep(0)  # the task has made its call; the job is not handed over yet
     await late
     assert [r["text"] for r in sqlite_utils.Database(tmp_path / "x.db")["notes"].rows] == ["late"]
+
+
+async def test_quick_runs_on_the_loop_when_the_thread_is_idle(tmp_path: Path) -> None:
+    async with Database(tmp_path / "x.db", NOTES) as db:
+        assert await db.quick(lambda d: threading.get_ident()) == threading.get_ident()
+        await db.quick(lambda d: d["notes"].insert({"text": "inline"}))
+        # The thread's own connection sees the committed write.
+        assert await db.call(lambda d: [r["text"] for r in d["notes"].rows]) == ["inline"]
+
+
+async def test_quick_waits_behind_thread_work_and_keeps_order(tmp_path: Path) -> None:
+    started = threading.Event()
+    order: list[str] = []
+
+    def slow(db: sqlite_utils.Database) -> None:
+        started.set()
+        threading.Event().wait(0.2)
+        order.append("slow")
+
+    async with Database(tmp_path / "x.db", NOTES) as db:
+        running = asyncio.create_task(db.call(slow))
+        await asyncio.to_thread(started.wait, 5)
+        # The thread has the connection: a quick call must not touch it meanwhile.
+        where = await db.quick(lambda d: order.append("quick") or threading.get_ident())
+        await running
+    assert order == ["slow", "quick"]
+    assert where != threading.get_ident()
+
+
+async def test_quick_call_on_a_file_locked_elsewhere_waits_on_the_thread(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    async with Database(path, NOTES) as db:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process is writing
+        loop_thread = threading.get_ident()
+        ran_on: list[int] = []
+
+        def insert(d: sqlite_utils.Database) -> None:
+            ran_on.append(threading.get_ident())
+            d.execute("INSERT INTO notes (text) VALUES ('after the lock')")
+
+        task = asyncio.create_task(db.quick(insert))
+        await asyncio.sleep(0.2)
+        assert not task.done()  # the loop kept running while the call waited for the lock
+        other.execute("COMMIT")
+        other.close()
+        await task
+        rows = await db.quick(lambda d: [r["text"] for r in d["notes"].rows])
+    assert rows == ["after the lock"]
+    assert ran_on[0] == loop_thread and ran_on[-1] != loop_thread
+
+
+async def test_checkpoints_run_on_the_thread_not_in_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkpoints: list[tuple[int, int]] = []  # (thread, WAL frames copied)
+
+    def checkpoint(d: sqlite_utils.Database) -> None:
+        _, _, copied = d.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        checkpoints.append((threading.get_ident(), copied))
+
+    monkeypatch.setattr(store_db, "_checkpoint", checkpoint)
+    path = tmp_path / "x.db"
+    async with Database(path, NOTES) as db:
+        assert await db.quick(lambda d: d.execute("PRAGMA wal_autocheckpoint").fetchone()[0]) == 0
+        for n in range(2 * CHECKPOINT_EVERY):
+            await db.quick(lambda d, n=n: d["notes"].insert({"text": f"note {n}"}))
+    assert len(checkpoints) == 2
+    assert all(thread != threading.get_ident() and copied > 0 for thread, copied in checkpoints)
+    assert sqlite_utils.Database(path)["notes"].count == 2 * CHECKPOINT_EVERY
 
 
 def test_duplicate_migration_names_rejected(tmp_path: Path) -> None:
