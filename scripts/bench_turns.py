@@ -20,6 +20,7 @@ Printed as `name: value` lines (or one JSON object with `--json`):
   reply arriving at sendMessage, minus the time the fake model spent on that turn's calls;
 - event-loop lag p99 (a task sleeping 20 ms: how late it wakes), garbage collections and
   their pauses, peak RSS, and the daemon's CPU time per turn, all over the window;
+- where the overhead sits: p50 of the time before the first model call and after the last;
 - the harness's own CPU share (the fakes and the drivers run in this process).
 """
 
@@ -38,7 +39,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scripts.loadkit import FIRST_CHAT, Daemon, Fakes, machine, percentile, print_result
+from scripts.loadkit import (
+    FIRST_CHAT,
+    Daemon,
+    Fakes,
+    LagMonitor,
+    machine,
+    percentile,
+    print_result,
+)
 from tests.fakes.load_fakes import TOOL_MARK
 
 TURN_TIMEOUT = 120.0
@@ -51,6 +60,8 @@ class Turn:
     end_to_end: float  # pushed -> replied
     model: float
     replied: float  # monotonic time the reply arrived
+    before_model: float  # served -> the first model request arrived
+    after_model: float  # the last model answer was ready -> the reply arrived
 
 
 class Window:
@@ -60,6 +71,9 @@ class Window:
 
     def __init__(self, conversations: int, daemon: Daemon) -> None:
         self.daemon = daemon
+        # This process's own loop (the fakes, the drivers): its delays count as overhead too.
+        self.harness_lag = LagMonitor()
+        self.harness_lags: list[float] = []
         self.warming = conversations
         self.opened = asyncio.Event()
         self.closed = asyncio.Event()
@@ -81,6 +95,7 @@ class Window:
     async def _open(self) -> None:
         await self.daemon.window_start()
         self.cpu_started = self.daemon.cpu_seconds()
+        self.harness_lag.reset()
         self.started = time.monotonic()
         self.opened.set()
 
@@ -88,6 +103,7 @@ class Window:
         await self.opened.wait()
         self.ended = time.monotonic()
         self.cpu_ended = self.daemon.cpu_seconds()
+        self.harness_lags = list(self.harness_lag.samples)
         self.probe = await self.daemon.window_report()
 
     async def wait(self) -> None:
@@ -124,8 +140,20 @@ async def converse(
             raise RuntimeError(f"{tag}: no reply within {TURN_TIMEOUT:.0f} s") from None
         served = telegram.served_at.get(update_id, pushed)
         model = fakes.model.model_seconds.pop(tag, 0.0)
+        first_request = fakes.model.first_request_at.pop(tag, served)
+        last_answer = fakes.model.last_answer_at.pop(tag, replied)
         if number >= warmup:
-            turns.append(Turn(tool, replied - served - model, replied - pushed, model, replied))
+            turns.append(
+                Turn(
+                    tool,
+                    overhead=replied - served - model,
+                    end_to_end=replied - pushed,
+                    model=model,
+                    replied=replied,
+                    before_model=first_request - served,
+                    after_model=replied - last_answer,
+                )
+            )
     window.finished()
 
 
@@ -151,6 +179,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             try:
                 await fakes.wait_polling(before, 60)
                 window = Window(args.conversations, daemon)
+                harness_lag = asyncio.create_task(window.harness_lag.run())
                 harness_before = time.process_time()
                 wall_before = time.monotonic()
                 async with asyncio.timeout(args.max_seconds):
@@ -169,6 +198,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                         )
                     )
                     await window.wait()
+                harness_lag.cancel()
                 harness_cpu = time.process_time() - harness_before
                 harness_wall = time.monotonic() - wall_before
                 memory = daemon.memory_kb()
@@ -219,12 +249,21 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "overhead_p50_ms_other_turns": round(
             percentile([t.overhead for t in turns if not t.tool] or [0.0], 0.5) * 1000, 2
         ),
+        # Where the overhead sits: before the first model call (inbound, store, context),
+        # after the last (store, render, send); a tool turn's rest is between its calls.
+        "overhead_before_model_p50_ms": round(
+            percentile([t.before_model for t in turns], 0.5) * 1000, 2
+        ),
+        "overhead_after_model_p50_ms": round(
+            percentile([t.after_model for t in turns], 0.5) * 1000, 2
+        ),
         "end_to_end_p50_ms": round(percentile([t.end_to_end for t in turns], 0.5) * 1000, 1),
         "daemon_cpu_ms_per_turn": round(cpu / len(turns) * 1000, 2),
         "daemon_cpu_share": round(cpu / seconds, 2),
         # The fakes and the drivers share this process: near 1.0, their own delays are in
         # the overhead figures too (over the whole run, warm-up included).
         "harness_cpu_share": round(harness_cpu / harness_wall, 2),
+        "harness_lag_p99_ms": round(percentile(window.harness_lags or [0.0], 0.99) * 1000, 2),
         "lag_p99_ms": round(probe["lag_p99_ms"], 2),
         "lag_max_ms": round(probe["lag_max_ms"], 2),
         "gc_collections": probe["gc_collections"],

@@ -102,6 +102,16 @@ def sort_files(
     return sendable, refused
 
 
+async def sort_attached(
+    files: list[Path] | None, problem: Callable[[Path], str | None], channel: str
+) -> tuple[list[Path], list[str]]:
+    """`sort_files` off the loop (it reads the disk); a reply without files, the usual case,
+    skips the thread, whose hand-off costs a busy daemon milliseconds of waiting for the GIL."""
+    if not files:
+        return [], []
+    return await asyncio.to_thread(sort_files, files, problem, channel)
+
+
 class BackgroundTasks:
     """Work that outlives the call that began it, cancelled when the channel stops."""
 

@@ -3,13 +3,12 @@ files uploaded into the same thread, and the reaction that says a reply is being
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from pathlib import Path
 from typing import Any
 
 from atlas.channels.base import Address
-from atlas.channels.chat_common import BackgroundTasks, platform_chat, sort_files
+from atlas.channels.chat_common import BackgroundTasks, platform_chat, sort_attached
 from atlas.channels.markdown import RULE
 from atlas.channels.slack_delivery import SlackDeliveryError, SlackSender, unsendable
 from atlas.channels.slack_format import SLACK_TEXT_LIMIT, markdown_to_mrkdwn
@@ -74,7 +73,7 @@ class SlackSending:
         reply that gets through) and the error is raised; a file that cannot be sent is named
         in the reply with the reason."""
         await self._stop_typing(address)
-        sendable, refused = await asyncio.to_thread(sort_files, files or [], unsendable, self.name)
+        sendable, refused = await sort_attached(files, unsendable, self.name)
         body = text if text.strip() else ("" if sendable and not refused else "(no answer)")
         if refused:
             body = "\n\n".join(part for part in (body, "\n".join(refused)) if part)

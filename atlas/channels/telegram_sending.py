@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from atlas.channels.base import Address
-from atlas.channels.chat_common import BackgroundTasks, platform_chat, sort_files
+from atlas.channels.chat_common import BackgroundTasks, platform_chat, sort_attached
 from atlas.channels.settings import TelegramSettings
 from atlas.channels.telegram_delivery import (
     SELF_HOSTED_UPLOAD_LIMIT,
@@ -97,8 +97,8 @@ class TelegramSending:
         self._stop_typing(address)
         chat_id, thread_id = target(address)
         limit = SELF_HOSTED_UPLOAD_LIMIT if self.settings.api_base else UPLOAD_LIMIT
-        sendable, refused = await asyncio.to_thread(
-            sort_files, files or [], lambda path: unsendable(path, limit), self.name
+        sendable, refused = await sort_attached(
+            files, lambda path: unsendable(path, limit), self.name
         )
         if refused:
             text = f"{text}\n\n" + "\n".join(refused) if text.strip() else "\n".join(refused)

@@ -71,6 +71,10 @@ class AutoOpenAIServer(FakeOpenAIServer):
         self.handled = 0
         self.tool_calls_made = 0
         self.model_seconds: dict[str, float] = defaultdict(float)  # tag -> time spent here
+        # tag -> when its first request arrived and its last answer was ready (monotonic),
+        # so a benchmark can tell the daemon's time before, between and after model calls
+        self.first_request_at: dict[str, float] = {}
+        self.last_answer_at: dict[str, float] = {}
         self.keep_requests = False  # bodies grow with the history: keep them only in tests
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
@@ -83,11 +87,13 @@ class AutoOpenAIServer(FakeOpenAIServer):
         if self.keep_requests:
             self.requests.append(body)
         tag = turn_tag(body.get("messages", []))
+        self.first_request_at.setdefault(tag, started)
         try:
             item = self.script.popleft() if self.script else self._auto(body, tag)
             return await self._serve(request, body, item)
         finally:
-            self.model_seconds[tag] += time.monotonic() - started
+            self.last_answer_at[tag] = time.monotonic()
+            self.model_seconds[tag] += self.last_answer_at[tag] - started
 
     def _auto(self, body: dict[str, Any], tag: str) -> Scripted:
         messages = body.get("messages", [])
