@@ -69,34 +69,39 @@ def _json_or_none(items: list[dict[str, Any]] | dict[str, Any] | None) -> str | 
     return json.dumps(items, ensure_ascii=False) if items else None
 
 
-def _message_from_row(row: dict[str, Any]) -> Message:
-    return Message(
-        role=row["role"],
-        content=row["content"] or "",
-        tool_calls=[ToolCall(**call) for call in json.loads(row["tool_calls"] or "[]")],
-        tool_call_id=row["tool_call_id"],
-        name=row["name"],
-        images=[Image(**image) for image in json.loads(row["images"] or "[]")],
-        id=row.get("id"),
-    )
-
-
+HistoryRow = tuple[int, str, str | None, str | None, str | None, str | None, str | None]
 _HISTORY_COLUMNS = "id, role, content, tool_calls, tool_call_id, name, images"
+
+
+def _message_from_row(row: HistoryRow) -> Message:
+    """A stored row as a provider message; most rows have neither tool calls nor images,
+    and a turn reads every row of the history in view, so those JSON columns are parsed
+    only when present."""
+    message_id, role, content, tool_calls, tool_call_id, name, images = row
+    return Message(
+        role=role,  # type: ignore[arg-type]  # the column holds only Message roles
+        content=content or "",
+        tool_calls=[ToolCall(**call) for call in json.loads(tool_calls)] if tool_calls else [],
+        tool_call_id=tool_call_id,
+        name=name,
+        images=[Image(**image) for image in json.loads(images)] if images else [],
+        id=message_id,
+    )
 
 
 def _history_rows(
     db: sqlite_utils.Database, *, conversation_id: int, kept_from: int | None = None
-) -> list[dict[str, Any]]:
+) -> list[HistoryRow]:
     """Every message of the conversation; with `kept_from`, only its first message and those
     from that id on (what a compaction kept)."""
     if kept_from is None:
         sql = f"SELECT {_HISTORY_COLUMNS} FROM messages WHERE conversation_id = ? ORDER BY id"
-        return list(db.query(sql, [conversation_id]))
+        return db.execute(sql, [conversation_id]).fetchall()
     sql = (
         f"SELECT {_HISTORY_COLUMNS} FROM messages WHERE conversation_id = :c AND (id >= :kept "
         "OR id = (SELECT MIN(id) FROM messages WHERE conversation_id = :c)) ORDER BY id"
     )
-    return list(db.query(sql, {"c": conversation_id, "kept": kept_from}))
+    return db.execute(sql, {"c": conversation_id, "kept": kept_from}).fetchall()
 
 
 def _last_compaction(db: sqlite_utils.Database, *, conversation_id: int) -> tuple[int, str] | None:
@@ -318,7 +323,7 @@ class ConversationStore:
         compaction, only the first message and those it kept, not the whole
         stored conversation (a long chat's would grow the cost of every turn without end)."""
 
-        def read(db: sqlite_utils.Database) -> tuple[list[dict[str, Any]], tuple[int, str] | None]:
+        def read(db: sqlite_utils.Database) -> tuple[list[HistoryRow], tuple[int, str] | None]:
             compaction = _last_compaction(db, conversation_id=conversation_id)
             kept_from = compaction[0] if compaction else None
             rows = _history_rows(db, conversation_id=conversation_id, kept_from=kept_from)
