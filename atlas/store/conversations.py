@@ -16,7 +16,7 @@ from typing import Any, get_args
 import sqlite_utils
 
 from atlas.errors import AtlasError
-from atlas.providers.base import Image, Message, ToolCall, Usage
+from atlas.providers.base import Message, Usage
 from atlas.store import search as queries
 from atlas.store.conversation_schema import (
     FTS_TOKENIZE,
@@ -27,6 +27,14 @@ from atlas.store.conversation_schema import (
     MessageKind,
 )
 from atlas.store.db import Database, utc_now_iso
+from atlas.store.history_cache import (
+    Compaction,
+    HistoryCache,
+    history_rows,
+    last_compaction,
+    message_from_row,
+    read_history,
+)
 from atlas.store.search import (
     DEFAULT_ROLES,
     ConversationMatch,
@@ -69,55 +77,12 @@ def _json_or_none(items: list[dict[str, Any]] | dict[str, Any] | None) -> str | 
     return json.dumps(items, ensure_ascii=False) if items else None
 
 
-HistoryRow = tuple[int, str, str | None, str | None, str | None, str | None, str | None]
-_HISTORY_COLUMNS = "id, role, content, tool_calls, tool_call_id, name, images"
-
-
-def _message_from_row(row: HistoryRow) -> Message:
-    """A stored row as a provider message; most rows have neither tool calls nor images,
-    and a turn reads every row of the history in view, so those JSON columns are parsed
-    only when present."""
-    message_id, role, content, tool_calls, tool_call_id, name, images = row
-    return Message(
-        role=role,  # type: ignore[arg-type]  # the column holds only Message roles
-        content=content or "",
-        tool_calls=[ToolCall(**call) for call in json.loads(tool_calls)] if tool_calls else [],
-        tool_call_id=tool_call_id,
-        name=name,
-        images=[Image(**image) for image in json.loads(images)] if images else [],
-        id=message_id,
-    )
-
-
-def _history_rows(
-    db: sqlite_utils.Database, *, conversation_id: int, kept_from: int | None = None
-) -> list[HistoryRow]:
-    """Every message of the conversation; with `kept_from`, only its first message and those
-    from that id on (what a compaction kept)."""
-    if kept_from is None:
-        sql = f"SELECT {_HISTORY_COLUMNS} FROM messages WHERE conversation_id = ? ORDER BY id"
-        return db.execute(sql, [conversation_id]).fetchall()
-    sql = (
-        f"SELECT {_HISTORY_COLUMNS} FROM messages WHERE conversation_id = :c AND (id >= :kept "
-        "OR id = (SELECT MIN(id) FROM messages WHERE conversation_id = :c)) ORDER BY id"
-    )
-    return db.execute(sql, {"c": conversation_id, "kept": kept_from}).fetchall()
-
-
-def _last_compaction(db: sqlite_utils.Database, *, conversation_id: int) -> tuple[int, str] | None:
-    row = db.execute(
-        "SELECT first_kept_id, summary FROM compactions WHERE conversation_id = ? "
-        "ORDER BY id DESC LIMIT 1",
-        [conversation_id],
-    ).fetchone()
-    return (row[0], row[1]) if row else None
-
-
 class ConversationStore:
     """A bot's conversation store; open it before use (or use it as an async context manager)."""
 
     def __init__(self, path: Path) -> None:
         self.db = Database(path, MIGRATIONS)
+        self.histories = HistoryCache()
 
     @property
     def path(self) -> Path:
@@ -307,30 +272,34 @@ class ConversationStore:
         }
         await self.db.quick(lambda db: db["compactions"].insert(row))
 
-    async def last_compaction(self, conversation_id: int) -> tuple[int, str] | None:
+    async def last_compaction(self, conversation_id: int) -> Compaction | None:
         """(first kept message id, summary) of the conversation's latest compaction."""
-        return await self.db.quick(partial(_last_compaction, conversation_id=conversation_id))
+        return await self.db.quick(partial(last_compaction, conversation_id=conversation_id))
 
     async def history(self, conversation_id: int) -> list[Message]:
         """Every message of a conversation, oldest first, as provider messages."""
-        rows = await self.db.call(partial(_history_rows, conversation_id=conversation_id))
-        return [_message_from_row(row) for row in rows]
+        rows = await self.db.call(partial(history_rows, conversation_id=conversation_id))
+        return [message_from_row(row) for row in rows]
 
     async def history_and_compaction(
         self, conversation_id: int
-    ) -> tuple[list[Message], tuple[int, str] | None]:
-        """The latest compaction and the messages a turn needs, in one store call: after a
-        compaction, only the first message and those it kept, not the whole
-        stored conversation (a long chat's would grow the cost of every turn without end)."""
-
-        def read(db: sqlite_utils.Database) -> tuple[list[HistoryRow], tuple[int, str] | None]:
-            compaction = _last_compaction(db, conversation_id=conversation_id)
-            kept_from = compaction[0] if compaction else None
-            rows = _history_rows(db, conversation_id=conversation_id, kept_from=kept_from)
-            return rows, compaction
-
-        rows, compaction = await self.db.quick(read)
-        return [_message_from_row(row) for row in rows], compaction
+    ) -> tuple[list[Message], Compaction | None]:
+        """The latest compaction and the messages a turn needs: after a compaction, only the
+        first message and those it kept, not the whole stored conversation (a long chat's
+        would grow the cost of every turn without end). Messages read before are kept
+        (`HistoryCache`): one store call reads the compaction and only the newer rows."""
+        known = self.histories.known(conversation_id)
+        read = await self.db.quick(
+            partial(read_history, conversation_id=conversation_id, known=known)
+        )
+        messages = self.histories.apply(conversation_id, read)
+        if messages is None:  # a compaction came between: read it all
+            self.histories.forget(conversation_id)
+            read = await self.db.quick(
+                partial(read_history, conversation_id=conversation_id, known=None)
+            )
+            messages = self.histories.apply(conversation_id, read) or []
+        return messages, read.compaction
 
     async def search(
         self, query: str, *, limit: int = 20, conversation_id: int | None = None

@@ -24,6 +24,7 @@ from atlas.store.conversations import (
     has_cjk,
 )
 from atlas.store.db import CHECKPOINT_EVERY, Database, Migration
+from atlas.store.history_cache import HistoryCache, Known, Read
 
 
 def _create_notes(db: sqlite_utils.Database) -> None:
@@ -581,3 +582,46 @@ async def test_compactions_are_recorded_and_history_carries_ids(tmp_path: Path) 
         assert [m.id for m in messages] == [ids[0], ids[2]]
         other = await store.conversation("console", "d", bot="atlas")
         assert await store.history_and_compaction(other.id) == ([], None)
+
+
+async def test_history_is_kept_between_turns_and_newer_rows_read(tmp_path: Path) -> None:
+    async with ConversationStore(tmp_path / "c.db") as store:
+        conversation = await _chat(store)
+        first = await store.append(conversation, Message("user", "one"))
+        before, _ = await store.history_and_compaction(conversation)
+        second = await store.append(conversation, Message("assistant", "two"))
+        # Another process writes to the same file: its row is seen too.
+        with sqlite3.connect(store.path) as other:
+            other.execute(
+                "INSERT INTO messages (conversation_id, role, content, kind, created_at) "
+                "VALUES (?, 'user', 'three', 'message', '2026-12-03T00:00:00+00:00')",
+                [conversation],
+            )
+        after, compaction = await store.history_and_compaction(conversation)
+        assert [m.content for m in after] == ["one", "two", "three"]
+        assert after[0] is before[0]  # the first row was not read and converted again
+        assert compaction is None
+        # A compaction makes a whole read: the first message and those kept.
+        await store.record_compaction(conversation, second, "summary")
+        compacted, compaction = await store.history_and_compaction(conversation)
+        assert compaction == (second, "summary")
+        assert [m.id for m in compacted] == [first, second, after[2].id]
+        assert compacted[0] is not before[0]
+        # The caller's list is its own: appending to it changes nothing kept.
+        compacted.append(Message("user", "not stored"))
+        again, _ = await store.history_and_compaction(conversation)
+        assert [m.content for m in again] == ["one", "two", "three"]
+
+
+def test_history_cache_stays_within_its_limit_and_refuses_a_stale_read() -> None:
+    cache = HistoryCache(max_messages=3)
+    rows = [(n, "user", f"m{n}", None, None, None, None) for n in (1, 2)]
+    assert [m.id for m in cache.apply(1, Read(None, rows, whole=True)) or []] == [1, 2]
+    cache.apply(2, Read(None, [(5, "user", "x", None, None, None, None)], whole=True))
+    assert cache.known(1) == Known(2, None) and cache.known(2) == Known(5, None)
+    cache.apply(3, Read(None, [(7, "user", "y", None, None, None, None)], whole=True))
+    assert cache.known(1) is None  # least recently read, dropped past 3 messages
+    assert cache.known(3) == Known(7, None)
+    # Newer rows made against another compaction than the one kept: not merged.
+    assert cache.apply(3, Read((7, "summary"), [], whole=False)) is None
+    assert cache.known(3) is None
