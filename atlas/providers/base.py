@@ -44,6 +44,9 @@ class Message:
     id: int | None = field(default=None, compare=False)
     # Filled in by atlas.agent.tokens on first count; a Message is never changed after it is made.
     token_estimate: int | None = field(default=None, compare=False, repr=False)
+    # Its Chat Completions form, made by atlas.providers.openai on first use: a history kept
+    # between turns is sent whole on every call.
+    openai_form: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "content": self.content}

@@ -73,6 +73,24 @@ def _user_message(message: Message) -> dict[str, Any]:
     return {"role": message.role, "content": parts}
 
 
+def _openai_form(message: Message) -> dict[str, Any]:
+    """One message's own Chat Completions form, made once: the body is only serialised, never
+    changed, so the same dict can go out in every call that carries the message."""
+    if message.openai_form is None:
+        if message.role == "tool":
+            form = {
+                "role": "tool",
+                "tool_call_id": message.tool_call_id,
+                "content": message.content,
+            }
+        elif message.role == "assistant":
+            form = _assistant_message(message)
+        else:
+            form = _user_message(message)
+        message.openai_form = form
+    return message.openai_form
+
+
 def to_openai_messages(system: str, messages: list[Message]) -> list[dict[str, Any]]:
     """Our messages → Chat Completions messages, the system prompt first."""
     out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
@@ -81,16 +99,9 @@ def to_openai_messages(system: str, messages: list[Message]) -> list[dict[str, A
         if message.role != "tool" and with_images:
             out.append(_tool_images_message(with_images))
             with_images = []
-        if message.role == "tool":
-            out.append(
-                {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
-            )
-            if message.images:
-                with_images.append(message)
-        elif message.role == "assistant":
-            out.append(_assistant_message(message))
-        else:
-            out.append(_user_message(message))
+        out.append(_openai_form(message))
+        if message.role == "tool" and message.images:
+            with_images.append(message)
     if with_images:
         out.append(_tool_images_message(with_images))
     return out

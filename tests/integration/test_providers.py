@@ -23,7 +23,7 @@ from atlas.providers.base import (
     ToolSpec,
     Usage,
 )
-from atlas.providers.openai import OpenAIProvider
+from atlas.providers.openai import OpenAIProvider, to_openai_messages
 from atlas.providers.router import ModelRouter
 from atlas.providers.wire import parse_retry_after
 from tests.fakes.model_servers import FakeAnthropicServer, FakeModelServer, FakeOpenAIServer, pieces
@@ -246,6 +246,18 @@ async def test_openai_translates_history_with_tool_results_and_images() -> None:
             "parameters": READ_FILE.parameters,
         },
     }
+
+
+def test_openai_form_of_a_message_is_made_once_and_sent_again() -> None:
+    """A history kept between turns is sent whole on every call: each message's form is
+    made on its first call and reused, and the body is the same as if made afresh."""
+    messages = history()
+    first = to_openai_messages("You are a test.", messages)
+    later = to_openai_messages("You are a test.", [*messages, Message("user", "More?")])
+    assert later[: len(first)] == first
+    assert later[2] is first[2] and later[3] is first[3]  # the assistant's, a tool's: reused
+    fresh = to_openai_messages("You are a test.", history())
+    assert fresh == first and fresh[2] is not first[2]
 
 
 async def test_openai_usage_with_cached_tokens() -> None:
