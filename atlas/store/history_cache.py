@@ -23,8 +23,21 @@ if TYPE_CHECKING:
 Compaction = tuple[int, str]  # (first kept message id, summary)
 HistoryRow = tuple[int, str, str | None, str | None, str | None, str | None, str | None]
 HISTORY_COLUMNS = "id, role, content, tool_calls, tool_call_id, name, images"
-# Messages held over all conversations: a compacted history in view is a few hundred.
-MAX_CACHED_MESSAGES = 20_000
+# Memory held over all conversations, roughly: a message costs its text and ~500 bytes. A
+# history in view is bounded by the context window, so 64 MiB keeps hundreds of busy chats;
+# past it the least recently read go (and are read whole when they come back).
+MAX_CACHED_BYTES = 64 * 2**20
+MESSAGE_OVERHEAD_BYTES = 512
+
+
+def _weight(messages: list[Message]) -> int:
+    return sum(
+        MESSAGE_OVERHEAD_BYTES
+        + len(m.content)
+        + sum(len(c.arguments) for c in m.tool_calls)
+        + sum(len(i.data_b64) for i in m.images)
+        for m in messages
+    )
 
 
 def last_compaction(db: sqlite_utils.Database, *, conversation_id: int) -> Compaction | None:
@@ -83,13 +96,14 @@ def read_history(db: sqlite_utils.Database, *, conversation_id: int, known: Know
 class _Entry:
     messages: list[Message]
     known: Known
+    weight: int = 0
 
 
 class HistoryCache:
     """Histories by conversation id, the least recently read dropped first past the limit."""
 
-    def __init__(self, max_messages: int = MAX_CACHED_MESSAGES) -> None:
-        self.max_messages = max_messages
+    def __init__(self, max_bytes: int = MAX_CACHED_BYTES) -> None:
+        self.max_bytes = max_bytes
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
         self._held = 0
 
@@ -103,28 +117,30 @@ class HistoryCache:
         another compaction): read the whole history then."""
         entry = self._entries.pop(conversation_id, None)
         if entry is not None:
-            self._held -= len(entry.messages)
+            self._held -= entry.weight
         if read.whole:
-            entry = _Entry([message_from_row(row) for row in read.rows], Known(0, read.compaction))
+            messages = [message_from_row(row) for row in read.rows]
+            entry = _Entry(messages, Known(0, read.compaction), _weight(messages))
         elif entry is None or entry.known.compaction != read.compaction:
             return None
         else:  # only rows this entry lacks: another read may have added some meanwhile
-            newest = entry.known.last_id
-            entry.messages.extend(message_from_row(row) for row in read.rows if row[0] > newest)
+            newer = [message_from_row(row) for row in read.rows if row[0] > entry.known.last_id]
+            entry.messages.extend(newer)
+            entry.weight += _weight(newer)
         if entry.messages:
             entry.known = Known(entry.messages[-1].id or 0, read.compaction)
-        if len(entry.messages) <= self.max_messages:
+        if entry.weight <= self.max_bytes:
             self._entries[conversation_id] = entry
-            self._held += len(entry.messages)
-            while self._held > self.max_messages:
+            self._held += entry.weight
+            while self._held > self.max_bytes:
                 _, dropped = self._entries.popitem(last=False)
-                self._held -= len(dropped.messages)
+                self._held -= dropped.weight
         return list(entry.messages)
 
     def forget(self, conversation_id: int) -> None:
         entry = self._entries.pop(conversation_id, None)
         if entry is not None:
-            self._held -= len(entry.messages)
+            self._held -= entry.weight
 
 
 def message_from_row(row: HistoryRow) -> Message:

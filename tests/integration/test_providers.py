@@ -56,10 +56,29 @@ def provider_settings(server: FakeModelServer, **overrides: Any) -> ProviderSett
     return ProviderSettings(**(values | overrides))
 
 
+# Providers and routers a test made, closed after it (aiohttp warns of a session left open).
+_MADE: list[OpenAIProvider | AnthropicProvider | ModelRouter] = []
+
+
+@pytest.fixture(autouse=True)
+async def _close_what_tests_made() -> AsyncIterator[None]:
+    yield
+    while _MADE:
+        await _MADE.pop().close()
+
+
 def make_provider(server: FakeModelServer, **overrides: Any) -> OpenAIProvider | AnthropicProvider:
     settings = provider_settings(server, **overrides)
     cls = AnthropicProvider if settings.kind == "anthropic" else OpenAIProvider
-    return cls("fake", settings)
+    provider = cls("fake", settings)
+    _MADE.append(provider)
+    return provider
+
+
+def make_router(settings: Any, **options: Any) -> ModelRouter:
+    router = ModelRouter(settings, **options)
+    _MADE.append(router)
+    return router
 
 
 def request(
@@ -393,7 +412,7 @@ async def test_router_waits_as_retry_after_says_then_succeeds() -> None:
         server.fail(429, headers={"retry-after-ms": "1500"})
         server.fail(429, headers={"Retry-After": "600"})  # capped at retry_max_delay
         server.reply(text="finally")
-        router = ModelRouter(router_settings(server, retries=3), sleep=sleep)
+        router = make_router(router_settings(server, retries=3), sleep=sleep)
         response = await router.complete(request(model="p0/test-model"))
     assert response.message.content == "finally"
     assert response.model == "p0/test-model"
@@ -408,7 +427,7 @@ async def test_router_exhausts_retries_then_the_fallback_answers() -> None:
             primary.fail(500)
         backup.fail(529)  # Anthropic's "overloaded" is retried too
         backup.reply(text="from the fallback")
-        router = ModelRouter(
+        router = make_router(
             router_settings(primary, backup, retries=2), sleep=sleep, rng=lambda: 0.5
         )
         response = await router.complete(request(model="p0/test-model"), fallback="p1/backup-model")
@@ -427,7 +446,7 @@ async def test_router_raises_provider_error_naming_every_model_tried() -> None:
         primary.fail(503, body={"error": {"message": "primary is still down"}})
         backup.fail(502, body={"error": {"message": "backup is down"}})
         backup.fail(502, body={"error": {"message": "backup is still down"}})
-        router = ModelRouter(router_settings(primary, backup, retries=1), sleep=RecordingSleep())
+        router = make_router(router_settings(primary, backup, retries=1), sleep=RecordingSleep())
         with pytest.raises(ProviderError) as caught:
             await router.complete(request(model="p0/test-model"), fallback="p1/other-model")
     message = str(caught.value)
@@ -444,7 +463,7 @@ async def test_router_skips_retries_on_a_client_error_but_still_falls_back() -> 
     async with FakeOpenAIServer() as primary, FakeOpenAIServer() as backup:
         primary.fail(400, body={"error": {"message": "unknown parameter"}})
         backup.reply(text="fallback ok")
-        router = ModelRouter(router_settings(primary, backup, retries=3), sleep=sleep)
+        router = make_router(router_settings(primary, backup, retries=3), sleep=sleep)
         response = await router.complete(request(model="p0/test-model"), fallback="p1/test-model")
     assert response.message.content == "fallback ok"
     assert len(primary.requests) == 1
@@ -463,7 +482,7 @@ async def test_router_reports_a_missing_api_key_without_retrying(
             },
         )
         with pytest.raises(ProviderError) as caught:
-            await ModelRouter(settings, sleep=sleep).complete(request(model="claude/test-model"))
+            await make_router(settings, sleep=sleep).complete(request(model="claude/test-model"))
     assert "set the environment variable MY_ANTHROPIC_KEY" in str(caught.value)
     assert "[providers.claude]" in str(caught.value)
     assert sleep.delays == [] and server.requests == []
@@ -476,7 +495,7 @@ async def test_router_retries_a_request_that_hangs_past_the_timeout(
     async with FakeOpenAIServer() as server:
         server.hang(5)
         server.reply(text="awake")
-        router = ModelRouter(router_settings(server, retries=1, timeout=0.3), sleep=sleep)
+        router = make_router(router_settings(server, retries=1, timeout=0.3), sleep=sleep)
         response = await router.complete(request(model="p0/test-model"))
     assert response.message.content == "awake"
     assert len(sleep.delays) == 1
@@ -488,14 +507,14 @@ async def test_router_streams_through_the_provider() -> None:
     received: list[str] = []
     async with FakeAnthropicServer() as server:
         server.reply(text="streamed through the router")
-        router = ModelRouter(router_settings(server))
+        router = make_router(router_settings(server))
         response = await router.complete(request(model="p0/test-model"), on_text=received.append)
     assert "".join(received) == response.message.content == "streamed through the router"
 
 
 async def test_router_makes_one_provider_per_name_and_knows_image_support() -> None:
     async with FakeOpenAIServer() as first, FakeAnthropicServer() as second:
-        router = ModelRouter(router_settings(first, second))
+        router = make_router(router_settings(first, second))
         assert router.provider("p0") is router.provider("p0")
         assert isinstance(router.provider("p1"), AnthropicProvider)
         assert router.supports_images("p0/anything") is True
@@ -505,7 +524,7 @@ async def test_router_makes_one_provider_per_name_and_knows_image_support() -> N
 async def test_router_unknown_provider_in_fallback_is_reported() -> None:
     async with FakeOpenAIServer() as server:
         server.fail(401, body={"error": {"message": "bad key"}})
-        router = ModelRouter(router_settings(server))
+        router = make_router(router_settings(server))
         with pytest.raises(ProviderError) as caught:
             await router.complete(request(model="p0/test-model"), fallback="nowhere/model")
     assert "bad key" in str(caught.value)
@@ -543,10 +562,13 @@ class BreaksMidStream:
         await on_text("ld")
         return CompletionResponse(Message("assistant", "Hello world"), Usage(), request.model)
 
+    async def close(self) -> None:
+        return None
+
 
 async def test_router_tells_the_reader_when_a_broken_stream_starts_again() -> None:
     async with FakeOpenAIServer() as server:
-        router = ModelRouter(router_settings(server, retries=1), sleep=RecordingSleep())
+        router = make_router(router_settings(server, retries=1), sleep=RecordingSleep())
         router._providers["p0"] = BreaksMidStream()
         received: list[str] = []
         response = await router.complete(request(model="p0/test-model"), on_text=received.append)
