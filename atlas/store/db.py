@@ -16,6 +16,7 @@ never fsync (WAL, synchronous=NORMAL) because checkpoints, which do, run on the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -96,19 +97,22 @@ def _run_batch(
     """On the writer thread: each call in order, each result (or error) to its own future.
     Only here may a call wait for another process's lock (the loop's calls never do)."""
     outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
-    db.conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
     try:
+        db.conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
+    except sqlite3.Error as exc:  # the connection is unusable: every caller hears why
+        outcomes = [(future, None, exc) for _, future in batch]
+    else:
         for fn, future in batch:
             try:
                 outcomes.append((future, fn(db), None))
             except BaseException as exc:  # the caller gets it, whatever it is
                 outcomes.append((future, None, exc))
-    finally:
-        db.conn.execute("PRAGMA busy_timeout = 0")
-        try:
-            loop.call_soon_threadsafe(settle, outcomes)
-        except RuntimeError:  # the loop closed meanwhile: nobody is left to hear
-            log.warning("database work finished after its event loop closed")
+        with contextlib.suppress(sqlite3.Error):  # the loop's calls must not wait for locks
+            db.conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        loop.call_soon_threadsafe(settle, outcomes)
+    except RuntimeError:  # the loop closed meanwhile: nobody is left to hear
+        log.warning("database work finished after its event loop closed")
 
 
 def _settle_each(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
