@@ -8,6 +8,7 @@ from typing import Literal
 import sqlite_utils
 
 from atlas.store.db import Migration
+from atlas.store.message_index import defer_message_indexing
 
 ConversationKind = Literal["conversation", "bot", "routine", "subagent"]
 MessageKind = Literal["message", "notice"]
@@ -135,6 +136,7 @@ MIGRATIONS: list[Migration] = [
     ("005_compactions", _create_compactions),
     ("006_delivery", _track_delivery),
     ("007_sending", _track_sending),
+    ("008_deferred_message_index", defer_message_indexing),
 ]
 
 

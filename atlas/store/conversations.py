@@ -7,11 +7,12 @@ their public names are importable from here too.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import fields
 from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import Any, get_args
+from typing import Any, TypeVar, get_args
 
 import sqlite_utils
 
@@ -35,6 +36,7 @@ from atlas.store.history_cache import (
     message_from_row,
     read_history,
 )
+from atlas.store.message_index import index_pending_messages
 from atlas.store.search import (
     DEFAULT_ROLES,
     ConversationMatch,
@@ -72,6 +74,18 @@ __all__ = [
     "plain_snippet",
 ]
 
+T = TypeVar("T")
+
+
+def _indexed(read: Callable[..., T], **arguments: Any) -> Callable[[sqlite_utils.Database], T]:
+    """`read` with `arguments`, run after indexing what is pending, so it sees every message."""
+
+    def run(db: sqlite_utils.Database) -> T:
+        index_pending_messages(db)
+        return read(db, **arguments)
+
+    return run
+
 
 def _json_or_none(items: list[dict[str, Any]] | dict[str, Any] | None) -> str | None:
     return json.dumps(items, ensure_ascii=False) if items else None
@@ -81,7 +95,7 @@ class ConversationStore:
     """A bot's conversation store; open it before use (or use it as an async context manager)."""
 
     def __init__(self, path: Path) -> None:
-        self.db = Database(path, MIGRATIONS)
+        self.db = Database(path, MIGRATIONS, upkeep=index_pending_messages)
         self.histories = HistoryCache()
 
     @property
@@ -309,7 +323,7 @@ class ConversationStore:
         if match is None or limit <= 0:
             return []
         return await self.db.call(
-            partial(
+            _indexed(
                 queries.search_messages, match=match, limit=limit, conversation_id=conversation_id
             )
         )
@@ -319,7 +333,7 @@ class ConversationStore:
     ) -> list[ConversationMatch]:
         """Conversations holding messages that match, best (or newest, or oldest) first."""
         return await self.db.call(
-            partial(queries.match_conversations, query=query, where=where, sort=sort, limit=limit)
+            _indexed(queries.match_conversations, query=query, where=where, sort=sort, limit=limit)
         )
 
     async def matching_messages(
@@ -327,7 +341,7 @@ class ConversationStore:
     ) -> list[StoredMessage]:
         """The messages of one conversation (`where.conversation_id`) that match, best first."""
         return await self.db.call(
-            partial(queries.matching_messages, query=query, where=where, limit=limit, chars=chars)
+            _indexed(queries.matching_messages, query=query, where=where, limit=limit, chars=chars)
         )
 
     async def read_messages(

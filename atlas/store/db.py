@@ -40,6 +40,9 @@ MIGRATIONS_TABLE = "_migrations"
 # Calls between two checkpoints (the connection's automatic ones are off: they would run in
 # whichever commit crossed the line, sometimes on the loop). A turn makes about six calls.
 CHECKPOINT_EVERY = 500
+# Calls between two runs of a file's upkeep (the messages' full-text indexing: a few
+# milliseconds on the thread for the ~50 messages stored meanwhile). Divides CHECKPOINT_EVERY.
+UPKEEP_EVERY = 100
 
 
 def utc_now_iso() -> str:
@@ -129,8 +132,15 @@ class Database:
     """One SQLite file (WAL, foreign keys on), its migrations, and a single writer thread."""
 
     def __init__(
-        self, path: Path, migrations: Sequence[Migration], *, busy_timeout: float = 5.0
+        self,
+        path: Path,
+        migrations: Sequence[Migration],
+        *,
+        busy_timeout: float = 5.0,
+        upkeep: MigrationFn | None = None,
     ) -> None:
+        """`upkeep`: work kept off the hot path that must still happen (see message_index.py).
+        It runs on the thread when the file opens, every UPKEEP_EVERY calls, and at close."""
         names = [name for name, _ in migrations]
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
@@ -138,12 +148,13 @@ class Database:
         self.path = Path(path)
         self.migrations = list(migrations)
         self.busy_timeout = busy_timeout
+        self.upkeep = upkeep
         self._executor: ThreadPoolExecutor | None = None
         self._db: sqlite_utils.Database | None = None
         self._closed = False
         self._batch: list[tuple[Callable[[sqlite_utils.Database], Any], asyncio.Future[Any]]] = []
         self._jobs_running = 0  # handed to the thread and not yet settled on the loop
-        self._calls_since_checkpoint = 0
+        self._calls = 0  # counted up to CHECKPOINT_EVERY, then from 0 again
 
     @property
     def is_open(self) -> bool:
@@ -177,6 +188,7 @@ class Database:
             db.execute("PRAGMA foreign_keys = ON")
             db.execute("PRAGMA wal_autocheckpoint = 0")
             applied = apply_migrations(db, self.migrations, self.path)
+            self._run_upkeep(db)  # what a crash left undone
             db.execute("PRAGMA busy_timeout = 0")  # the thread sets it for each job
         except BaseException:
             conn.close()
@@ -184,6 +196,16 @@ class Database:
         if applied:
             log.info("%s: applied migrations %s", self.path, ", ".join(applied))
         return db
+
+    def _run_upkeep(self, db: sqlite_utils.Database) -> None:
+        """Upkeep at open and close: a failure is logged, not raised, since nothing stored
+        is lost by it and the next run does the work (a search runs it again first)."""
+        if self.upkeep is None:
+            return
+        try:
+            self.upkeep(db)
+        except sqlite3.Error:
+            log.warning("%s: upkeep failed; it runs again later", self.path, exc_info=True)
 
     def _connection(self) -> sqlite_utils.Database:
         if self._executor is None or self._db is None or self._closed:
@@ -232,18 +254,32 @@ class Database:
         future: asyncio.Future[Any],
     ) -> None:
         self._count_call()
+        self._queue(loop, fn, future)
+
+    def _queue(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        fn: Callable[[sqlite_utils.Database], Any],
+        future: asyncio.Future[Any],
+    ) -> None:
         self._batch.append((fn, future))
         if len(self._batch) == 1:
             loop.call_soon(self._flush)
 
     def _count_call(self) -> None:
-        self._calls_since_checkpoint += 1
-        if self._calls_since_checkpoint >= CHECKPOINT_EVERY:
-            self._calls_since_checkpoint = 0
-            loop = asyncio.get_running_loop()
-            checkpoint: asyncio.Future[None] = loop.create_future()
-            checkpoint.add_done_callback(self._report_orphan)  # nobody awaits it
-            self._enqueue(loop, _checkpoint, checkpoint)
+        self._calls += 1
+        if self._calls % UPKEEP_EVERY == 0 and self.upkeep is not None:
+            self._enqueue_unawaited(self.upkeep)
+        if self._calls >= CHECKPOINT_EVERY:
+            self._calls = 0
+            self._enqueue_unawaited(_checkpoint)
+
+    def _enqueue_unawaited(self, fn: Callable[[sqlite_utils.Database], Any]) -> None:
+        """Queue work nobody awaits (it is no call to count): a failure is logged."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        future.add_done_callback(self._report_orphan)
+        self._queue(loop, fn, future)
 
     def _flush(self) -> None:
         """Hand the calls made since the last flush to the writer thread as one job: under
@@ -286,10 +322,19 @@ class Database:
         try:
             if db is not None:
                 # FIFO executor: this runs after every call already queued.
-                await asyncio.shield(loop.run_in_executor(executor, db.close))
+                await asyncio.shield(loop.run_in_executor(executor, self._finish, db))
         finally:
             # Never blocks the loop: queued work (and the close) still run before the thread ends.
             executor.shutdown(wait=False)
+
+    def _finish(self, db: sqlite_utils.Database) -> None:
+        """On the thread, last of all: the upkeep, so a closed file is complete, then close."""
+        try:
+            with contextlib.suppress(sqlite3.Error):  # as in _run_batch: may wait for a lock
+                db.conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            self._run_upkeep(db)
+        finally:
+            db.close()
 
     async def __aenter__(self) -> Database:
         await self.open()

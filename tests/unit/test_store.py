@@ -25,6 +25,7 @@ from atlas.store.conversations import (
 )
 from atlas.store.db import CHECKPOINT_EVERY, Database, Migration
 from atlas.store.history_cache import MESSAGE_OVERHEAD_BYTES, HistoryCache, Known, Read
+from atlas.store.message_index import INDEXES, index_pending_messages
 
 
 def _create_notes(db: sqlite_utils.Database) -> None:
@@ -500,12 +501,14 @@ async def test_trigram_migration_indexes_messages_already_stored(tmp_path: Path)
         assert "004_messages_trigram" in [name for name, _ in _applied(path)]
         assert _trigram_ids(path, "東京タワー") == [1]
         later = await store.append(1, Message("assistant", "タワーの会議は三時です"))
+        await store.db.call(index_pending_messages)
         assert _trigram_ids(path, "タワー") == [1, later]
 
 
 async def test_trigram_index_follows_updates_and_deletes(store: ConversationStore) -> None:
     conversation_id = await _chat(store)
     message_id = await store.append(conversation_id, Message("user", "北京的天气很好"))
+    await store.db.call(index_pending_messages)
     assert _trigram_ids(store.path, "天气很") == [message_id]
 
     def edit(db: sqlite_utils.Database) -> None:
@@ -522,6 +525,130 @@ async def test_trigram_index_follows_updates_and_deletes(store: ConversationStor
             "INSERT INTO messages_trigram (messages_trigram) VALUES ('integrity-check')"
         )
     )
+
+
+# --- Indexing behind the writes (008) -------------------------------------------------------
+
+
+def _indexed_ids(path: Path, table: str) -> list[int]:
+    # Not `SELECT rowid FROM {table}`: an external-content index reads that from messages.
+    with sqlite3.connect(path) as conn:
+        return [row[0] for row in conn.execute(f"SELECT id FROM {table}_docsize ORDER BY id")]
+
+
+def _check_indexes(db: sqlite_utils.Database) -> None:
+    """FTS5's own check: each index holds exactly what the messages table does (rank 1)."""
+    for table in INDEXES:
+        db.execute(f"INSERT INTO {table} ({table}, rank) VALUES ('integrity-check', 1)")
+
+
+async def test_a_search_sees_a_message_stored_a_moment_before(store: ConversationStore) -> None:
+    conversation_id = await _chat(store)
+    first = await store.append(conversation_id, Message("user", "the heron flew over the lake"))
+    assert _indexed_ids(store.path, "messages_fts") == []  # stored, not yet indexed
+    assert [hit.message_id for hit in await store.search("heron")] == [first]
+    second = await store.append(conversation_id, Message("assistant", "herons fish at dawn"))
+    assert {hit.message_id for hit in await store.search("heron")} == {first, second}
+    for table in INDEXES:
+        assert _indexed_ids(store.path, table) == [first, second]
+    await store.db.call(_check_indexes)
+
+
+async def test_indexing_runs_behind_the_calls_and_at_close(tmp_path: Path) -> None:
+    path = tmp_path / "conversations.db"
+    async with ConversationStore(path) as store:
+        conversation_id = await _chat(store)
+        ids = [
+            await store.append(conversation_id, Message("user", f"note {n}"))
+            for n in range(store_db.UPKEEP_EVERY)
+        ]
+        await store.db.call(lambda db: None)  # behind the upkeep the calls queued
+        indexed = _indexed_ids(path, "messages_fts")
+        assert indexed and set(indexed) <= set(ids)  # the upkeep ran without a search
+        last = await store.append(conversation_id, Message("user", "the last word"))
+    for table in INDEXES:
+        assert _indexed_ids(path, table) == [*ids, last]  # the close indexed the rest
+
+
+async def test_a_crash_before_indexing_is_caught_up_at_open(tmp_path: Path) -> None:
+    path = tmp_path / "conversations.db"
+    async with ConversationStore(path) as store:
+        conversation_id = await _chat(store)
+    with sqlite3.connect(path) as conn:  # as a daemon killed before its upkeep left it
+        conn.execute(
+            "INSERT INTO messages (conversation_id, role, content, created_at) "
+            "VALUES (?, 'user', 'stored before the crash', '2024-01-01')",
+            [conversation_id],
+        )
+    assert _indexed_ids(path, "messages_fts") == []
+    async with ConversationStore(path) as store:
+        assert _indexed_ids(path, "messages_fts") == [1]
+        await store.db.call(_check_indexes)
+
+
+async def test_migration_keeps_what_was_indexed_without_doubling_it(tmp_path: Path) -> None:
+    path = tmp_path / "conversations.db"
+    async with Database(path, MIGRATIONS[:7]) as db:  # a store from before 008
+
+        def fill(d: sqlite_utils.Database) -> None:
+            d.execute(
+                "INSERT INTO conversations (bot, channel, chat, created_at, updated_at) "
+                "VALUES ('atlas', 'telegram', 'c1', '2024-01-01', '2024-01-01')"
+            )
+            d.execute(
+                "INSERT INTO messages (conversation_id, role, content, created_at) "
+                "VALUES (1, 'user', 'indexed by the old triggers', '2024-01-01')"
+            )
+
+        await db.call(fill)
+    async with ConversationStore(path) as store:
+        later = await store.append(1, Message("assistant", "indexed behind the writes"))
+        assert {hit.message_id for hit in await store.search("indexed")} == {1, later}
+        for table in INDEXES:
+            assert _indexed_ids(path, table) == [1, later]
+        await store.db.call(_check_indexes)
+
+
+async def test_edits_and_deletes_of_stored_messages_keep_the_indexes_exact(
+    store: ConversationStore,
+) -> None:
+    conversation_id = await _chat(store)
+    indexed = await store.append(conversation_id, Message("user", "an indexed pelican"))
+    await store.db.call(index_pending_messages)
+    pending = await store.append(conversation_id, Message("user", "a pending pelican"))
+
+    def edit_both(db: sqlite_utils.Database) -> None:
+        db.execute("UPDATE messages SET content = 'an indexed cormorant' WHERE id = ?", [indexed])
+        db.execute("UPDATE messages SET content = 'a pending cormorant' WHERE id = ?", [pending])
+
+    await store.db.call(edit_both)
+    assert await store.search("pelican") == []
+    assert {hit.message_id for hit in await store.search("cormorant")} == {indexed, pending}
+    await store.db.call(_check_indexes)
+    # The newest message deleted once indexed: its id comes back, and is indexed at once.
+    await store.db.call(lambda db: db.execute("DELETE FROM messages WHERE id = ?", [pending]))
+    again = await store.append(conversation_id, Message("user", "a returning gannet"))
+    assert again == pending
+    assert [hit.message_id for hit in await store.search("gannet")] == [again]
+    await store.db.call(_check_indexes)
+
+
+async def test_delivery_times_leave_the_indexes_alone(store: ConversationStore) -> None:
+    conversation_id = await _chat(store)
+    answer = await store.append(conversation_id, Message("assistant", "here it is"))
+    assert answer is not None
+    await store.db.call(index_pending_messages)
+
+    def segments(db: sqlite_utils.Database) -> list[tuple[int, int]]:
+        return [
+            db.execute(f"SELECT COUNT(*), MAX(id) FROM {table}_data").fetchone()
+            for table in INDEXES
+        ]
+
+    before = await store.db.call(segments)
+    await store.mark_sending(answer)
+    await store.mark_delivered(answer)
+    assert await store.db.call(segments) == before  # no index rewrote the message
 
 
 def test_text_query_for_each_index() -> None:
