@@ -16,7 +16,9 @@ Checked at the end (after a last clean run lets everything finish):
 - no reply is delivered twice (the fake's sendMessage log); every stored answer was delivered,
   except one the kill caught while the platform had it (it may or may not have arrived, and
   is never sent again): then the person got "it may not have reached you" instead;
-- PRAGMA integrity_check is ok on every SQLite file of the home (after each kill and at the end);
+- PRAGMA integrity_check is ok on every SQLite file of the home (after each kill and at the end),
+  and so is FTS5's check of the messages' indexes; at the end, after the clean stop, every
+  message is in them exactly once;
 - routines: each due one ran exactly once; one due while the daemon was down ran as a
   catch-up, and the one whose 1 s grace passed while down is recorded `missed`, not run.
 Exits 1 on any loss.
@@ -61,6 +63,7 @@ class Run:
     kills: int = 0
     during_start: int = 0  # kills before every bot polled
     polls_at_start: list[int] = field(default_factory=list)
+    routines_from: datetime | None = None  # due-k falls due ROUTINE_EVERY * (k + 1) after
     missed_window = False  # the long down time over the 1 s-grace slot happened
     stop_sending = False
 
@@ -229,11 +232,15 @@ def check(home: Path, fakes: Fakes, run: Run, routine_count: int, end: datetime)
     for k in range(routine_count):
         name = f"due-{k:02d}"
         records = by_name.get(name, [])
-        due = datetime.fromisoformat(records[0]["scheduled_for"]) if records else None
-        if due is None:
-            routine_notes.append(f"{name}: no run recorded")
-            continue
+        assert run.routines_from is not None
+        # As the file has it (whole seconds): see routine_files.
+        due = (run.routines_from + timedelta(seconds=ROUTINE_EVERY * (k + 1))).replace(
+            microsecond=0
+        )
         if due > end:
+            continue
+        if not records:  # due, yet never run nor recorded missed: lost
+            failures.append(f"routine {name}: due at {due:%H:%M:%S} but no run recorded")
             continue
         if len(records) != 1:
             failures.append(f"routine {name}: {len(records)} run records, expected one")
@@ -301,6 +308,7 @@ async def crash_test(args: argparse.Namespace) -> dict[str, Any]:
         async with Fakes(args.bots, args.latency) as fakes:
             start_at = datetime.now(UTC) + timedelta(seconds=5)  # time to start the first daemon
             routine_count = args.routines
+            run.routines_from = start_at
             fakes.write_home(
                 home,
                 conversations=args.conversations,
@@ -336,7 +344,7 @@ async def crash_test(args: argparse.Namespace) -> dict[str, Any]:
             result["final_exit_code"] = code
             if code != 0:
                 result["failures"].append(f"the last clean stop exited with {code}")
-            run.integrity = integrity_problems(home)
+            run.integrity = integrity_problems(home, stopped_cleanly=code == 0)
             if run.integrity:
                 result["failures"] += run.integrity
             keep(args, home, log)

@@ -30,6 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from atlas.process import run, setup_logging
+from atlas.store.message_index import INDEXES
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -59,12 +60,23 @@ def percentile(values: Sequence[float], share: float) -> float:
     return ordered[rank]
 
 
-def integrity_problems(home: Path) -> list[str]:
-    """`PRAGMA integrity_check` on every SQLite file of the home: what is not "ok"."""
+def integrity_problems(home: Path, *, stopped_cleanly: bool = False) -> list[str]:
+    """`PRAGMA integrity_check` on every SQLite file of the home, and FTS5's own check of the
+    messages' indexes: what is not "ok". After a clean stop every message must be indexed
+    exactly once; after a kill the indexes may lag behind, but must be sound."""
     problems = []
     for path in sorted(home.rglob("*.db")):
         with sqlite3.connect(path) as db:
             verdict = db.execute("PRAGMA integrity_check").fetchone()[0]
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+            for index in (name for name in INDEXES if name in tables):
+                try:
+                    db.execute(
+                        f"INSERT INTO {index} ({index}, rank) VALUES ('integrity-check', ?)",
+                        [int(stopped_cleanly)],  # 1: also against the messages table
+                    )
+                except sqlite3.DatabaseError as exc:
+                    problems.append(f"{path.relative_to(home)}: {index}: {exc}")
         if verdict != "ok":
             problems.append(f"{path.relative_to(home)}: {verdict}")
     return problems

@@ -18,6 +18,7 @@ from atlas.config import NAME_PATTERN, read_toml
 from atlas.errors import ConfigError
 from atlas.routines.schedule import ScheduleError, parse_duration, parse_schedule
 from atlas.routines.store import RoutineStore, Target
+from atlas.store.db import iso_utc
 from atlas.trust.threats import scan
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ class RoutineFile:
     paused: bool
     grace_seconds: int | None
     digest: str
+    written_at: str  # the file's modification time (ISO, UTC): when the user armed it
 
 
 @dataclass
@@ -121,6 +123,7 @@ def read_routine_file(path: Path, home: Home) -> RoutineFile:
         paused=fields.paused,
         grace_seconds=grace,
         digest=hashlib.sha256(text.encode()).hexdigest()[:16],
+        written_at=iso_utc(path.stat().st_mtime),
     )
 
 
@@ -161,6 +164,7 @@ async def _apply(item: RoutineFile, store: RoutineStore, report: ReconcileReport
             grace_seconds=item.grace_seconds,
             source="file",
             source_digest=item.digest,
+            armed_at=item.written_at,
         )
         report.created.append(item.name)
         return
@@ -177,5 +181,5 @@ async def _apply(item: RoutineFile, store: RoutineStore, report: ReconcileReport
     }
     if item.schedule != existing.schedule:
         changes["schedule"] = item.schedule
-    await store.update(existing.id, **changes)
+    await store.update(existing.id, armed_at=item.written_at, **changes)
     report.updated.append(item.name)

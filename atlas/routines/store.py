@@ -161,7 +161,10 @@ class RoutineStore:
         grace_seconds: int | None = None,
         source: str = "tool",
         source_digest: str = "",
+        armed_at: str | None = None,
     ) -> Routine:
+        """`armed_at`: when the user set it up, if before now (a file written while Atlas was
+        down: slots after that are missed runs, per the downtime rule)."""
         now = utc_now_iso()
         row = {
             "bot": bot,
@@ -173,7 +176,7 @@ class RoutineStore:
             "grace_seconds": grace_seconds,
             "source": source,
             "source_digest": source_digest,
-            "armed_at": now,
+            "armed_at": min(armed_at, now) if armed_at else now,
             "created_at": now,
             "updated_at": now,
         }
@@ -217,9 +220,12 @@ class RoutineStore:
             rows = await self._select("SELECT * FROM routines WHERE bot = ? ORDER BY name", [bot])
         return [_routine(r) for r in rows]
 
-    async def update(self, routine_id: int, **changes: Any) -> Routine:
+    async def update(
+        self, routine_id: int, *, armed_at: str | None = None, **changes: Any
+    ) -> Routine:
         """Change columns; `target` may be given as a Target. A new schedule or a resume
-        re-arms the routine: slots before now are not missed runs."""
+        re-arms the routine: slots before now (or before `armed_at`, when the user changed it
+        earlier) are not missed runs."""
         current = await self.get(routine_id)
         if current is None:
             raise RoutineError(f"there is no routine {routine_id}")
@@ -231,7 +237,7 @@ class RoutineStore:
         changes["updated_at"] = now
         resumed = current.paused and changes.get("paused") == 0
         if changes.get("schedule", current.schedule) != current.schedule or resumed:
-            changes["armed_at"] = now
+            changes["armed_at"] = min(armed_at, now) if armed_at else now
 
         def write(db: sqlite_utils.Database) -> None:
             db["routines"].update(routine_id, changes)

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 MigrationFn = Callable[[sqlite_utils.Database], None]
 Migration = tuple[str, MigrationFn]
+UpkeepFn = Callable[[sqlite_utils.Database], object]
 
 MIGRATIONS_TABLE = "_migrations"
 # Calls between two checkpoints (the connection's automatic ones are off: they would run in
@@ -48,6 +49,11 @@ UPKEEP_EVERY = 100
 def utc_now_iso() -> str:
     """The current time as an ISO 8601 UTC string, always with microseconds so strings sort."""
     return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def iso_utc(timestamp: float) -> str:
+    """A POSIX timestamp (a file's mtime) in the same form as `utc_now_iso`."""
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="microseconds")
 
 
 def apply_migrations(
@@ -137,7 +143,7 @@ class Database:
         migrations: Sequence[Migration],
         *,
         busy_timeout: float = 5.0,
-        upkeep: MigrationFn | None = None,
+        upkeep: UpkeepFn | None = None,
     ) -> None:
         """`upkeep`: work kept off the hot path that must still happen (see message_index.py).
         It runs on the thread when the file opens, every UPKEEP_EVERY calls, and at close."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -216,6 +217,29 @@ async def test_a_restart_runs_a_missed_routine_once_or_records_it_missed(rig: Ri
     assert len(await rig.scheduler.store.runs(within.id)) == 1
     assert len(await rig.scheduler.store.runs(beyond.id)) == 1
     rig.model.assert_complete()
+
+
+async def test_a_file_written_while_atlas_was_down_has_its_missed_slot_run(rig: Rig) -> None:
+    """A one-off written for 12:00 at 11:00, while Atlas was down until 12:30: it runs once
+    as a catch-up, as the downtime rule says (armed when the file was written, not when
+    Atlas first read it, else it would silently never run)."""
+    due = datetime.now(UTC) - timedelta(minutes=30)
+    path = rig.home.routines_dir / "report.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        f'schedule = "{due.strftime("%Y-%m-%dT%H:%M:%S+00:00")}"\nprompt = "Report."\n'
+        '[target]\nchannel = "fake"\nchat = "chat-1"\n'
+    )
+    written = (due - timedelta(hours=1)).timestamp()
+    os.utime(path, (written, written))
+    rig.model.add(Reply("the report"))
+    await rig.scheduler.start()
+    await rig.scheduler.wait_runs()
+    routine = await rig.scheduler.store.find("atlas", "report")
+    assert routine is not None
+    [run] = await rig.scheduler.store.runs(routine.id)
+    assert (run.trigger, run.status) == ("catch-up", "ok")
+    assert [text for _, text in rig.channel.sent] == ["the report"]
 
 
 async def test_a_fake_clock_across_long_downtimes_gives_one_record_each(rig: Rig) -> None:
