@@ -40,6 +40,4 @@ def freeze_long_lived_objects() -> None:
     among them would be kept, and there are few at start.
     """
     gc.freeze()
-    import os
-
-    gc.set_threshold(*[int(x) for x in os.environ.get("GCT", "10000,10,10").split(",")])
+    gc.set_threshold(10_000, 10, 10)  # young collections: rarer, each still small

@@ -7,6 +7,8 @@ their public names are importable from here too.
 from __future__ import annotations
 
 import json
+import logging
+import sqlite3
 from collections.abc import Callable
 from dataclasses import fields
 from functools import partial
@@ -74,17 +76,8 @@ __all__ = [
     "plain_snippet",
 ]
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-def _indexed(read: Callable[..., T], **arguments: Any) -> Callable[[sqlite_utils.Database], T]:
-    """`read` with `arguments`, run after indexing what is pending, so it sees every message."""
-
-    def run(db: sqlite_utils.Database) -> T:
-        index_pending_messages(db)
-        return read(db, **arguments)
-
-    return run
 
 
 def _json_or_none(items: list[dict[str, Any]] | dict[str, Any] | None) -> str | None:
@@ -315,6 +308,25 @@ class ConversationStore:
             messages = self.histories.apply(conversation_id, read) or []
         return messages, read.compaction
 
+    def _indexed(
+        self, read: Callable[..., T], **arguments: Any
+    ) -> Callable[[sqlite_utils.Database], T]:
+        """`read` with `arguments`, run after indexing what is pending, so it sees every
+        message (or, where the file cannot be written, every message indexed so far)."""
+
+        def run(db: sqlite_utils.Database) -> T:
+            try:
+                index_pending_messages(db)
+            except sqlite3.OperationalError as exc:  # a read-only file, a lock held too long
+                log.warning(
+                    "%s: could not index the newest messages (%s); searching without them",
+                    self.path,
+                    exc,
+                )
+            return read(db, **arguments)
+
+        return run
+
     async def search(
         self, query: str, *, limit: int = 20, conversation_id: int | None = None
     ) -> list[SearchHit]:
@@ -323,7 +335,7 @@ class ConversationStore:
         if match is None or limit <= 0:
             return []
         return await self.db.call(
-            _indexed(
+            self._indexed(
                 queries.search_messages, match=match, limit=limit, conversation_id=conversation_id
             )
         )
@@ -333,7 +345,9 @@ class ConversationStore:
     ) -> list[ConversationMatch]:
         """Conversations holding messages that match, best (or newest, or oldest) first."""
         return await self.db.call(
-            _indexed(queries.match_conversations, query=query, where=where, sort=sort, limit=limit)
+            self._indexed(
+                queries.match_conversations, query=query, where=where, sort=sort, limit=limit
+            )
         )
 
     async def matching_messages(
@@ -341,7 +355,9 @@ class ConversationStore:
     ) -> list[StoredMessage]:
         """The messages of one conversation (`where.conversation_id`) that match, best first."""
         return await self.db.call(
-            _indexed(queries.matching_messages, query=query, where=where, limit=limit, chars=chars)
+            self._indexed(
+                queries.matching_messages, query=query, where=where, limit=limit, chars=chars
+            )
         )
 
     async def read_messages(

@@ -1,8 +1,8 @@
 """The full-text indexes of messages, filled in batches on the writer thread, behind the writes.
 
-Indexing a message in its own transaction cost ~0.5 ms of the event loop's time (FTS5 writes
-a new segment per transaction, and both indexes were filled: words and trigrams), against
-~70 µs a message in batches of a hundred (docs/benchmarks.md). So a message is stored at
+Indexing a message in its own transaction cost the event loop more than storing it (FTS5
+writes a new segment per transaction, into both indexes: words and trigrams); in batches it
+costs a fraction of that (docs/benchmarks.md, "Conversation search"). So a message is stored at
 once and indexed later: `index_pending_messages` indexes every message newer than the
 watermark in `message_index`, in one transaction with the watermark's move. It runs every
 `db.UPKEEP_EVERY` store calls, when a store opens and closes, and before every search, so a

@@ -554,6 +554,26 @@ async def test_a_search_sees_a_message_stored_a_moment_before(store: Conversatio
     await store.db.call(_check_indexes)
 
 
+async def test_a_search_goes_on_when_the_file_cannot_be_indexed(
+    store: ConversationStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    conversation_id = await _chat(store)
+    older = await store.append(conversation_id, Message("user", "an osprey at noon"))
+    assert [hit.message_id for hit in await store.search("osprey")] == [older]
+    await store.append(conversation_id, Message("user", "an osprey at dusk"))
+    store.db.busy_timeout = 0.05
+    other = sqlite3.connect(store.path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    try:
+        hits = await store.search("osprey")
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert [hit.message_id for hit in hits] == [older]  # what was indexed, not an error
+    assert "could not index the newest messages" in caplog.text
+    assert len(await store.search("osprey")) == 2  # the next search catches up
+
+
 async def test_indexing_runs_behind_the_calls_and_at_close(tmp_path: Path) -> None:
     path = tmp_path / "conversations.db"
     async with ConversationStore(path) as store:
