@@ -63,16 +63,20 @@ class Run:
     kills: int = 0
     during_start: int = 0  # kills before every bot polled
     polls_at_start: list[int] = field(default_factory=list)
-    routines_from: datetime | None = None  # due-k falls due ROUTINE_EVERY * (k + 1) after
+    routines_from: datetime | None = None  # the start the routines' times count from
     missed_window = False  # the long down time over the 1 s-grace slot happened
     stop_sending = False
+
+
+def routine_due(start: datetime, k: int) -> datetime:
+    """When due-k falls due: in whole seconds, as its file says."""
+    return (start + timedelta(seconds=ROUTINE_EVERY * (k + 1))).replace(microsecond=0)
 
 
 def routine_files(start: datetime, count: int) -> dict[str, str]:
     files = {}
     for k in range(count):
-        at = start + timedelta(seconds=ROUTINE_EVERY * (k + 1))
-        files[f"due-{k:02d}"] = _routine(at, ROUTINE_CHAT + k)
+        files[f"due-{k:02d}"] = _routine(routine_due(start, k), ROUTINE_CHAT + k)
     missed_at = start + timedelta(seconds=MISSED_AT)
     files["missed-grace"] = _routine(missed_at, ROUTINE_CHAT + 99, grace="1s")
     return files
@@ -233,10 +237,7 @@ def check(home: Path, fakes: Fakes, run: Run, routine_count: int, end: datetime)
         name = f"due-{k:02d}"
         records = by_name.get(name, [])
         assert run.routines_from is not None
-        # As the file has it (whole seconds): see routine_files.
-        due = (run.routines_from + timedelta(seconds=ROUTINE_EVERY * (k + 1))).replace(
-            microsecond=0
-        )
+        due = routine_due(run.routines_from, k)
         if due > end:
             continue
         if not records:  # due, yet never run nor recorded missed: lost

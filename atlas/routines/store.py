@@ -143,6 +143,11 @@ def _target_columns(target: Target | None) -> dict[str, str]:
     return {"channel": t.channel, "chat": t.chat, "thread": t.thread, "user": t.user}
 
 
+def _armed(given: str | None, now: str) -> str:
+    """When a routine counts from: `given` (a file's write), never later than now."""
+    return min(given, now) if given else now
+
+
 class RoutineStore:
     """Reads and writes routines through the home's store (its one writer thread)."""
 
@@ -176,7 +181,7 @@ class RoutineStore:
             "grace_seconds": grace_seconds,
             "source": source,
             "source_digest": source_digest,
-            "armed_at": min(armed_at, now) if armed_at else now,
+            "armed_at": _armed(armed_at, now),
             "created_at": now,
             "updated_at": now,
         }
@@ -237,7 +242,7 @@ class RoutineStore:
         changes["updated_at"] = now
         resumed = current.paused and changes.get("paused") == 0
         if changes.get("schedule", current.schedule) != current.schedule or resumed:
-            changes["armed_at"] = min(armed_at, now) if armed_at else now
+            changes["armed_at"] = _armed(armed_at, now)
 
         def write(db: sqlite_utils.Database) -> None:
             db["routines"].update(routine_id, changes)

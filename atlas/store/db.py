@@ -163,6 +163,11 @@ class Database:
         self._calls = 0  # counted up to CHECKPOINT_EVERY, then from 0 again
 
     @property
+    def _busy_ms(self) -> int:
+        """How long the thread's statements wait for another process's lock, as SQLite takes it."""
+        return int(self.busy_timeout * 1000)
+
+    @property
     def is_open(self) -> bool:
         return self._db is not None and not self._closed
 
@@ -188,7 +193,7 @@ class Database:
         try:
             # No plugins: the store must not behave differently with whatever is installed.
             db = sqlite_utils.Database(conn, execute_plugins=False)
-            db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            db.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             db.enable_wal()
             db.execute("PRAGMA synchronous = NORMAL")
             db.execute("PRAGMA foreign_keys = ON")
@@ -245,22 +250,14 @@ class Database:
         self._connection()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._enqueue(loop, fn, future)
+        self._count_call()
+        self._queue(loop, fn, future)
         try:
             # The shield keeps a queued or running write from being dropped with its caller.
             return await asyncio.shield(future)
         except asyncio.CancelledError:
             future.add_done_callback(self._report_orphan)
             raise
-
-    def _enqueue(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        fn: Callable[[sqlite_utils.Database], Any],
-        future: asyncio.Future[Any],
-    ) -> None:
-        self._count_call()
-        self._queue(loop, fn, future)
 
     def _queue(
         self,
@@ -294,9 +291,8 @@ class Database:
         batch, self._batch = self._batch, []
         if batch and self._executor is not None and self._db is not None:
             self._jobs_running += 1
-            busy_ms = int(self.busy_timeout * 1000)
             loop = asyncio.get_running_loop()
-            self._executor.submit(_run_batch, loop, batch, self._db, busy_ms, self._settle)
+            self._executor.submit(_run_batch, loop, batch, self._db, self._busy_ms, self._settle)
 
     def _settle(
         self, outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]
@@ -337,7 +333,7 @@ class Database:
         """On the thread, last of all: the upkeep, so a closed file is complete, then close."""
         try:
             with contextlib.suppress(sqlite3.Error):  # as in _run_batch: may wait for a lock
-                db.conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+                db.conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             self._run_upkeep(db)
         finally:
             db.close()

@@ -482,9 +482,9 @@ def _trigram_ids(path: Path, text: str) -> list[int]:
     return [row[0] for row in rows]
 
 
-async def test_trigram_migration_indexes_messages_already_stored(tmp_path: Path) -> None:
-    path = tmp_path / "conversations.db"
-    async with Database(path, MIGRATIONS[:3]) as db:  # a store from before 004
+async def _old_store_with_a_message(path: Path, migrations: list[Migration], text: str) -> None:
+    """A store written by an older Atlas (only `migrations`): one conversation, one message."""
+    async with Database(path, migrations) as db:
 
         def fill(d: sqlite_utils.Database) -> None:
             d.execute(
@@ -493,10 +493,16 @@ async def test_trigram_migration_indexes_messages_already_stored(tmp_path: Path)
             )
             d.execute(
                 "INSERT INTO messages (conversation_id, role, content, created_at) "
-                "VALUES (1, 'user', '明日は東京タワーで会議', '2024-01-01')"
+                "VALUES (1, 'user', ?, '2024-01-01')",
+                [text],
             )
 
         await db.call(fill)
+
+
+async def test_trigram_migration_indexes_messages_already_stored(tmp_path: Path) -> None:
+    path = tmp_path / "conversations.db"
+    await _old_store_with_a_message(path, MIGRATIONS[:3], "明日は東京タワーで会議")  # before 004
     async with ConversationStore(path) as store:
         assert "004_messages_trigram" in [name for name, _ in _applied(path)]
         assert _trigram_ids(path, "東京タワー") == [1]
@@ -608,19 +614,7 @@ async def test_a_crash_before_indexing_is_caught_up_at_open(tmp_path: Path) -> N
 
 async def test_migration_keeps_what_was_indexed_without_doubling_it(tmp_path: Path) -> None:
     path = tmp_path / "conversations.db"
-    async with Database(path, MIGRATIONS[:7]) as db:  # a store from before 008
-
-        def fill(d: sqlite_utils.Database) -> None:
-            d.execute(
-                "INSERT INTO conversations (bot, channel, chat, created_at, updated_at) "
-                "VALUES ('atlas', 'telegram', 'c1', '2024-01-01', '2024-01-01')"
-            )
-            d.execute(
-                "INSERT INTO messages (conversation_id, role, content, created_at) "
-                "VALUES (1, 'user', 'indexed by the old triggers', '2024-01-01')"
-            )
-
-        await db.call(fill)
+    await _old_store_with_a_message(path, MIGRATIONS[:7], "indexed by the old triggers")  # 008
     async with ConversationStore(path) as store:
         later = await store.append(1, Message("assistant", "indexed behind the writes"))
         assert {hit.message_id for hit in await store.search("indexed")} == {1, later}
