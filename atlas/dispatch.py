@@ -32,6 +32,7 @@ STOP_COMMAND = "/stop"
 MODE_COMMAND = "/mode"
 STATUS_COMMAND = "/status"
 MODES = ("ask", "auto", "read-only")
+TURN_FAILED = "Sorry, I could not answer"  # what the person gets, then the reason
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,9 @@ class Dispatcher:
         self.runtime = runtime
         self.channels = channels
         self._lanes: dict[Address, Lane] = {}
+        # Answers (bot's store, message id) a channel kept undelivered for an address, known
+        # only in this process as the channel's own keeping is: see `_send`.
+        self._kept_answers: dict[Address, list[int]] = {}
         self._limit = asyncio.Semaphore(runtime.home.settings.limits.concurrent_turns)
         review = runtime.home.settings.review
         self._quiet = (
@@ -85,9 +89,7 @@ class Dispatcher:
         address = inbound.address
         if inbound.kind == "message" and inbound.text.strip() == STOP_COMMAND:
             stopped = self.stop_turn(address)
-            await self._channel(address).send(
-                address, "Stopped." if stopped else "Nothing is running."
-            )
+            await self._send(address, "Stopped." if stopped else "Nothing is running.")
             return True
         bot = self.runtime.home.bot(address.bot)
         store = await self.runtime.store(bot)
@@ -96,7 +98,7 @@ class Dispatcher:
             await self._set_mode(inbound, bot, store)
             return True
         if command == STATUS_COMMAND:
-            await self._channel(address).send(address, await self._status(inbound, bot, store))
+            await self._send(address, await self._status(inbound, bot, store))
             return True
         lane = self._lanes.get(address)  # an address keeps its conversation: no lookup
         conversation_id = (
@@ -151,7 +153,7 @@ class Dispatcher:
         else:
             current = state.mode or f"{bot.settings.mode} (the bot's)"
             reply = f"Mode: {current}. Change it with /mode {' | '.join(MODES)}."
-        await self._channel(address).send(address, reply)
+        await self._send(address, reply)
 
     async def _status(self, inbound: Inbound, bot: Bot, store: ConversationStore) -> str:
         """`/status`: the model, how full the context is, approvals waiting."""
@@ -295,7 +297,7 @@ class Dispatcher:
             outcome = await loop.run(run, hooks)
         except AtlasError as exc:
             log.warning("turn failed in %s: %s", address, exc)
-            await self._safe_send(address, f"Sorry, I could not answer: {exc}")
+            await self._safe_send(address, f"{TURN_FAILED}: {exc}")
             return
         lane.answered_upto = outcome.answers_upto
         for note in outcome.notes:
@@ -304,11 +306,11 @@ class Dispatcher:
         if outcome.message_id is not None:
             await store.mark_sending(outcome.message_id)
         try:
-            await channel.send(address, outcome.text, outcome.files)
+            await self._send(address, outcome.text, outcome.files)
         except (AtlasError, OSError) as exc:  # it did not arrive: the next start sends it
             log.warning("could not deliver the answer in %s: %s", address, exc)
             if outcome.message_id is not None:
-                await store.unmark_sending(outcome.message_id)
+                await self.answer_kept(address, outcome.message_id)
             return
         if outcome.message_id is not None:
             await store.mark_delivered(outcome.message_id)
@@ -396,14 +398,52 @@ class Dispatcher:
     async def deliver(self, address: Address, text: str) -> str | None:
         """Send to a conversation's channel; None when delivered, else why not."""
         try:
-            await self._channel(address).send(address, text)
+            await self._send(address, text)
         except (AtlasError, OSError) as exc:
             log.warning("could not deliver to %s: %s", address, exc)
             return str(exc)
         return None
 
     async def _safe_send(self, address: Address, text: str) -> None:
-        await self._safe(self._channel(address).send(address, text))
+        await self._safe(self._send(address, text))
+
+    async def _send(self, address: Address, text: str, files: list[Path] | None = None) -> None:
+        """Send through the address's channel. What the channel kept undelivered for this
+        address (an outage) goes out ahead of this message; once it has, the stores learn so,
+        or the next start would send those answers and routine reports again."""
+        carried_kept = self._holds_undelivered(address)
+        await self._channel(address).send(address, text, files)
+        if carried_kept:
+            await self._kept_went_out(address)
+
+    def _holds_undelivered(self, address: Address) -> bool:
+        holds = getattr(self.channels.get(address.channel), "holds_undelivered", None)
+        return bool(holds and holds(address))
+
+    async def answer_kept(self, address: Address, message_id: int) -> None:
+        """This stored answer did not arrive: the store says it is owed, so a restart sends
+        it. If the channel keeps it for the address's next message, that may send it first."""
+        store = await self.runtime.store(self.runtime.home.bot(address.bot))
+        await store.unmark_sending(message_id)
+        if self._holds_undelivered(address):
+            self._kept_answers.setdefault(address, []).append(message_id)
+
+    async def _kept_went_out(self, address: Address) -> None:
+        from atlas.routines.store import RoutineStore
+
+        store = await self.runtime.store(self.runtime.home.bot(address.bot))
+        answers = self._kept_answers.pop(address, [])
+        for message_id in answers:
+            await store.mark_delivered(message_id)
+        reports = await RoutineStore(self.runtime.audit).settle_owed_reports(
+            address, f"delivered to {address.channel}:{address.chat} with a later message"
+        )
+        log.info(
+            "%s: what was kept went out: %d answer(s), %d routine report(s)",
+            address,
+            len(answers),
+            reports,
+        )
 
     @staticmethod
     async def _safe(action: object) -> None:

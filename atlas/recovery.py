@@ -173,11 +173,11 @@ async def send_owed(
     dispatcher: Dispatcher, store: ConversationStore, message_id: int, address: Address, text: str
 ) -> str | None:
     """Send a stored answer at most once: marked as sending, sent, marked delivered (or
-    unmarked, when the platform refused it). None when sent, else why not."""
+    kept, when the platform refused it). None when sent, else why not."""
     await store.mark_sending(message_id)
     problem = await dispatcher.deliver(address, text)
     if problem is not None:
-        await store.unmark_sending(message_id)
+        await dispatcher.answer_kept(address, message_id)
         return problem
     await store.mark_delivered(message_id)
     return None

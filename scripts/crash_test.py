@@ -1,7 +1,7 @@
 """Kill the daemon with SIGKILL at random moments under load, restart it, and check nothing is lost.
 
     uv run python scripts/crash_test.py [--kills 20] [--bots 3] [--conversations 12]
-        [--latency 0.2] [--seed N] [--json]
+        [--latency 0.2] [--faults 0.05] [--seed N] [--json]
 
 The daemon (`atlas run` plus probes, scripts/loadkit.py) serves B
 Telegram bots on fake Bot APIs (which keep an update until a later getUpdates confirms it, as
@@ -9,10 +9,15 @@ Telegram does) and one fake model (a read_file call in half the turns). C conver
 writing. The daemon is killed `--kills` times, each after a random 0.3-2.5 s of life (some
 while starting), stays down 0-0.6 s, and is started again; one down time is stretched over a
 routine slot whose grace is 1 s. One-off routines fall due every few seconds throughout.
+`--faults R` adds an outage on top: a share R of the model's and Telegram's requests fail at
+random (tests/fakes/load_fakes.py `FaultMix`: the model's 429 with Retry-After, 500, a hang past
+the 3 s timeout, a context-length error, malformed tool arguments; Telegram's 429, 500 and
+dropped connections), and a turn whose retries all fail tells the person so.
 
 Checked at the end (after a last clean run lets everything finish):
 - every inbound message is stored exactly once (the bots' conversations.db);
-- every message is answered after it was sent, or the person was told the turn was cut short;
+- every message is answered after it was sent, or the person was told the turn was cut short
+  (or, with faults, that it failed);
 - no reply is delivered twice (the fake's sendMessage log); every stored answer was delivered,
   except one the kill caught while the platform had it (it may or may not have arrived, and
   is never sent again): then the person got "it may not have reached you" instead;
@@ -45,6 +50,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from atlas.agent.loop import CONTEXT_NOTE
+from atlas.dispatch import TURN_FAILED
 from atlas.recovery import MAYBE_LOST, TOLD
 from scripts.loadkit import FIRST_CHAT, Daemon, Fakes, bot_name, integrity_problems, machine
 from tests.fakes.load_fakes import TAG, TOOL_MARK
@@ -53,11 +60,14 @@ ROUTINE_CHAT = 9000  # routine k reports to chat ROUTINE_CHAT + k
 ROUTINE_EVERY = 4.0  # seconds between one-off routine slots
 MISSED_AT = 22.0  # seconds after start: the slot of the routine with a 1 s grace
 REPLY_WAIT = 3.0
+# Sent once per turn they speak for and never stored: a repeat is not a reply sent twice.
+PER_TURN_NOTICES = (TURN_FAILED, f"({CONTEXT_NOTE}")
 
 
 @dataclass
 class Run:
     sent: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # tag -> bot, chat, n
+    pushed_at: dict[str, float] = field(default_factory=dict)  # tag -> monotonic
     downs: list[tuple[datetime, datetime]] = field(default_factory=list)  # killed, restarted
     integrity: list[str] = field(default_factory=list)  # problems found
     kills: int = 0
@@ -101,6 +111,7 @@ async def converse(fakes: Fakes, run: Run, index: int, rng: random.Random) -> No
         tool = rng.random() < 0.5
         reply = telegram.expect(tag)
         run.sent[tag] = (bot, chat, number)
+        run.pushed_at[tag] = time.monotonic()
         await telegram.push(
             telegram.message(f"{tag} please {TOOL_MARK if tool else 'answer'}", user_id=chat)
         )
@@ -125,7 +136,7 @@ async def kill_loop(
             with contextlib.suppress(TimeoutError):
                 await fakes.wait_polling(run.polls_at_start, 30)
         elapsed = time.monotonic() - start
-        if not missed_done and elapsed + life > MISSED_AT - 1.5:
+        if not missed_done and elapsed < MISSED_AT - 1.5 < elapsed + life:
             # Down from before the 1 s-grace slot until well after it.
             life = max(0.1, MISSED_AT - 1.5 - elapsed)
             down = 4.0
@@ -150,7 +161,7 @@ def check(home: Path, fakes: Fakes, run: Run, routine_count: int, end: datetime)
     answers: dict[int, list[str]] = defaultdict(list)  # chat -> stored final answers
     for index in range(len(fakes.telegrams)):
         path = home / "bots" / bot_name(index) / "conversations.db"
-        with sqlite3.connect(path) as db:
+        with contextlib.closing(sqlite3.connect(path)) as db:
             rows = db.execute(
                 "SELECT c.chat, c.kind, m.role, m.content, m.tool_calls FROM messages m "
                 "JOIN conversations c ON c.id = m.conversation_id"
@@ -182,7 +193,17 @@ def check(home: Path, fakes: Fakes, run: Run, routine_count: int, end: datetime)
         for chat, texts in sent_texts.items()
         for text, n in Counter(texts).items()
         if n > (answers[chat].count(text) if text in notes else 1)
+        and not text.startswith(PER_TURN_NOTICES)
     ]
+    # A reply carries its turn's tag (a kept reply sent along with a later one carries both):
+    # a tag in two messages is an answer delivered twice, whatever text went with it.
+    tagged = Counter(
+        (sent.chat_id, tag)
+        for telegram in fakes.telegrams
+        for sent in telegram.sent
+        for tag in set(TAG.findall(sent.text))
+    )
+    duplicates += [key for key, n in tagged.items() if n > 1]
     if duplicates:
         failures.append(f"{len(duplicates)} reply(ies) delivered more than once: {duplicates[:3]}")
     # An answer killed while the platform had it may or may not have arrived; it is never sent
@@ -206,18 +227,23 @@ def check(home: Path, fakes: Fakes, run: Run, routine_count: int, end: datetime)
             f"answer and sending it): {undelivered[:3]}"
         )
 
-    # Answered: a later reply in that chat echoes this turn's tag or a later one, or says the
-    # turn was cut short.
+    # Answered: a later reply in that chat echoes this turn's tag or a later one, or a notice
+    # that the turn was cut short or failed reached the chat after the message was sent.
     answered_upto: dict[int, int] = defaultdict(lambda: -1)
-    told: Counter[int] = Counter()
-    for chat, texts in sent_texts.items():
-        for text in texts:
-            for tag in TAG.findall(text):
-                answered_upto[chat] = max(answered_upto[chat], int(tag.rsplit("-", 1)[1]))
-            if text in notes:
-                told[chat] += 1
+    told_at: dict[int, list[float]] = defaultdict(list)
+    failed_told = 0
+    for telegram in fakes.telegrams:
+        for sent in telegram.sent:
+            for tag in TAG.findall(sent.text):
+                number = int(tag.rsplit("-", 1)[1])
+                answered_upto[sent.chat_id] = max(answered_upto[sent.chat_id], number)
+            if sent.text in notes or sent.text.startswith(TURN_FAILED):
+                told_at[sent.chat_id].append(sent.at)
+            failed_told += sent.text.startswith(TURN_FAILED) and sent.chat_id < ROUTINE_CHAT
     unanswered = [
-        tag for tag, (_, chat, n) in run.sent.items() if n > answered_upto[chat] and not told[chat]
+        tag
+        for tag, (_, chat, n) in run.sent.items()
+        if n > answered_upto[chat] and not any(at > run.pushed_at[tag] for at in told_at[chat])
     ]
     if unanswered:
         failures.append(
@@ -225,7 +251,7 @@ def check(home: Path, fakes: Fakes, run: Run, routine_count: int, end: datetime)
         )
 
     # Routines.
-    with sqlite3.connect(home / "atlas.db") as db:
+    with contextlib.closing(sqlite3.connect(home / "atlas.db")) as db:
         db.row_factory = sqlite3.Row
         runs = [dict(r) for r in db.execute("SELECT * FROM routine_runs ORDER BY id")]
     by_name: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -284,7 +310,9 @@ def check(home: Path, fakes: Fakes, run: Run, routine_count: int, end: datetime)
         ),
         "in_flight_answers_that_never_arrived": len(never_arrived) - len(undelivered),
         "unanswered_messages": len(unanswered),
-        "told_cut_short": sum(told.values()),
+        "told_cut_short": sum(len(times) for times in told_at.values()) - failed_told,
+        "told_turn_failed": failed_told,
+        "faults_injected": fakes.faults_injected(),
         "routine_runs": len(runs),
         "routines_caught_up_after_downtime": caught_up,
         "routine_notes": routine_notes,
@@ -306,7 +334,7 @@ async def crash_test(args: argparse.Namespace) -> dict[str, Any]:
     run = Run()
     with tempfile.TemporaryDirectory(prefix="atlas-crash-") as tmp:
         home = Path(tmp) / "home"
-        async with Fakes(args.bots, args.latency) as fakes:
+        async with Fakes(args.bots, args.latency, args.faults, args.seed) as fakes:
             start_at = datetime.now(UTC) + timedelta(seconds=5)  # time to start the first daemon
             routine_count = args.routines
             run.routines_from = start_at
@@ -359,6 +387,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bots", type=int, default=3)
     parser.add_argument("--conversations", type=int, default=12)
     parser.add_argument("--latency", type=float, default=0.2, help="fake model seconds per call")
+    parser.add_argument(
+        "--faults", type=float, default=0.0, help="share of model and Telegram requests that fail"
+    )
     parser.add_argument("--routines", type=int, default=12, help="one-off routines, 4 s apart")
     parser.add_argument("--settle", type=float, default=15.0, help="seconds of the last clean run")
     parser.add_argument("--max-seconds", type=float, default=600)

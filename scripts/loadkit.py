@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,8 @@ from atlas.store.message_index import INDEXES
 REPO = Path(__file__).resolve().parent.parent
 
 FIRST_CHAT = 5000  # conversation i is the private chat of user FIRST_CHAT + i
+# The model's timeout in a home whose fakes inject faults: a hung call costs this, not 30 s.
+FAULT_TIMEOUT = 3.0
 LAG_TICK = 0.02  # seconds between the lag monitor's wake-ups
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -66,7 +69,7 @@ def integrity_problems(home: Path, *, stopped_cleanly: bool = False) -> list[str
     exactly once; after a kill the indexes may lag behind, but must be sound."""
     problems = []
     for path in sorted(home.rglob("*.db")):
-        with sqlite3.connect(path) as db:
+        with contextlib.closing(sqlite3.connect(path)) as db:
             verdict = db.execute("PRAGMA integrity_check").fetchone()[0]
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
             for index in (name for name in INDEXES if name in tables):
@@ -183,17 +186,25 @@ class Fakes:
 
     bots: int
     latency: float
-    bad_json_every: int = 0
+    fault_rate: float = 0.0  # the share of model and Telegram requests that fail (an outage)
+    seed: int = 0
     model: Any = None
     telegrams: list[Any] = field(default_factory=list)
 
     async def __aenter__(self) -> Fakes:
-        from tests.fakes.load_fakes import AutoOpenAIServer, TimedTelegram
+        from tests.fakes.load_fakes import AutoOpenAIServer, FaultMix, TimedTelegram
 
-        self.model = AutoOpenAIServer(latency=self.latency, bad_json_every=self.bad_json_every)
+        def mix(offset: int) -> FaultMix | None:
+            return FaultMix(self.fault_rate, seed=self.seed + offset) if self.fault_rate else None
+
+        self.model = AutoOpenAIServer(
+            latency=self.latency, random_faults=mix(0), hang_seconds=FAULT_TIMEOUT + 1
+        )
         await self.model.__aenter__()
         for index in range(self.bots):
-            telegram = TimedTelegram(token=bot_token(index), keep_calls=False)
+            telegram = TimedTelegram(
+                token=bot_token(index), keep_calls=False, random_faults=mix(index + 1)
+            )
             await telegram.start()
             self.telegrams.append(telegram)
         return self
@@ -213,6 +224,8 @@ class Fakes:
     ) -> None:
         """A home whose bots talk to these fakes, open to the users of C conversations (chat
         ids FIRST_CHAT, FIRST_CHAT + 1, …), with `concurrent_turns` = C unless given."""
+        if self.fault_rate:
+            options.setdefault("timeout", FAULT_TIMEOUT)
         write_home(
             root,
             bots=self.bots,
@@ -233,6 +246,17 @@ class Fakes:
         env["ATLAS_HOME"] = str(home)
         env["NO_PROXY"] = "127.0.0.1,localhost"
         return env
+
+    def faults_injected(self) -> dict[str, int]:
+        """Faults injected so far, by fake and kind: {"model 429": 3, "telegram drop": 5, …}."""
+        counts: Counter[str] = Counter()
+        if self.model.random_faults:
+            counts.update({f"model {k}": n for k, n in self.model.random_faults.injected.items()})
+        for telegram in self.telegrams:
+            if telegram.random_faults:
+                injected = telegram.random_faults.injected
+                counts.update({f"telegram {k}": n for k, n in injected.items()})
+        return dict(sorted(counts.items()))
 
     def polls(self) -> list[int]:
         return [telegram.polls for telegram in self.telegrams]

@@ -1,7 +1,8 @@
 """The daemon under steady load for a long while: does its memory grow, does throughput hold?
 
     uv run python scripts/soak.py [--minutes 10] [--bots 10] [--conversations 50]
-        [--latency 0.5] [--every 30] [--context-window 16000] [--seed 1] [--json]
+        [--latency 0.5] [--every 30] [--context-window 16000] [--faults 0.02] [--seed 1]
+        [--json]
 
 The set-up of bench_turns.py (the daemon as a child process, B bots on fake Bot APIs, one fake
 model answering after `--latency` seconds with a `read_file` call in half the turns, all on
@@ -10,20 +11,24 @@ writing (a message, wait for its reply, the next) until the time is up, so every
 history grows all along, as a long-lived chat's does; a small `--context-window` (16,000
 tokens) makes compaction summarise each one every few hundred turns, as a long chat's would be
 at any window, so what the model sees stays bounded while the store keeps growing. Every `--every` seconds the daemon is
-sampled: turns answered so far, RSS, CPU time.
+sampled: turns answered so far, RSS, CPU time. `--faults R` makes it a long outage too: a share
+R of the model's and Telegram's requests fail at random (as in crash_test.py), so retries and
+backoff run all along; a turn whose retries all fail must tell the person so.
 
 Printed: a line per sample, then `name: value` lines (or one JSON object with `--json`):
-turns, failed turns, turns/s and CPU per turn in the first and in the last interval, RSS at
+turns, failed turns (no answer within 120 s), turns that told the person they failed, replies
+delivered twice, the faults injected, turns/s and CPU per turn in the first and in the last interval, RSS at
 the first sample and at the end, RSS growth per 1,000 turns (least squares over every sample
 after the first), and after the daemon stops: inbound messages stored exactly once, and
 `PRAGMA integrity_check` on every SQLite file of the home. Exits 1 on a failed turn, a lost or
-doubled message, or a failed integrity check.
+doubled message, a reply delivered twice, or a failed integrity check.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
 import sqlite3
 import sys
@@ -62,6 +67,7 @@ class Sample:
 class Soak:
     sent: list[str] = field(default_factory=list)  # every tag pushed
     answered: int = 0
+    told_failed: int = 0  # the person was told the turn failed (its retries ran out)
     failed: list[str] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
 
@@ -85,7 +91,10 @@ async def converse(
         except TimeoutError:
             soak.failed.append(tag)
         else:
-            soak.answered += 1
+            if tag in telegram.told_failed:
+                soak.told_failed += 1
+            else:
+                soak.answered += 1
         fakes.model.model_seconds.pop(tag, None)  # kept only for bench_turns' figures
         number += 1
 
@@ -124,12 +133,21 @@ def stored_tags(home: Path, bots: int) -> Counter[str]:
     stored: Counter[str] = Counter()
     for index in range(bots):
         path = home / "bots" / bot_name(index) / "conversations.db"
-        with sqlite3.connect(path) as db:
+        with contextlib.closing(sqlite3.connect(path)) as db:
             for (content,) in db.execute(
                 "SELECT content FROM messages WHERE role = 'user' AND kind = 'message'"
             ):
                 stored.update(TAG.findall(content))
     return stored
+
+
+def replies_per_tag(fakes: Fakes) -> Counter[str]:
+    """How many replies carried each turn's tag: more than one is a reply sent twice."""
+    replies: Counter[str] = Counter()
+    for telegram in fakes.telegrams:
+        for sent in telegram.sent:
+            replies.update(set(TAG.findall(sent.text)))
+    return replies
 
 
 def interval(first: Sample, second: Sample) -> tuple[float, float]:
@@ -145,7 +163,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     record = Soak()
     with tempfile.TemporaryDirectory(prefix="atlas-soak-") as tmp:
         home = Path(tmp) / "home"
-        async with Fakes(args.bots, args.latency) as fakes:
+        async with Fakes(args.bots, args.latency, args.faults, args.seed) as fakes:
             fakes.write_home(
                 home, conversations=args.conversations, context_window=args.context_window
             )
@@ -174,6 +192,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                 print((Path(tmp) / "daemon.log").read_text()[-3000:], file=sys.stderr)
             stored = stored_tags(home, args.bots)
             problems = integrity_problems(home)
+            replies = replies_per_tag(fakes)
+            faults = fakes.faults_injected()
     samples = record.samples
     lost = [tag for tag in record.sent if stored[tag] == 0]
     doubled = [tag for tag in record.sent if stored[tag] > 1]
@@ -189,6 +209,9 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "context_window": args.context_window,
         "turns": record.answered,
         "failed_turns": len(record.failed),
+        "turns_told_failed": record.told_failed,
+        "replies_delivered_twice": sum(1 for n in replies.values() if n > 1),
+        "faults_injected": faults,
         "turns_per_conversation": round(record.answered / args.conversations, 1),
         "turns_per_s_first_interval": round(first_rate, 1),
         "turns_per_s_last_interval": round(last_rate, 1),
@@ -219,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
         default=16_000,
         help="[limits] context_window: small, so compaction keeps each history bounded",
     )
+    parser.add_argument(
+        "--faults", type=float, default=0.0, help="share of model and Telegram requests that fail"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -228,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     print_result(result, args.json)
     healthy = (
         not result["failed_turns"]
+        and not result["replies_delivered_twice"]
         and not result["messages_lost"]
         and not result["messages_stored_twice"]
         and result["integrity"] == "ok"

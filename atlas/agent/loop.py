@@ -37,6 +37,9 @@ from atlas.trust.gate import BaseGate, Deny, settle
 
 log = logging.getLogger(__name__)
 
+# How the note begins that a turn sends when history had to be cut to fit the window.
+CONTEXT_NOTE = "This conversation is near the model's context limit"
+
 ToolCallSink = Callable[[ToolCall], Awaitable[None] | None]
 
 
@@ -217,7 +220,7 @@ class ToolLoop:
             why = "there was nothing old enough to summarise"
         if compacted is None or compacted.messages[2].id is None:
             notes.append(
-                f"This conversation is near the model's context limit and {why}, so I "
+                f"{CONTEXT_NOTE} and {why}, so I "
                 "cut the oldest tool outputs from what I send. Nothing is lost: the "
                 "whole history stays stored and searchable."
             )

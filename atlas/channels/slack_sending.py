@@ -67,6 +67,10 @@ class SlackSending:
     async def show_tool_call(self, address: Address, call: ToolCall) -> None:
         return None
 
+    def holds_undelivered(self, address: Address) -> bool:
+        """Whether a reply to this address is kept undelivered: the next send carries it."""
+        return bool(self.undelivered.get(address))
+
     async def send(self, address: Address, text: str, files: list[Path] | None = None) -> None:
         """Render, split and post, each chunk exactly once, then upload its files into the same
         channel and thread. A reply that cannot be delivered is kept (and sent with the next

@@ -47,7 +47,7 @@ class TelegramSending:
     retrying: Retrying
     tg: TelegramBot | None
     _typing: dict[Address, asyncio.Task[None]]
-    _undelivered: dict[int, list[str]]
+    _undelivered: dict[Address, list[str]]  # replies kept through an outage, sent next time
     _background: BackgroundTasks
 
     def _connected(self) -> TelegramBot:
@@ -90,10 +90,14 @@ class TelegramSending:
 
     # ------------------------------------------------------------ replies and files
 
+    def holds_undelivered(self, address: Address) -> bool:
+        """Whether a reply to this address is kept undelivered: the next send carries it."""
+        return bool(self._undelivered.get(address))
+
     async def send(self, address: Address, text: str, files: list[Path] | None = None) -> None:
         """The reply in chunks, each retried on its own, then its files as documents. What
-        cannot be sent is kept, logged, and offered again at the next successful contact with
-        that chat; a file that cannot be sent is named in the reply with the reason."""
+        cannot be sent is kept, logged, and sent ahead of the next message to that address;
+        a file that cannot be sent is named in the reply with the reason."""
         self._stop_typing(address)
         chat_id, thread_id = target(address)
         limit = SELF_HOSTED_UPLOAD_LIMIT if self.settings.api_base else UPLOAD_LIMIT
@@ -102,7 +106,7 @@ class TelegramSending:
         )
         if refused:
             text = f"{text}\n\n" + "\n".join(refused) if text.strip() else "\n".join(refused)
-        backlog = self._undelivered.pop(chat_id, [])
+        backlog = self._undelivered.pop(address, [])
         if backlog:
             earlier = "\n\n".join(backlog)
             text = f"{EARLIER_REPLY}\n\n{earlier}\n\n---\n\n{text}"
@@ -117,7 +121,7 @@ class TelegramSending:
                 if sendable:
                     names = ", ".join(path.name for path in sendable)
                     kept += f"\n\n(Not sent with it: {names}.)"
-                self._undelivered.setdefault(chat_id, []).append(kept)
+                self._undelivered.setdefault(address, []).append(kept)
                 log.error(
                     "%s: reply to chat %s kept undelivered (%d chars): %s",
                     self.name,

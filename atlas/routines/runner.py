@@ -74,8 +74,8 @@ async def execute_run(
     except Exception as exc:  # a bug in a run must not stop the scheduler: record it
         log.exception("routine %s (run %d) crashed", routine.name, run_id)
         result = RunResult("failed", error=f"{type(exc).__name__}: {exc}")
-        result.delivery = await deliver_to_target(
-            routine, dispatcher, f'Routine "{routine.name}" failed: {result.error}'
+        await _deliver(
+            result, routine, dispatcher, f'Routine "{routine.name}" failed: {result.error}'
         )
     await store.finish_run(run_id, result)
     log.info("routine %s run %d: %s (%s)", routine.name, run_id, result.status, result.delivery)
@@ -105,12 +105,12 @@ async def _run_and_deliver(
             if timed_out
             else f"failed: {error}"
         )
-        return RunResult(
+        failed = RunResult(
             "timeout" if timed_out else "failed",
-            delivery=await deliver_to_target(routine, dispatcher, message),
             error=error,
             conversation_id=detached.conversation_id,
         )
+        return await _deliver(failed, routine, dispatcher, message)
     outcome = detached.outcome
     result = RunResult(
         "ok",
@@ -123,17 +123,25 @@ async def _run_and_deliver(
         result.status, result.delivery = "silent", "silent"
         return result
     notes = "".join(f"({note})\n" for note in outcome.notes)
-    result.delivery = await deliver_to_target(routine, dispatcher, notes + outcome.text)
+    return await _deliver(result, routine, dispatcher, notes + outcome.text)
+
+
+async def _deliver(
+    result: RunResult, routine: Routine, dispatcher: RunsDetached, text: str
+) -> RunResult:
+    result.delivery, result.owed = await deliver_to_target(routine, dispatcher, text)
     return result
 
 
-async def deliver_to_target(routine: Routine, dispatcher: RunsDetached, text: str) -> str:
+async def deliver_to_target(
+    routine: Routine, dispatcher: RunsDetached, text: str
+) -> tuple[str, str | None]:
+    """What the run's record says of the delivery, and the message when it did not arrive
+    (owed: the next start sends it, or the channel with the next message to that address)."""
     address = routine.address()
     if address is None:
-        return "no target (kept in the history only)"
+        return "no target (kept in the history only)", None
     problem = await dispatcher.deliver(address, text)
-    return (
-        f"not delivered to {routine.target}: {problem}"
-        if problem
-        else f"delivered to {routine.target}"
-    )
+    if problem:
+        return f"not delivered to {routine.target}: {problem}", text
+    return f"delivered to {routine.target}", None

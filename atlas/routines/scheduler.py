@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
+from atlas.channels.base import Address
 from atlas.errors import AtlasError
 from atlas.routines.files import ReconcileReport, reconcile_files
 from atlas.routines.runner import RunsDetached, deliver_to_target, execute_run
@@ -40,6 +41,9 @@ if TYPE_CHECKING:
     from atlas.store.home_db import HomeStore
 
 log = logging.getLogger(__name__)
+
+# How far back a start looks for routine reports an outage kept from their targets.
+OWED_LOOK_BACK = timedelta(hours=24)
 
 _schedulers: dict[Path, RoutineScheduler] = {}
 
@@ -95,6 +99,8 @@ class RoutineScheduler:
             owed = await self.store.close_interrupted_runs("interrupted: Atlas stopped mid-run")
             if owed:
                 log.warning("%d routine run(s) were interrupted by a stop", len(owed))
+            # Owed reports first: a notice below that fails is kept behind them, not in them.
+            await self._send_owed_reports()
             await self._report_interrupted(owed)
             report = await reconcile_files(self.home, self.store)
             self._aps = AsyncIOScheduler(
@@ -123,9 +129,31 @@ class RoutineScheduler:
                 f'Routine "{routine.name}" was interrupted when Atlas stopped and did not '
                 "finish; it runs again at its next time."
             )
-            delivery = await deliver_to_target(routine, self.dispatcher, text)
-            await self.store.record_delivery(run.id, delivery)
+            delivery, owed = await deliver_to_target(routine, self.dispatcher, text)
+            await self.store.record_delivery(run.id, delivery, owed)
             log.info("routine %s: %s", routine.name, delivery)
+
+    async def _send_owed_reports(self) -> None:
+        """Reports an outage kept from their targets before the last stop. The channel kept
+        them only in memory, so they are sent now, all of one target's in one message."""
+        owed = await self.store.owed_reports(since=self._clock() - OWED_LOOK_BACK)
+        by_address: dict[Address, list[tuple[int, str]]] = {}
+        for run_id, routine_id, text in owed:
+            routine = await self.store.get(routine_id)
+            address = routine.address() if routine else None
+            if address is not None:
+                by_address.setdefault(address, []).append((run_id, text))
+        for address, runs in by_address.items():
+            problem = await self.dispatcher.deliver(address, "\n\n".join(t for _, t in runs))
+            if problem:  # kept again, by the channel too: a later message there carries them
+                log.warning(
+                    "%d routine report(s) still owed to %s: %s", len(runs), address, problem
+                )
+                continue
+            for run_id, _ in runs:
+                target = f"{address.channel}:{address.chat}"
+                await self.store.record_delivery(run_id, f"delivered to {target} after a restart")
+            log.info("%d routine report(s) owed to %s delivered", len(runs), address)
 
     async def stop(self) -> None:
         """Stop scheduling; a run still going is cancelled and recorded as failed."""

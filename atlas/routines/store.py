@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from atlas.channels.base import Address
@@ -88,6 +88,7 @@ class RunResult:
 
     status: RunStatus
     delivery: str = ""
+    owed: str | None = None  # the message not delivered, to send when the target is back
     error: str = ""
     text: str = ""
     input_tokens: int = 0
@@ -116,6 +117,10 @@ def _routine(row: dict[str, Any]) -> Routine:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
     )
+
+
+def _chat_thread_user(address: Address) -> tuple[str, str, str]:
+    return address.chat, address.thread, address.user
 
 
 def _run(row: dict[str, Any]) -> RoutineRun:
@@ -286,6 +291,7 @@ class RoutineStore:
             "ended_at": utc_now_iso(),
             "status": result.status,
             "delivery": result.delivery,
+            "owed": result.owed,
             "error": result.error,
             "text": result.text[:TEXT_KEPT],
             "input_tokens": result.input_tokens,
@@ -353,10 +359,36 @@ class RoutineStore:
 
         return [_run(row) for row in await self.home_store.call(close)]
 
-    async def record_delivery(self, run_id: int, delivery: str) -> None:
+    async def record_delivery(self, run_id: int, delivery: str, owed: str | None = None) -> None:
         await self.home_store.call(
-            lambda db: db["routine_runs"].update(run_id, {"delivery": delivery})
+            lambda db: db["routine_runs"].update(run_id, {"delivery": delivery, "owed": owed})
         )
+
+    async def owed_reports(self, since: datetime) -> list[tuple[int, int, str]]:
+        """(run id, routine id, message) of every run since then whose message is still owed
+        to its target, oldest first."""
+        rows = await self._select(
+            "SELECT id, routine_id, owed FROM routine_runs WHERE owed IS NOT NULL "
+            "AND started_at >= ? ORDER BY id",
+            [since.astimezone(UTC).isoformat(timespec="microseconds")],
+        )
+        return [(row["id"], row["routine_id"], row["owed"]) for row in rows]
+
+    async def settle_owed_reports(self, address: Address, delivery: str) -> int:
+        """A channel sent what it kept for this address ahead of a later message: the reports
+        owed there went with it. Records `delivery` for them; returns how many."""
+
+        def settle(db: sqlite_utils.Database) -> int:
+            cursor = db.execute(
+                "UPDATE routine_runs SET delivery = ?, owed = NULL WHERE owed IS NOT NULL "
+                "AND routine_id IN (SELECT id FROM routines WHERE bot = ? AND channel = ? "
+                "AND COALESCE(chat, '') = ? AND COALESCE(thread, '') = ? "
+                "AND COALESCE(user, '') = ?)",
+                [delivery, address.bot, address.channel, *_chat_thread_user(address)],
+            )
+            return cursor.rowcount
+
+        return await self.home_store.call(settle)
 
     async def signature(self) -> str:
         """Changes whenever a routine is added, changed or removed (for the daemon's poll)."""

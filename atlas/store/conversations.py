@@ -254,7 +254,8 @@ class ConversationStore:
         await self._set_delivery(message_id, "sending_at", utc_now_iso())
 
     async def unmark_sending(self, message_id: int) -> None:
-        """The platform refused the answer: it did not arrive, and the next start sends it."""
+        """The platform refused the answer: it did not arrive, and the next start sends it
+        (unless it goes out with a later message first: `Dispatcher.answer_kept`)."""
         await self._set_delivery(message_id, "sending_at", None)
 
     async def mark_delivered(self, message_id: int) -> None:

@@ -151,11 +151,18 @@ def _routines(db: sqlite_utils.Database) -> None:
     db["routine_runs"].create_index(["routine_id", "id"])
 
 
+def _owed_reports(db: sqlite_utils.Database) -> None:
+    # The whole message a run could not deliver (an outage), kept until it is: `text` is
+    # only the run's answer, cut short, and a failure's message is not stored at all.
+    db["routine_runs"].add_column("owed", str)
+
+
 HOME_MIGRATIONS: list[Migration] = [
     ("001_gate_decisions", _gate_decisions),
     ("002_channel_pairing", _channel_pairing),
     ("003_delegations", _delegations),
     ("004_routines", _routines),
+    ("005_owed_routine_reports", _owed_reports),
 ]
 
 

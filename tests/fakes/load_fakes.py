@@ -9,21 +9,29 @@ when each update was served and each reply arrived.
 Turn tags: a user message carrying `T<bot>-<chat>-<n>` has that tag echoed in the answer, so a
 driver can match each reply to its turn, and the server's own time is kept per tag (the part of
 a turn the daemon is not responsible for).
+
+Outages: give either fake a `FaultMix` and a share of its requests fail at random (seeded): the
+model answers 429 with Retry-After, 500, hangs past the client's timeout, says the context is
+too long, or sends a tool call with malformed arguments; Telegram answers 429 with
+retry_after, 500, or drops the connection before the request reaches the API.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import re
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
 from atlas.agent.compaction import SUMMARY_PROMPT
+from atlas.dispatch import TURN_FAILED
 from tests.fakes.model_servers import FakeOpenAIServer, Scripted
 from tests.fakes.telegram_server import FakeTelegram
 
@@ -39,6 +47,38 @@ CONTEXT_OVERFLOW_BODY = {
         "code": "context_length_exceeded",
     }
 }
+
+
+MODEL_FAULTS = ("429", "500", "timeout", "context_length")
+TELEGRAM_FAULTS = ("429", "500", "drop")
+# What a bot calls on every turn; a fault in any of them must cost time, never a message.
+TELEGRAM_FAULTY_METHODS = frozenset({"getUpdates", "sendMessage", "sendChatAction"})
+
+
+@dataclass
+class FaultMix:
+    """A share (`rate`) of requests fail, each in one of the kinds the fake offers (and `only`
+    allows), drawn at random from `seed`; what was injected is counted by kind."""
+
+    rate: float
+    seed: int = 0
+    retry_after: int = 1  # seconds, in a 429's Retry-After / retry_after
+    only: frozenset[str] | None = None  # e.g. {"bad_json"}: no other kind
+    injected: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.rate <= 1:
+            raise ValueError(f"a fault rate is a share of requests, 0 to 1 (got {self.rate})")
+        self._rng = random.Random(self.seed)
+
+    def draw(self, kinds: Sequence[str]) -> str | None:
+        """A fault kind for this request, or None (most requests)."""
+        allowed = [kind for kind in kinds if self.only is None or kind in self.only]
+        if not allowed or not self.rate or self._rng.random() >= self.rate:
+            return None
+        kind = self._rng.choice(allowed)
+        self.injected[kind] += 1
+        return kind
 
 
 def _text_of(message: dict[str, Any]) -> str:
@@ -61,13 +101,22 @@ def turn_tag(messages: list[dict[str, Any]]) -> str:
 class AutoOpenAIServer(FakeOpenAIServer):
     """Chat Completions that answer without a script: after `latency` seconds, a `read_file`
     call when the last message is the user's and asks for `[tool]`, else a text answer echoing
-    the turn tag; a compaction's request for a summary gets one at once. Scripted answers (`fail`, `hang`, `reply`) still come first, so faults can be
-    injected into a run; `bad_json_every` makes every n-th tool call carry malformed arguments."""
+    the turn tag; a compaction's request for a summary gets one at once. Scripted answers
+    (`fail`, `hang`, `reply`) still come first, so a test can place a fault exactly;
+    `random_faults` injects them at random instead (a "timeout" hangs `hang_seconds`: set it past the client's
+    timeout), and makes that share of tool calls carry malformed arguments."""
 
-    def __init__(self, *, latency: float = 0.0, bad_json_every: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        latency: float = 0.0,
+        random_faults: FaultMix | None = None,
+        hang_seconds: float = 0.0,
+    ) -> None:
         super().__init__()
         self.latency = latency
-        self.bad_json_every = bad_json_every
+        self.random_faults = random_faults
+        self.hang_seconds = hang_seconds
         self.handled = 0
         self.tool_calls_made = 0
         self.model_seconds: dict[str, float] = defaultdict(float)  # tag -> time spent here
@@ -89,11 +138,24 @@ class AutoOpenAIServer(FakeOpenAIServer):
         tag = turn_tag(body.get("messages", []))
         self.first_request_at.setdefault(tag, started)
         try:
-            item = self.script.popleft() if self.script else self._auto(body, tag)
-            return await self._serve(request, body, item)
+            item = self.script.popleft() if self.script else self._drawn_fault()
+            return await self._serve(request, body, item or self._auto(body, tag))
         finally:
             self.last_answer_at[tag] = time.monotonic()
             self.model_seconds[tag] += self.last_answer_at[tag] - started
+
+    def _drawn_fault(self) -> Scripted | None:
+        faults = self.random_faults
+        kind = faults.draw(MODEL_FAULTS) if faults else None
+        if faults and kind == "429":
+            return Scripted(status=429, headers={"Retry-After": str(faults.retry_after)})
+        if kind == "500":
+            return Scripted(status=500)
+        if kind == "timeout":
+            return Scripted(status=504, body="the fake hung", delay=self.hang_seconds)
+        if kind == "context_length":
+            return Scripted(status=400, body=CONTEXT_OVERFLOW_BODY)
+        return None
 
     def _auto(self, body: dict[str, Any], tag: str) -> Scripted:
         messages = body.get("messages", [])
@@ -107,7 +169,7 @@ class AutoOpenAIServer(FakeOpenAIServer):
         if last.get("role") == "user" and TOOL_MARK in _text_of(last):
             self.tool_calls_made += 1
             arguments: dict[str, Any] | str = {"path": TOOL_FILE}
-            if self.bad_json_every and self.tool_calls_made % self.bad_json_every == 0:
+            if self.random_faults and self.random_faults.draw(("bad_json",)):
                 arguments = '{"path": "note.txt"'  # cut short: not JSON
             return Scripted(calls=[("read_file", arguments)], delay=self.latency)
         if last.get("role") == "tool":
@@ -129,11 +191,14 @@ class Sent:
 @dataclass
 class TimedTelegram(FakeTelegram):
     """FakeTelegram that records when each update was handed out and each message arrived,
-    and can wake a waiter when a reply carrying a turn tag comes in."""
+    and can wake a waiter when a reply carrying a turn tag comes in, or when the chat is told
+    its turn failed (the tag is then in `told_failed`)."""
 
     served_at: dict[int, float] = field(default_factory=dict)  # update_id -> monotonic
     sent: list[Sent] = field(default_factory=list)
     keep_calls: bool = True  # False for long runs: `calls` would grow with every poll
+    random_faults: FaultMix | None = None  # random 429s, 5xx and drops on the calls of a turn
+    told_failed: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -148,6 +213,11 @@ class TimedTelegram(FakeTelegram):
         return future
 
     async def _api(self, request: web.Request) -> web.StreamResponse:
+        method = request.match_info["method"]
+        if self.random_faults and method in TELEGRAM_FAULTY_METHODS:
+            kind = self.random_faults.draw(TELEGRAM_FAULTS)
+            if kind:
+                self.fail_next(method, kind, retry_after=self.random_faults.retry_after)
         response = await super()._api(request)
         if not self.keep_calls and self.calls:
             self.calls.clear()
@@ -188,7 +258,12 @@ class TimedTelegram(FakeTelegram):
             now = time.monotonic()
             text = str(params["text"])
             self.sent.append(Sent(int(params["chat_id"]), text, now))
-            for tag in TAG.findall(text):
+            tags = TAG.findall(text)
+            if text.startswith(TURN_FAILED):  # no tag: it speaks for the chat's pending turn
+                chat = f"-{params['chat_id']}-"
+                tags = [tag for tag in self._waiters if chat in tag]
+                self.told_failed.update(tags)
+            for tag in tags:
                 waiter = self._waiters.pop(tag, None)
                 if waiter is not None and not waiter.done():
                     waiter.set_result(now)
@@ -200,6 +275,7 @@ __all__ = [
     "TOOL_FILE",
     "TOOL_MARK",
     "AutoOpenAIServer",
+    "FaultMix",
     "Sent",
     "TimedTelegram",
     "turn_tag",

@@ -15,11 +15,20 @@ class RecordingChannel:
     streams = False
 
     def __init__(
-        self, name: str = "fake", *, answer: str | None = None, fail_with: str | None = None
+        self,
+        name: str = "fake",
+        *,
+        answer: str | None = None,
+        fail_with: str | None = None,
+        keeps: bool = False,
     ) -> None:
         self.name = name
         self.answer = answer
         self.fail_with = fail_with  # make send raise OSError(fail_with): a platform outage
+        # As Telegram and Slack do: what an outage stopped is kept (in memory) and sent
+        # ahead of the next message to that address.
+        self.keeps = keeps
+        self.kept: dict[Address, list[str]] = {}
         self.sent: list[tuple[Address, str]] = []
         self.questions: list[str] = []
         self.tool_calls: list[str] = []
@@ -32,10 +41,15 @@ class RecordingChannel:
     async def show_tool_call(self, address: Address, call: ToolCall) -> None:
         self.tool_calls.append(call.name)
 
+    def holds_undelivered(self, address: Address) -> bool:
+        return bool(self.kept.get(address))
+
     async def send(self, address: Address, text: str, files: list[Path] | None = None) -> None:
         if self.fail_with:
+            if self.keeps:
+                self.kept.setdefault(address, []).append(text)
             raise OSError(self.fail_with)
-        self.sent.append((address, text))
+        self.sent.append((address, "\n\n".join([*self.kept.pop(address, []), text])))
 
     async def ask(self, address: Address, question: str, choices: list[str]) -> str | None:
         self.questions.append(question)

@@ -4,6 +4,7 @@ fake Telegram and Slack. Each fault must still end in exactly one answer."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -16,7 +17,14 @@ from atlas.channels.manager import start_channels, stop_channels
 from atlas.dispatch import Dispatcher, Inbound
 from atlas.home import Home
 from atlas.runtime import Runtime
-from tests.fakes.load_fakes import TOOL_FILE, TOOL_MARK, AutoOpenAIServer, TimedTelegram
+from tests.fakes.load_fakes import (
+    TAG,
+    TOOL_FILE,
+    TOOL_MARK,
+    AutoOpenAIServer,
+    FaultMix,
+    TimedTelegram,
+)
 from tests.fakes.recording_channel import RecordingChannel
 from tests.fakes.slack_server import FakeSlack
 from tests.helpers import make_home
@@ -116,7 +124,7 @@ async def test_retries_exhausted_tell_the_person_and_keep_the_lane(stack: Stack)
 async def test_malformed_tool_arguments_go_back_to_the_model_and_the_turn_goes_on(
     stack: Stack,
 ) -> None:
-    stack.model.bad_json_every = 1
+    stack.model.random_faults = FaultMix(1.0, only=frozenset({"bad_json"}))
     assert await stack.turn(f"T0-1-0 {TOOL_MARK}") == ["Read it. T0-1-0 done."]
     tool_messages = [m for m in stack.model.requests[-1]["messages"] if m["role"] == "tool"]
     assert len(tool_messages) == 1
@@ -152,7 +160,7 @@ async def test_a_second_context_length_error_is_reported_not_looped(stack: Stack
 @pytest.fixture
 async def telegram(
     home_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[tuple[TimedTelegram, Dispatcher]]:
+) -> AsyncIterator[tuple[TimedTelegram, AutoOpenAIServer]]:
     async with AutoOpenAIServer() as model:
         fake = TimedTelegram()
         await fake.start()
@@ -169,7 +177,7 @@ async def telegram(
         dispatcher = Dispatcher(runtime, {})
         running = await start_channels(home, dispatcher)
         await fake.wait_for(lambda: fake.polls > 0)
-        yield fake, dispatcher
+        yield fake, model
         await stop_channels(running)
         await dispatcher.shutdown()
         await runtime.close()
@@ -177,7 +185,7 @@ async def telegram(
 
 
 async def test_telegram_429_5xx_and_a_dropped_connection_deliver_exactly_once(
-    telegram: tuple[TimedTelegram, Dispatcher],
+    telegram: tuple[TimedTelegram, AutoOpenAIServer],
 ) -> None:
     fake, _ = telegram
     fake.fail_next("sendMessage", "drop")  # never reached the API: sent again
@@ -192,7 +200,7 @@ async def test_telegram_429_5xx_and_a_dropped_connection_deliver_exactly_once(
 
 
 async def test_telegram_polling_survives_5xx_and_a_dropped_connection(
-    telegram: tuple[TimedTelegram, Dispatcher],
+    telegram: tuple[TimedTelegram, AutoOpenAIServer],
 ) -> None:
     fake, _ = telegram
     fake.fail_next("getUpdates", "500")
@@ -204,6 +212,34 @@ async def test_telegram_polling_survives_5xx_and_a_dropped_connection(
     await fake.wait_for(lambda: reply.done(), timeout=10)
     assert fake.polls > polls
     assert [s.text for s in fake.sent] == ["Answer to T0-1-0."]
+
+
+async def test_random_outages_on_model_and_telegram_cost_time_never_a_message(
+    telegram: tuple[TimedTelegram, AutoOpenAIServer], home_path: Path
+) -> None:
+    """What the crash test and the soak do with --faults, in small: each kind of fault at
+    random on both fakes, and every turn still ends in exactly one answer, or in the person
+    being told it failed (retries run out), with each message stored once."""
+    fake, model = telegram
+    model.random_faults = FaultMix(0.3, seed=7, retry_after=0)
+    model.hang_seconds = 1.0  # past the provider's 0.5 s timeout
+    fake.random_faults = FaultMix(0.15, seed=8)  # Telegram never asks for 0 s
+    tags = [f"T0-1-{n}" for n in range(8)]
+    for n, tag in enumerate(tags):
+        reply = fake.expect(tag)
+        await fake.push(fake.message(f"{tag} please {TOOL_MARK if n % 2 else 'go'}", user_id=1))
+        await fake.wait_for(reply.done, timeout=30)
+    texts = [s.text for s in fake.sent if not s.text.startswith("(")]  # notes: context limit
+    for tag in tags:
+        answers = [text for text in texts if tag in text]
+        assert len(answers) == (0 if tag in fake.told_failed else 1), (tag, texts)
+    assert len(texts) == len(tags), texts  # nothing else, nothing twice
+    db = home_path / "bots" / "atlas" / "conversations.db"
+    with sqlite3.connect(db) as conn:
+        stored = [r[0] for r in conn.execute("SELECT content FROM messages WHERE role = 'user'")]
+    assert sorted(TAG.findall(" ".join(stored))) == sorted(tags)
+    assert sum(model.random_faults.injected.values()) >= 3, model.random_faults.injected
+    assert sum(fake.random_faults.injected.values()) >= 2, fake.random_faults.injected
 
 
 # ------------------------------------------------------------------ Slack

@@ -378,3 +378,30 @@ async def test_a_file_gone_before_sending_is_named_and_the_text_still_goes(tg: H
     assert text.startswith("Your summary.")
     assert "vanished.pdf" in text and "cannot be read" in text
     assert not tg.fake.calls_to("sendDocument")
+
+
+async def test_an_answer_kept_through_an_outage_goes_out_once_and_is_not_owed_after(
+    tg: Harness,
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from atlas.recovery import find_owed_answers
+
+    address = Address("atlas", "telegram:atlas", str(OWNER))
+    tg.model.add(Reply("the first answer"), Reply("the second answer"))
+    tg.fake.fail_next("sendMessage", "500", times=5)  # every attempt the first answer gets
+    await tg.fake.push(tg.fake.message("one", user_id=OWNER))
+    await tg.fake.wait_for(lambda: not tg.fake.faults)
+    await tg.dispatcher.wait_idle(address)
+    assert tg.fake.sent_texts(OWNER) == []
+    await tg.fake.push(tg.fake.message("two", user_id=OWNER))
+    [carried] = await tg.replies(OWNER, 1)
+    assert "the first answer" in carried and carried.endswith("the second answer")
+    await tg.dispatcher.wait_idle(address)
+    # What a restart would send again: nothing, as the first answer went out with the second.
+    store = await tg.runtime.store(tg.home.bot("atlas"))
+    now = datetime.now(UTC)
+    owed = await find_owed_answers(
+        store, "atlas", since=now - timedelta(hours=1), before=now + timedelta(seconds=1)
+    )
+    assert owed == []

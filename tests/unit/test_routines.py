@@ -480,3 +480,45 @@ async def test_a_slot_slept_through_past_its_grace_is_recorded_missed(rig: Rig) 
     [run] = await rig.scheduler.store.runs(routine.id)
     assert run.status == "missed" and "asleep" in run.error
     assert rig.channel.sent == []
+
+
+async def test_a_report_an_outage_kept_is_sent_at_the_next_start_once(rig: Rig) -> None:
+    rig.channel.keeps, rig.channel.fail_with = True, "the platform is down"
+    await rig.scheduler.start()
+    routine = await rig.routine("report")
+    rig.model.add(Reply("the report"))
+    run_id = await rig.scheduler.run_now(routine)
+    await rig.scheduler.wait_runs()
+    await rig.scheduler.stop()
+    run = await rig.scheduler.store.get_run(run_id)
+    assert run is not None and run.delivery.startswith("not delivered to fake:chat-1")
+    # A restart: the channel's keeping is gone with the process; the store still owes it.
+    rig.channel.kept.clear()
+    rig.channel.fail_with = None
+    for _ in range(2):
+        again = RoutineScheduler(rig.home, rig.runtime.audit, rig.dispatcher)
+        await again.start()
+        await again.stop()
+    assert [text for _, text in rig.channel.sent] == ["the report"]  # sent once, not twice
+    run = await rig.scheduler.store.get_run(run_id)
+    assert run is not None and run.delivery == "delivered to fake:chat-1 after a restart"
+
+
+async def test_a_kept_report_that_went_out_with_a_later_message_is_not_sent_again(
+    rig: Rig,
+) -> None:
+    rig.channel.keeps, rig.channel.fail_with = True, "the platform is down"
+    await rig.scheduler.start()
+    routine = await rig.routine("report")
+    rig.model.add(Reply("the report"))
+    await rig.scheduler.run_now(routine)
+    await rig.scheduler.wait_runs()
+    rig.channel.fail_with = None
+    address = routine.address()
+    assert address is not None
+    assert await rig.dispatcher.deliver(address, "a later message") is None
+    await rig.scheduler.stop()
+    again = RoutineScheduler(rig.home, rig.runtime.audit, rig.dispatcher)
+    await again.start()
+    await again.stop()
+    assert [text for _, text in rig.channel.sent] == ["the report\n\na later message"]
