@@ -33,6 +33,10 @@ MODE_COMMAND = "/mode"
 STATUS_COMMAND = "/status"
 MODES = ("ask", "auto", "read-only")
 TURN_FAILED = "Sorry, I could not answer"  # what the person gets, then the reason
+# What a channel kept through an outage is tried again on its own after this many seconds,
+# then twice as long each time, up to the cap: the person need not write again to get it.
+KEPT_RETRY_FIRST = 60.0
+KEPT_RETRY_CAP = 900.0
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,7 @@ class Dispatcher:
         # Answers (bot's store, message id) a channel kept undelivered for an address, known
         # only in this process as the channel's own keeping is: see `_send`.
         self._kept_answers: dict[Address, list[int]] = {}
+        self._kept_retries: dict[Address, asyncio.Task[None]] = {}
         self._limit = asyncio.Semaphore(runtime.home.settings.limits.concurrent_turns)
         review = runtime.home.settings.review
         self._quiet = (
@@ -201,6 +206,8 @@ class Dispatcher:
         if self._quiet:
             await self._quiet.shutdown()
         workers = [lane.worker for lane in self._lanes.values() if lane.worker]
+        workers += self._kept_retries.values()  # what they hold is owed in the stores
+        self._kept_retries.clear()
         for worker in workers:
             worker.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
@@ -412,9 +419,36 @@ class Dispatcher:
         address (an outage) goes out ahead of this message; once it has, the stores learn so,
         or the next start would send those answers and routine reports again."""
         carried_kept = self._holds_undelivered(address)
-        await self._channel(address).send(address, text, files)
+        try:
+            await self._channel(address).send(address, text, files)
+        except Exception:
+            if self._holds_undelivered(address):
+                self._retry_kept_later(address)
+            raise
         if carried_kept:
             await self._kept_went_out(address)
+
+    def _retry_kept_later(self, address: Address) -> None:
+        task = self._kept_retries.get(address)
+        if task is None or task.done():
+            self._kept_retries[address] = asyncio.create_task(
+                self._retry_kept(address), name=f"kept for {address}"
+            )
+
+    async def _retry_kept(self, address: Address) -> None:
+        """Send what the channel kept for the address, alone, until it goes out (a message
+        sent there meanwhile carries it, and this finds nothing left to do)."""
+        wait = KEPT_RETRY_FIRST
+        while True:
+            await asyncio.sleep(wait)
+            if not self._holds_undelivered(address):
+                return
+            try:
+                await self._send(address, "")
+                return
+            except (AtlasError, OSError) as exc:
+                log.info("kept messages for %s still undelivered: %s", address, exc)
+            wait = min(wait * 2, KEPT_RETRY_CAP)
 
     def _holds_undelivered(self, address: Address) -> bool:
         holds = getattr(self.channels.get(address.channel), "holds_undelivered", None)

@@ -247,6 +247,12 @@ class Fakes:
         env["NO_PROXY"] = "127.0.0.1,localhost"
         return env
 
+    def end_faults(self) -> None:
+        """The outage is over: no more faults from here on."""
+        for mix in (self.model.random_faults, *(t.random_faults for t in self.telegrams)):
+            if mix:
+                mix.rate = 0.0
+
     def faults_injected(self) -> dict[str, int]:
         """Faults injected so far, by fake and kind: {"model 429": 3, "telegram drop": 5, …}."""
         counts: Counter[str] = Counter()

@@ -74,18 +74,24 @@ class SlackSending:
     async def send(self, address: Address, text: str, files: list[Path] | None = None) -> None:
         """Render, split and post, each chunk exactly once, then upload its files into the same
         channel and thread. A reply that cannot be delivered is kept (and sent with the next
-        reply that gets through) and the error is raised; a file that cannot be sent is named
-        in the reply with the reason."""
+        reply that gets through, or alone when `text` is empty) and the error is raised; a file
+        that cannot be sent is named in the reply with the reason."""
         await self._stop_typing(address)
         sendable, refused = await sort_attached(files, unsendable, self.name)
-        body = text if text.strip() else ("" if sendable and not refused else "(no answer)")
+        kept_only = not text.strip() and not files and self.holds_undelivered(address)
+        body = (
+            text
+            if text.strip() or kept_only
+            else ("" if sendable and not refused else "(no answer)")
+        )
         if refused:
             body = "\n\n".join(part for part in (body, "\n".join(refused)) if part)
         rendered = markdown_to_mrkdwn(body) if body else ""
         if self.undelivered.get(address):
             # Kept parts are mrkdwn already: they go ahead as they are, not rendered again.
             kept = "\n\n".join(self.undelivered.pop(address))
-            rendered = "\n\n".join(part for part in (EARLIER_REPLY, kept, RULE, rendered) if part)
+            after = (RULE, rendered) if rendered else ()
+            rendered = "\n\n".join(part for part in (EARLIER_REPLY, kept, *after) if part)
         chunks = split_message(rendered, SLACK_TEXT_LIMIT) if rendered else []
         for number, chunk in enumerate(chunks):
             try:

@@ -107,9 +107,10 @@ class TelegramSending:
         if refused:
             text = f"{text}\n\n" + "\n".join(refused) if text.strip() else "\n".join(refused)
         backlog = self._undelivered.pop(address, [])
-        if backlog:
+        if backlog:  # an empty text sends only what was kept
             earlier = "\n\n".join(backlog)
-            text = f"{EARLIER_REPLY}\n\n{earlier}\n\n---\n\n{text}"
+            rest = f"\n\n---\n\n{text}" if text.strip() else ""
+            text = f"{EARLIER_REPLY}\n\n{earlier}{rest}"
         chunks = telegram_chunks(text) if text.strip() else []
         for index, chunk in enumerate(chunks):
             try:

@@ -448,6 +448,17 @@ async def test_an_undeliverable_reply_is_kept_and_sent_with_the_next_one(slack: 
     assert address not in slack.channel.undelivered
 
 
+async def test_an_empty_send_carries_only_what_was_kept(slack: Harness) -> None:
+    address = slack.address()
+    slack.fake.fail("chat.postMessage", "500", times=5)
+    with pytest.raises(Exception, match="failed after 5 attempts"):
+        await slack.channel.send(address, "the lost reply")
+    await slack.channel.send(address, "")  # the dispatcher's retry once the outage is over
+    assert texts(slack.fake) == [
+        "(An earlier reply could not be delivered; here it is.)\n\nthe lost reply"
+    ]
+
+
 async def test_bang_commands_status_stop_and_new(slack: Harness) -> None:
     slack.model.add(Reply("first"))
     await slack.fake.push_event(slack.dm("remember: blue"))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from atlas import dispatch
 from atlas.channels.access import approve_pairing, list_pairings
 from atlas.channels.base import Address
 from atlas.channels.manager import RunningChannels, start_channels, stop_channels
@@ -405,3 +406,21 @@ async def test_an_answer_kept_through_an_outage_goes_out_once_and_is_not_owed_af
         store, "atlas", since=now - timedelta(hours=1), before=now + timedelta(seconds=1)
     )
     assert owed == []
+
+
+async def test_an_answer_kept_through_an_outage_is_sent_alone_when_it_is_over(
+    tg: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dispatch, "KEPT_RETRY_FIRST", 0.2)
+    address = Address("atlas", "telegram:atlas", str(OWNER))
+    tg.model.add(Reply("the answer"))
+    tg.fake.fail_next("sendMessage", "500", times=5 + 1)  # every attempt, then the first retry
+    await tg.fake.push(tg.fake.message("one", user_id=OWNER))
+    [alone] = await tg.replies(OWNER, 1)  # nobody wrote again
+    assert alone == "<i>(An earlier reply could not be delivered; here it is:)</i>\n\nthe answer"
+    store = await tg.runtime.store(tg.home.bot("atlas"))
+    await tg.dispatcher.wait_idle(address)
+    rows = await store.db.call(
+        lambda db: list(db.query("SELECT delivered_at FROM messages WHERE role = 'assistant'"))
+    )
+    assert [row["delivered_at"] is not None for row in rows] == [True]
