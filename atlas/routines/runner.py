@@ -8,7 +8,7 @@ from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Protocol
 
 from atlas.channels.base import Address
-from atlas.routines.store import Routine, RoutineStore, RunResult
+from atlas.routines.store import SENDING, Routine, RoutineStore, RunResult
 
 if TYPE_CHECKING:
     from atlas.dispatch import Detached
@@ -63,10 +63,12 @@ async def execute_run(
     time_limit: float,
     tz: tzinfo,
 ) -> RunResult:
-    """Run the turn, deliver what it says, record how it went. Never raises but for
-    cancellation (which is recorded first)."""
+    """Run the turn, record how it went, deliver what it says, record that. Never raises but
+    for cancellation (which is recorded first). The outcome is recorded before it is sent, as
+    `sending`: a crash while sending leaves a run the next start can tell apart from one cut
+    short mid-turn (it may have arrived, so it is not sent again; see `caught_sending`)."""
     try:
-        result = await _run_and_deliver(routine, run_id, due, dispatcher, time_limit, tz)
+        result, message = await _outcome(routine, run_id, due, dispatcher, time_limit, tz)
     except asyncio.CancelledError:
         result = RunResult("failed", error="stopped: Atlas shut down during the run")
         await store.finish_run(run_id, result)
@@ -74,22 +76,26 @@ async def execute_run(
     except Exception as exc:  # a bug in a run must not stop the scheduler: record it
         log.exception("routine %s (run %d) crashed", routine.name, run_id)
         result = RunResult("failed", error=f"{type(exc).__name__}: {exc}")
-        await _deliver(
-            result, routine, dispatcher, f'Routine "{routine.name}" failed: {result.error}'
-        )
+        message = f'Routine "{routine.name}" failed: {result.error}'
+    if message is not None and routine.address() is not None:
+        result.delivery = SENDING
     await store.finish_run(run_id, result)
+    if message is not None:
+        result.delivery, result.owed = await deliver_to_target(routine, dispatcher, message)
+        await store.record_delivery(run_id, result.delivery, result.owed)
     log.info("routine %s run %d: %s (%s)", routine.name, run_id, result.status, result.delivery)
     return result
 
 
-async def _run_and_deliver(
+async def _outcome(
     routine: Routine,
     run_id: int,
     due: datetime | None,
     dispatcher: RunsDetached,
     time_limit: float,
     tz: tzinfo,
-) -> RunResult:
+) -> tuple[RunResult, str | None]:
+    """How the run ended, and the message for its target (None: `[SILENT]`)."""
     detached = await dispatcher.run_detached(
         routine.bot,
         run_prompt(routine, due, tz),
@@ -110,7 +116,7 @@ async def _run_and_deliver(
             error=error,
             conversation_id=detached.conversation_id,
         )
-        return await _deliver(failed, routine, dispatcher, message)
+        return failed, message
     outcome = detached.outcome
     result = RunResult(
         "ok",
@@ -121,16 +127,9 @@ async def _run_and_deliver(
     )
     if outcome.text.strip() == SILENT:
         result.status, result.delivery = "silent", "silent"
-        return result
+        return result, None
     notes = "".join(f"({note})\n" for note in outcome.notes)
-    return await _deliver(result, routine, dispatcher, notes + outcome.text)
-
-
-async def _deliver(
-    result: RunResult, routine: Routine, dispatcher: RunsDetached, text: str
-) -> RunResult:
-    result.delivery, result.owed = await deliver_to_target(routine, dispatcher, text)
-    return result
+    return result, notes + outcome.text
 
 
 async def deliver_to_target(

@@ -102,6 +102,7 @@ class RoutineScheduler:
             # Owed reports first: a notice below that fails is kept behind them, not in them.
             await self._send_owed_reports()
             await self._report_interrupted(owed)
+            await self._report_caught_sending()
             report = await reconcile_files(self.home, self.store)
             self._aps = AsyncIOScheduler(
                 timezone=self.tz, job_defaults={"coalesce": True, "max_instances": 1}
@@ -132,6 +133,22 @@ class RoutineScheduler:
             delivery, owed = await deliver_to_target(routine, self.dispatcher, text)
             await self.store.record_delivery(run.id, delivery, owed)
             log.info("routine %s: %s", routine.name, delivery)
+
+    async def _report_caught_sending(self) -> None:
+        """A run whose report a crash caught while sending: it may have arrived, so it is not
+        sent again; its target is told instead, and the telling recorded."""
+        for run in await self.store.caught_sending():
+            routine = await self.store.get(run.routine_id)
+            if routine is None:
+                continue
+            text = (
+                f'(Routine "{routine.name}" finished, but Atlas stopped while sending its '
+                "report, so it may not have reached you. `atlas routines history "
+                f"{routine.name}` has it.)"
+            )
+            delivery, owed = await deliver_to_target(routine, self.dispatcher, text)
+            await self.store.record_delivery(run.id, f"maybe; then told, {delivery}", owed)
+            log.info("routine %s: report caught while sending; %s", routine.name, delivery)
 
     async def _send_owed_reports(self) -> None:
         """Reports an outage kept from their targets before the last stop. The channel kept

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 RunStatus = Literal["running", "ok", "failed", "silent", "missed", "timeout"]
 RunTrigger = Literal["schedule", "catch-up", "manual"]
 TEXT_KEPT = 2000  # characters of a run's final text kept in its record
+SENDING = "sending"  # a run's delivery while its message is with the channel
 
 
 class RoutineError(AtlasError):
@@ -358,6 +359,14 @@ class RoutineStore:
             )
 
         return [_run(row) for row in await self.home_store.call(close)]
+
+    async def caught_sending(self) -> list[RoutineRun]:
+        """Runs whose message a crash caught with the channel: it may or may not have
+        arrived (the platforms take no idempotency key), so it is not sent again."""
+        rows = await self._select(
+            "SELECT * FROM routine_runs WHERE delivery = ? ORDER BY id", [SENDING]
+        )
+        return [_run(row) for row in rows]
 
     async def record_delivery(self, run_id: int, delivery: str, owed: str | None = None) -> None:
         await self.home_store.call(

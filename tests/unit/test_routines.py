@@ -17,7 +17,7 @@ from atlas.errors import AtlasError, ProviderError
 from atlas.home import Home
 from atlas.providers.scripted import Reply, ScriptedModel
 from atlas.routines.scheduler import RoutineScheduler, scheduler_for
-from atlas.routines.store import Routine, Target
+from atlas.routines.store import SENDING, Routine, RunResult, Target
 from atlas.runtime import Runtime
 from atlas.tools.registry import RunContext, ToolRegistry
 from atlas.tools.routines import ROUTINE_TOOLS, cronjob_manage
@@ -522,3 +522,21 @@ async def test_a_kept_report_that_went_out_with_a_later_message_is_not_sent_agai
     await again.start()
     await again.stop()
     assert [text for _, text in rig.channel.sent] == ["the report\n\na later message"]
+
+
+async def test_a_report_a_crash_caught_while_sending_is_not_sent_again_its_target_is_told(
+    rig: Rig,
+) -> None:
+    routine = await rig.routine("caught", paused=True)
+    run_id = await rig.scheduler.store.start_run(routine, "schedule", None)
+    # The run finished and its report was with the channel when the process died.
+    await rig.scheduler.store.finish_run(run_id, RunResult("ok", delivery=SENDING, text="hi"))
+    for _ in range(2):
+        again = RoutineScheduler(rig.home, rig.runtime.audit, rig.dispatcher)
+        await again.start()
+        await again.stop()
+    [told] = [text for _, text in rig.channel.sent]  # told once, the report not sent twice
+    assert "may not have reached you" in told and "atlas routines history caught" in told
+    run = await rig.scheduler.store.get_run(run_id)
+    assert run is not None and run.status == "ok"
+    assert run.delivery == "maybe; then told, delivered to fake:chat-1"
