@@ -223,11 +223,13 @@ def check(home: Path, fakes: Fakes, run: Run, routine_count: int, end: datetime)
     # An answer killed while the platform had it may or may not have arrived; it is never sent
     # again, and the person is told so (MAYBE_LOST). One that never arrived is excused by that.
     excuses = Counter({chat: texts.count(MAYBE_LOST) for chat, texts in sent_texts.items()})
+    # A kept answer goes out inside a later message (after "An earlier reply could not be
+    # delivered"): it arrived when some message to that chat holds it.
     never_arrived = [
         (chat, text)
         for chat, texts in answers.items()
         for text in texts
-        if text not in sent_texts.get(chat, [])
+        if not any(text in sent for sent in sent_texts.get(chat, []))
     ]
     undelivered = []
     for chat, text in never_arrived:
@@ -288,7 +290,12 @@ def check(home: Path, fakes: Fakes, run: Run, routine_count: int, end: datetime)
         record = records[-1]
         chat = ROUTINE_CHAT + k
         deliveries = len(sent_texts.get(chat, []))
-        if record["status"] == "ok" and deliveries == 0 and record["owed"]:
+        if record["status"] == "ok" and record["delivery"].startswith("maybe; then told"):
+            # Killed while its report was with Telegram: told, not sent again.
+            routine_notes.append(f"{name}: ok, caught while sending, told ({deliveries} sent)")
+            if deliveries not in (1, 2):
+                failures.append(f"routine {name}: caught while sending, {deliveries} sent")
+        elif record["status"] == "ok" and deliveries == 0 and record["owed"]:
             # An outage outlasted its retries: kept in the store for the next start, not lost.
             routine_notes.append(f"{name}: ok, its report still owed ({record['delivery']})")
         elif record["status"] == "ok" and deliveries != 1:
