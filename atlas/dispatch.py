@@ -78,7 +78,7 @@ class Dispatcher:
         self.runtime = runtime
         self.channels = channels
         self._lanes: dict[Address, Lane] = {}
-        # Answers (bot's store, message id) a channel kept undelivered for an address, known
+        # Ids of stored answers a channel kept undelivered for an address, known
         # only in this process as the channel's own keeping is: see `_send`.
         self._kept_answers: dict[Address, list[int]] = {}
         self._kept_retries: dict[Address, asyncio.Task[None]] = {}

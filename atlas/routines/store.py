@@ -120,10 +120,6 @@ def _routine(row: dict[str, Any]) -> Routine:
     )
 
 
-def _chat_thread_user(address: Address) -> tuple[str, str, str]:
-    return address.chat, address.thread, address.user
-
-
 def _run(row: dict[str, Any]) -> RoutineRun:
     return RoutineRun(
         id=row["id"],
@@ -393,7 +389,14 @@ class RoutineStore:
                 "AND routine_id IN (SELECT id FROM routines WHERE bot = ? AND channel = ? "
                 "AND COALESCE(chat, '') = ? AND COALESCE(thread, '') = ? "
                 "AND COALESCE(user, '') = ?)",
-                [delivery, address.bot, address.channel, *_chat_thread_user(address)],
+                [
+                    delivery,
+                    address.bot,
+                    address.channel,
+                    address.chat,
+                    address.thread,
+                    address.user,
+                ],
             )
             return cursor.rowcount
 
