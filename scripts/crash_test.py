@@ -213,15 +213,8 @@ def check(home: Path, fakes: Fakes, run: Run, routine_count: int, end: datetime)
         if n > (answers[chat].count(text) if text in notes else 1)
         and not text.startswith(PER_TURN_NOTICES)
     ]
-    # A reply carries its turn's tag (a kept reply sent along with a later one carries both):
-    # a tag in two messages is an answer delivered twice, whatever text went with it.
-    tagged = Counter(
-        (sent.chat_id, tag)
-        for telegram in fakes.telegrams
-        for sent in telegram.sent
-        for tag in set(TAG.findall(sent.text))
-    )
-    duplicates += [key for key, n in tagged.items() if n > 1]
+    # A tag in two messages is an answer delivered twice, whatever text went with it.
+    duplicates += [tag for tag, n in fakes.replies_per_tag().items() if n > 1]
     if duplicates:
         failures.append(f"{len(duplicates)} reply(ies) delivered more than once: {duplicates[:3]}")
     # An answer killed while the platform had it may or may not have arrived; it is never sent

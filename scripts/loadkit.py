@@ -256,13 +256,22 @@ class Fakes:
     def faults_injected(self) -> dict[str, int]:
         """Faults injected so far, by fake and kind: {"model 429": 3, "telegram drop": 5, …}."""
         counts: Counter[str] = Counter()
-        if self.model.random_faults:
-            counts.update({f"model {k}": n for k, n in self.model.random_faults.injected.items()})
-        for telegram in self.telegrams:
-            if telegram.random_faults:
-                injected = telegram.random_faults.injected
-                counts.update({f"telegram {k}": n for k, n in injected.items()})
+        fakes = [("model", self.model), *(("telegram", t) for t in self.telegrams)]
+        for name, fake in fakes:
+            if fake.random_faults:
+                counts.update({f"{name} {k}": n for k, n in fake.random_faults.injected.items()})
         return dict(sorted(counts.items()))
+
+    def replies_per_tag(self) -> Counter[str]:
+        """How many replies carried each turn's tag (a kept reply sent along with a later one
+        carries both): more than one is an answer delivered twice."""
+        from tests.fakes.load_fakes import TAG
+
+        replies: Counter[str] = Counter()
+        for telegram in self.telegrams:
+            for sent in telegram.sent:
+                replies.update(set(TAG.findall(sent.text)))
+        return replies
 
     def polls(self) -> list[int]:
         return [telegram.polls for telegram in self.telegrams]

@@ -141,15 +141,6 @@ def stored_tags(home: Path, bots: int) -> Counter[str]:
     return stored
 
 
-def replies_per_tag(fakes: Fakes) -> Counter[str]:
-    """How many replies carried each turn's tag: more than one is a reply sent twice."""
-    replies: Counter[str] = Counter()
-    for telegram in fakes.telegrams:
-        for sent in telegram.sent:
-            replies.update(set(TAG.findall(sent.text)))
-    return replies
-
-
 def interval(first: Sample, second: Sample) -> tuple[float, float]:
     """Turns per second and CPU ms per turn between two samples."""
     turns = second.turns - first.turns
@@ -192,7 +183,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                 print((Path(tmp) / "daemon.log").read_text()[-3000:], file=sys.stderr)
             stored = stored_tags(home, args.bots)
             problems = integrity_problems(home)
-            replies = replies_per_tag(fakes)
+            replies = fakes.replies_per_tag()
             faults = fakes.faults_injected()
     samples = record.samples
     lost = [tag for tag in record.sent if stored[tag] == 0]

@@ -122,33 +122,37 @@ class RoutineScheduler:
     async def _report_interrupted(self, runs: list[RoutineRun]) -> None:
         """A run cut short by a crash is not run again (its slot was taken); its target is
         told, and the telling recorded (a kill before that tells it at the next start)."""
-        for run in runs:
-            routine = await self.store.get(run.routine_id)
-            if routine is None:
-                continue
-            text = (
-                f'Routine "{routine.name}" was interrupted when Atlas stopped and did not '
-                "finish; it runs again at its next time."
-            )
-            delivery, owed = await deliver_to_target(routine, self.dispatcher, text)
-            await self.store.record_delivery(run.id, delivery, owed)
-            log.info("routine %s: %s", routine.name, delivery)
+        await self._tell_targets(
+            runs,
+            lambda name: (
+                f'Routine "{name}" was interrupted when Atlas stopped and did not finish; '
+                "it runs again at its next time."
+            ),
+        )
 
     async def _report_caught_sending(self) -> None:
         """A run whose report a crash caught while sending: it may have arrived, so it is not
         sent again; its target is told instead, and the telling recorded."""
-        for run in await self.store.caught_sending():
+        await self._tell_targets(
+            await self.store.caught_sending(),
+            lambda name: (
+                f'(Routine "{name}" finished, but Atlas stopped while sending its report, so '
+                f"it may not have reached you. `atlas routines history {name}` has it.)"
+            ),
+            recorded_as="maybe; then told, ",
+        )
+
+    async def _tell_targets(
+        self, runs: list[RoutineRun], notice: Callable[[str], str], recorded_as: str = ""
+    ) -> None:
+        """Send each run's target the notice for its routine and record the delivery."""
+        for run in runs:
             routine = await self.store.get(run.routine_id)
             if routine is None:
                 continue
-            text = (
-                f'(Routine "{routine.name}" finished, but Atlas stopped while sending its '
-                "report, so it may not have reached you. `atlas routines history "
-                f"{routine.name}` has it.)"
-            )
-            delivery, owed = await deliver_to_target(routine, self.dispatcher, text)
-            await self.store.record_delivery(run.id, f"maybe; then told, {delivery}", owed)
-            log.info("routine %s: report caught while sending; %s", routine.name, delivery)
+            delivery, owed = await deliver_to_target(routine, self.dispatcher, notice(routine.name))
+            await self.store.record_delivery(run.id, recorded_as + delivery, owed)
+            log.info("routine %s: %s%s", routine.name, recorded_as, delivery)
 
     async def _send_owed_reports(self) -> None:
         """Reports an outage kept from their targets before the last stop. The channel kept

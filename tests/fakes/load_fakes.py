@@ -103,8 +103,8 @@ class AutoOpenAIServer(FakeOpenAIServer):
     call when the last message is the user's and asks for `[tool]`, else a text answer echoing
     the turn tag; a compaction's request for a summary gets one at once. Scripted answers
     (`fail`, `hang`, `reply`) still come first, so a test can place a fault exactly;
-    `random_faults` injects them at random instead (a "timeout" hangs `hang_seconds`: set it past the client's
-    timeout), and makes that share of tool calls carry malformed arguments."""
+    `random_faults` injects them at random instead (a "timeout" hangs `hang_seconds`: set it
+    past the client's timeout), and makes that share of tool calls carry malformed arguments."""
 
     def __init__(
         self,
