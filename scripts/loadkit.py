@@ -124,7 +124,7 @@ def write_home(
     routines: dict[str, str] | None = None,
     context_window: int = 128_000,
 ) -> None:
-    """A home whose bots each have a Telegram channel on their own fake, all on one model."""
+    """A home whose bots each have a Telegram channel (a fake bot of its own), all on one model."""
     from atlas.home import init_home
 
     init_home(root)
@@ -182,7 +182,8 @@ poll_timeout = 10
 
 @dataclass
 class Fakes:
-    """One fake model server and one fake Telegram per bot, on 127.0.0.1."""
+    """One fake model server and one fake Telegram per bot, all bots behind one Bot API
+    address (as Telegram serves them), on 127.0.0.1."""
 
     bots: int
     latency: float
@@ -190,9 +191,11 @@ class Fakes:
     seed: int = 0
     model: Any = None
     telegrams: list[Any] = field(default_factory=list)
+    bot_api: Any = None
 
     async def __aenter__(self) -> Fakes:
         from tests.fakes.load_fakes import AutoOpenAIServer, FaultMix, TimedTelegram
+        from tests.fakes.telegram_server import SharedBotAPI
 
         def mix(offset: int) -> FaultMix | None:
             return FaultMix(self.fault_rate, seed=self.seed + offset) if self.fault_rate else None
@@ -201,17 +204,16 @@ class Fakes:
             latency=self.latency, random_faults=mix(0), hang_seconds=FAULT_TIMEOUT + 1
         )
         await self.model.__aenter__()
-        for index in range(self.bots):
-            telegram = TimedTelegram(
-                token=bot_token(index), keep_calls=False, random_faults=mix(index + 1)
-            )
-            await telegram.start()
-            self.telegrams.append(telegram)
+        self.telegrams = [
+            TimedTelegram(token=bot_token(index), keep_calls=False, random_faults=mix(index + 1))
+            for index in range(self.bots)
+        ]
+        self.bot_api = SharedBotAPI(self.telegrams)
+        await self.bot_api.start()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        for telegram in self.telegrams:
-            await telegram.stop()
+        await self.bot_api.stop()
         await self.model.__aexit__(*exc_info)
 
     def write_home(

@@ -24,6 +24,7 @@ from atlas.channels.settings import TelegramSettings, channel_settings, secret
 from atlas.channels.telegram_delivery import Retrying
 from atlas.channels.telegram_inbound import TelegramInbound
 from atlas.channels.telegram_sending import target
+from atlas.channels.telegram_session import release_session, shared_session
 from atlas.errors import AtlasError, ConfigError
 from atlas.home import Bot
 
@@ -106,7 +107,7 @@ class TelegramChannel(TelegramInbound):
             if self.settings.mode == "polling":
                 await tg.delete_webhook(drop_pending_updates=False)
         except TelegramAPIError as exc:
-            await tg.session.close()
+            await release_session(tg.session)
             raise AtlasError(f"Telegram for bot {self.bot.name}: {exc}") from exc
         self.tg, self.username, self.bot_id = tg, me.username or "", me.id
         if self.settings.mode == "polling":
@@ -118,23 +119,16 @@ class TelegramChannel(TelegramInbound):
     async def _client(self) -> TelegramBot:
         """An aiogram Bot for the token, on Telegram's API or the configured one."""
         from aiogram import Bot as TelegramBot
-        from aiogram.client.session.aiohttp import AiohttpSession
-        from aiogram.client.telegram import PRODUCTION, TelegramAPIServer
         from aiogram.utils.token import TokenValidationError
 
         from atlas.channels.telegram_models import pin_response_models
 
         pin_response_models()  # aiogram would rebuild a pydantic model per API call otherwise
-        api = (
-            TelegramAPIServer.from_base(self.settings.api_base)
-            if self.settings.api_base
-            else PRODUCTION
-        )
-        session = AiohttpSession(api=api)
+        session = shared_session(self.settings.api_base)
         try:
             return TelegramBot(self.token, session=session)
         except TokenValidationError:
-            await session.close()
+            await release_session(session)
             raise ConfigError(
                 f"{self.bot.root / 'bot.toml'}: the environment variable "
                 f"{self.settings.token_env} does not hold a Telegram bot token (123456:ABC…)"
@@ -159,7 +153,7 @@ class TelegramChannel(TelegramInbound):
             await self._webhook.cleanup()
             self._webhook = None
         if self.tg is not None:
-            await self.tg.session.close()
+            await release_session(self.tg.session)
             self.tg = None
 
 

@@ -4,6 +4,12 @@ aiogram validates every API answer with `Response[method.__returning__]`, a pyda
 model. Pydantic caches parametrised generics only weakly, so after each garbage collection the
 next call builds the model again: about 5 ms of CPU on the event loop per API call under load
 (measured in docs/benchmarks.md). Holding one strong reference to each keeps the cache warm.
+
+The types those answers carry are completed first, innermost first: aiogram's models are
+left to build on first use (atlas/channels/aiogram_import.py), and a generic built over an
+incomplete model generates that model's whole schema inside itself, so `Response[Message]`,
+`Response[Message | bool]` and `Response[list[Update]]` would each build Message again
+(0.69 s of start-up on the benchmark VM; 0.29 s with Message built once).
 """
 
 from __future__ import annotations
@@ -31,7 +37,10 @@ def pin_response_models() -> int:
         SendMessage,
         SetWebhook,
     )
+    from aiogram.types import File, Message, Update, User
 
+    for carried in (Message, Update, User, File):  # Message is inside Update: first
+        carried.model_rebuild()
     methods = (
         AnswerCallbackQuery,
         DeleteWebhook,

@@ -46,16 +46,14 @@ class FakeTelegram:
 
     # ------------------------------------------------------------ lifecycle
 
-    async def start(self) -> str:
-        app = web.Application()
+    def add_routes(self, app: web.Application) -> None:
         app.router.add_post(f"/bot{self.token}/{{method}}", self._api)
         app.router.add_get(f"/file/bot{self.token}/{{path:.+}}", self._file)
-        self._runner = web.AppRunner(app, shutdown_timeout=0.5)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.base_url = f"http://127.0.0.1:{port}"
+
+    async def start(self) -> str:
+        app = web.Application()
+        self.add_routes(app)
+        self._runner, self.base_url = await serve_app(app)
         return self.base_url
 
     async def stop(self) -> None:
@@ -322,3 +320,38 @@ def _balanced(html: str) -> bool:
         elif not stack or stack.pop() != name:
             return False
     return not stack
+
+
+async def serve_app(app: web.Application) -> tuple[web.AppRunner, str]:
+    """`app` on a free port of 127.0.0.1: its runner and base URL."""
+    runner = web.AppRunner(app, shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+@dataclass
+class SharedBotAPI:
+    """Several fake bots behind one address, told apart by token, as Telegram serves every
+    bot from api.telegram.org."""
+
+    fakes: list[FakeTelegram]
+    base_url: str = ""
+    _runner: web.AppRunner | None = None
+
+    async def start(self) -> str:
+        app = web.Application()
+        for fake in self.fakes:
+            fake.add_routes(app)
+        self._runner, self.base_url = await serve_app(app)
+        for fake in self.fakes:
+            fake.base_url = self.base_url
+        return self.base_url
+
+    async def stop(self) -> None:
+        for fake in self.fakes:
+            await fake.stop()  # wakes its waiting getUpdates; it has no server of its own
+        if self._runner:
+            await self._runner.cleanup()

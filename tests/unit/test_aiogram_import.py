@@ -46,3 +46,38 @@ def test_models_are_built_on_first_use_and_parse_a_whole_update() -> None:
     assert seen["built_before"] is False
     # Nested models (the sender, a keyboard) resolve the names each model was handed.
     assert (seen["text"], seen["sender"], seen["button"]) == ("hi", "Ann", "y")
+
+
+PIN_PROBE = r"""
+import json
+from atlas.channels.aiogram_import import import_aiogram
+import_aiogram()
+from atlas.channels.telegram_models import pin_response_models
+pinned = pin_response_models()
+from aiogram.methods import EditMessageText, GetUpdates, Response
+from aiogram.types import Message, Update
+chat = {"id": 1, "type": "private"}
+raw = {"ok": True, "result": [{"update_id": 3, "message": {
+    "message_id": 9, "date": 1700000000, "chat": chat, "text": "and?",
+    "reply_to_message": {"message_id": 8, "date": 1700000000, "chat": chat, "text": "first"},
+}}]}
+updates = Response[GetUpdates.__returning__].model_validate(raw).result
+edited = Response[EditMessageText.__returning__].model_validate({"ok": True, "result": True})
+print(json.dumps({
+    "pinned": pinned,
+    "complete": [Message.__pydantic_complete__, Update.__pydantic_complete__],
+    "reply_to": updates[0].message.reply_to_message.text,
+    "edited": edited.result,
+}))
+"""
+
+
+def test_pinned_responses_build_the_models_they_carry_once() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", PIN_PROBE], capture_output=True, text=True, timeout=60, check=True
+    )
+    seen = json.loads(done.stdout)
+    assert seen["pinned"] == 10
+    # Complete models are reused by each Response[...] instead of built again inside it.
+    assert seen["complete"] == [True, True]
+    assert (seen["reply_to"], seen["edited"]) == ("first", True)
