@@ -31,7 +31,7 @@ from atlas.routines.schedule import (
     last_fire_between,
     parse_schedule,
 )
-from atlas.routines.store import Routine, RoutineRun, RoutineStore, RunTrigger
+from atlas.routines.store import TELLING, Routine, RoutineRun, RoutineStore, RunTrigger
 
 if TYPE_CHECKING:
     from apscheduler.events import JobExecutionEvent
@@ -145,11 +145,13 @@ class RoutineScheduler:
     async def _tell_targets(
         self, runs: list[RoutineRun], notice: Callable[[str], str], recorded_as: str = ""
     ) -> None:
-        """Send each run's target the notice for its routine and record the delivery."""
+        """Send each run's target the notice for its routine and record the delivery; the
+        record says TELLING while the notice is out, so a crash then never tells twice."""
         for run in runs:
             routine = await self.store.get(run.routine_id)
             if routine is None:
                 continue
+            await self.store.record_delivery(run.id, recorded_as + TELLING)
             delivery, owed = await deliver_to_target(routine, self.dispatcher, notice(routine.name))
             await self.store.record_delivery(run.id, recorded_as + delivery, owed)
             log.info("routine %s: %s%s", routine.name, recorded_as, delivery)

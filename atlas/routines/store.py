@@ -21,6 +21,10 @@ RunStatus = Literal["running", "ok", "failed", "silent", "missed", "timeout"]
 RunTrigger = Literal["schedule", "catch-up", "manual"]
 TEXT_KEPT = 2000  # characters of a run's final text kept in its record
 SENDING = "sending"  # a run's delivery while its message is with the channel
+# A run's delivery while a notice about it (interrupted, or caught while sending) is with the
+# channel. A crash there leaves it, and no later start tells again: the notice may have
+# arrived, and the platforms take no idempotency key.
+TELLING = "telling; if that is all, Atlas stopped while the notice was with the channel"
 
 
 class RoutineError(AtlasError):

@@ -17,7 +17,7 @@ from atlas.errors import AtlasError, ProviderError
 from atlas.home import Home
 from atlas.providers.scripted import Reply, ScriptedModel
 from atlas.routines.scheduler import RoutineScheduler, scheduler_for
-from atlas.routines.store import SENDING, Routine, RunResult, Target
+from atlas.routines.store import SENDING, TELLING, Routine, RunResult, Target
 from atlas.runtime import Runtime
 from atlas.tools.registry import RunContext, ToolRegistry
 from atlas.tools.routines import ROUTINE_TOOLS, cronjob_manage
@@ -293,6 +293,41 @@ async def test_an_interrupted_run_closed_but_not_yet_told_is_told_at_the_next_st
     assert len(rig.channel.sent) == 1  # told at the next start, and only then
     run = await rig.scheduler.store.get_run(run_id)
     assert run is not None and run.delivery.startswith("delivered to")
+
+
+class HangingChannel(RecordingChannel):
+    """Takes a message and never answers: a process killed while the platform had it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrived = asyncio.Event()
+
+    async def send(self, address: Address, text: str, files: list[Path] | None = None) -> None:
+        self.sent.append((address, text))
+        self.arrived.set()
+        await asyncio.Event().wait()
+
+
+async def test_a_notice_a_crash_caught_while_telling_is_not_sent_again(rig: Rig) -> None:
+    interrupted = await rig.routine("cut", paused=True)
+    caught = await rig.routine("caught", paused=True)
+    cut_id = await rig.scheduler.store.start_run(interrupted, "schedule", None)
+    caught_id = await rig.scheduler.store.start_run(caught, "schedule", None)
+    await rig.scheduler.store.finish_run(caught_id, RunResult("ok", delivery=SENDING, text="hi"))
+    for run_id in (cut_id, caught_id):  # each start is killed while its notice is out
+        hanging = HangingChannel()
+        rig.dispatcher.channels["fake"] = hanging
+        start = asyncio.create_task(
+            RoutineScheduler(rig.home, rig.runtime.audit, rig.dispatcher).start()
+        )
+        await hanging.arrived.wait()
+        start.cancel()
+        await asyncio.gather(start, return_exceptions=True)
+        run = await rig.scheduler.store.get_run(run_id)
+        assert run is not None and run.delivery.endswith(TELLING)
+    rig.dispatcher.channels["fake"] = rig.channel
+    await rig.scheduler.start()
+    assert rig.channel.sent == []  # either notice may have arrived: neither goes twice
 
 
 async def test_a_run_still_going_is_never_started_twice(
