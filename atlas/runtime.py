@@ -64,7 +64,11 @@ class Runtime:
             return self._stores[bot.name]
 
     def state(self, bot: Bot, conversation_id: int) -> ConversationState:
-        return self._states.setdefault((bot.name, conversation_id), ConversationState())
+        key = (bot.name, conversation_id)
+        state = self._states.get(key)  # not setdefault: that builds a state every turn
+        if state is None:
+            state = self._states[key] = ConversationState()
+        return state
 
     async def loop(self, bot: Bot, *, gate: BaseGate | None = None) -> ToolLoop:
         return ToolLoop(self.model, self.registry, gate or self.gate, await self.store(bot))
