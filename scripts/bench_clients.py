@@ -12,7 +12,10 @@ while `--in-flight` calls run at once, `--calls` in all, each way:
   the provider sends it);
 - `openai_plain`: the same body and headers as one aiohttp POST, the answer read with orjson;
 - `telegram_aiogram`: aiogram's `Bot.send_message`, as every reply goes out;
-- `telegram_plain`: the same form as one aiohttp POST, the answer read with orjson.
+- `telegram_plain`: the same form as one aiohttp POST, the answer read with orjson;
+- `slack_sdk`: slack_sdk's `chat_postMessage` on a client holding a session, as the Slack
+  channel makes it; `slack_sdk_no_session`: the same on a client without one, where slack_sdk
+  opens a session, and so a connection, per call (`slack_sdk_no_session_over_session`).
 
 `*_over_plain` is the ratio of a library's cost to the plain call's: what the library adds on
 top of the HTTP exchange itself. The fake servers (tests/fakes) run in a child process, so
@@ -38,20 +41,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts.loadkit import machine, print_result
 
 TOKEN = "123456:BENCH-token"
+SLACK_TOKEN = "xoxb-bench"
 CHAT_ID = 5000
 REPLY = "Here is what I found: **three** files, and the second one holds the answer you wanted."
 
 
 async def serve_fakes() -> None:
-    """The child: a fake model (answers at once) and a fake Telegram; their URLs on stdout."""
+    """The child: a fake model (answers at once), a fake Telegram and a fake Slack; their
+    URLs on stdout."""
     from tests.fakes.load_fakes import AutoOpenAIServer, TimedTelegram
+    from tests.fakes.slack_server import FakeSlack
 
     async with AutoOpenAIServer(latency=0.0) as model:
         telegram = TimedTelegram(token=TOKEN, keep_calls=False)
         await telegram.start()
-        print(json.dumps({"model": model.base_url, "telegram": telegram.base_url}), flush=True)
+        slack = FakeSlack(bot_token=SLACK_TOKEN)
+        await slack.start()
+        urls = {"model": model.base_url, "telegram": telegram.base_url, "slack": slack.api_url}
+        print(json.dumps(urls), flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until closed
         await telegram.stop()
+        await slack.close()
 
 
 def _request() -> Any:
@@ -128,6 +138,11 @@ async def bench(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any
         async with session.post(telegram_url, data=form) as response:
             return orjson.loads(await response.read())
 
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    slack = AsyncWebClient(token=SLACK_TOKEN, base_url=urls["slack"], session=session)
+    slack_no_session = AsyncWebClient(token=SLACK_TOKEN, base_url=urls["slack"])
+
     result: dict[str, Any] = {"calls": args.calls, "in_flight": args.in_flight}
     try:
         ways: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
@@ -136,6 +151,11 @@ async def bench(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any
             ("openai_plain", plain_model_call),
             ("telegram_aiogram", lambda: bot.send_message(CHAT_ID, REPLY, parse_mode="HTML")),
             ("telegram_plain", plain_telegram_call),
+            ("slack_sdk", lambda: slack.chat_postMessage(channel="D1", text=REPLY)),
+            (
+                "slack_sdk_no_session",
+                lambda: slack_no_session.chat_postMessage(channel="D1", text=REPLY),
+            ),
         ]
         for name, call in ways:
             result |= await measure(name, call, args.calls, args.in_flight)
@@ -143,9 +163,14 @@ async def bench(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any
         await session.close()
         await bot.session.close()
         await provider.close()
-    for library, plain in (("openai_sdk", "openai_plain"), ("telegram_aiogram", "telegram_plain")):
+    for library, plain in (
+        ("openai_sdk", "openai_plain"),
+        ("telegram_aiogram", "telegram_plain"),
+        ("slack_sdk_no_session", "slack_sdk"),
+    ):
         ratio = result[f"{library}_cpu_us_per_call"] / result[f"{plain}_cpu_us_per_call"]
-        result[f"{library}_over_plain"] = round(ratio, 2)
+        suffix = "over_session" if plain == "slack_sdk" else "over_plain"
+        result[f"{library}_{suffix}"] = round(ratio, 2)
     result["request_body_kb"] = round(len(orjson.dumps(body)) / 1024, 1)
     return result | {f"machine_{key}": value for key, value in machine().items()}
 

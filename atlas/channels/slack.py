@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 PLATFORM = "slack"
 DEFAULT_API = "https://slack.com/api/"
+WEB_API_TIMEOUT = 30  # seconds per Web API call: slack_sdk's default
 
 
 def create_channel(bot: Bot, dispatcher: Dispatcher) -> SlackChannel:
@@ -87,6 +88,9 @@ class SlackChannel(SlackInbound):
         self._sender = None
         self._handler: Any = None  # AsyncSocketModeHandler, when in Socket Mode
         self._http: Any = None  # aiohttp AppRunner, when serving the Events API
+        # The Web API client's session: slack_sdk opens (and closes) a session per call when it
+        # has none, so every call paid a new connection and, against Slack, a TLS handshake.
+        self._web_session: Any = None
         self._seen = OrderedDict()
         self._threads = set()
         self._last_message = {}
@@ -98,13 +102,20 @@ class SlackChannel(SlackInbound):
 
     async def start(self) -> None:
         """Connect: learn who the bot is, then open Socket Mode or the Events API endpoint."""
+        import aiohttp
         from slack_sdk.web.async_client import AsyncWebClient
 
         await self._close_transport()  # a retried start must not leave a second socket
         base_url = self.settings.api_base or DEFAULT_API
+        # slack_sdk's own per-call timeout, which it sets only on the sessions it makes.
+        self._web_session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=WEB_API_TIMEOUT)
+        )
         client = AsyncWebClient(
             token=self._bot_token,
             base_url=base_url if base_url.endswith("/") else base_url + "/",
+            timeout=WEB_API_TIMEOUT,
+            session=self._web_session,
             retry_handlers=[],  # SlackSender retries, without posting anything twice
         )
         self._sender = SlackSender(client, base_delay=self._retry_base_delay)
@@ -141,6 +152,9 @@ class SlackChannel(SlackInbound):
         if self._http is not None:
             await self._http.cleanup()
             self._http = None
+        if self._web_session is not None:
+            await self._web_session.close()
+            self._web_session = None
 
     def _build_app(self, client: Any) -> AsyncApp:
         from slack_bolt.async_app import AsyncApp

@@ -69,6 +69,9 @@ class FakeSlack:
         self.shared: list[Shared] = []
         self.acks: dict[str, dict[str, Any]] = {}
         self.connections = 0
+        self.web_api_peers: set[Any] = (
+            set()
+        )  # (host, port) of each connection a Web API call came on
         self._failures: dict[str, list[tuple[Failure, float]]] = {}
         self._ts = itertools.count(1)
         self._ids = itertools.count(1)
@@ -220,6 +223,8 @@ class FakeSlack:
 
     async def _api(self, request: web.Request) -> web.StreamResponse:
         method = request.match_info["method"]
+        if request.transport is not None:
+            self.web_api_peers.add(request.transport.get_extra_info("peername"))
         params = await _params(request)
         token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         if not token:

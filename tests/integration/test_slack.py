@@ -182,6 +182,20 @@ async def test_dm_round_trip_with_a_tool_call(slack: Harness) -> None:
     slack.model.assert_complete()
 
 
+async def test_web_api_calls_reuse_the_channels_connections(slack: Harness) -> None:
+    slack.model.add(Reply("one"), Reply("two"))
+    for count, text in enumerate(("first", "second"), 1):
+        await slack.fake.push_event(slack.dm(text))
+        await slack.fake.wait_for(lambda n=count: len(texts(slack.fake)) == n)
+    await slack.idle(slack.address())
+    assert texts(slack.fake) == ["one", "two"]
+    # auth.test, the Socket Mode link, then per turn: reactions.add, chat.postMessage and
+    # reactions.remove. slack_sdk opens a new session (a new connection, and against Slack a
+    # new TLS handshake) per call unless it is handed one: the channel hands it one.
+    assert len(slack.fake.calls) >= 8
+    assert len(slack.fake.web_api_peers) <= 3
+
+
 async def test_channel_mention_is_answered_in_its_thread_which_stays_one_conversation(
     slack: Harness,
 ) -> None:
