@@ -463,14 +463,14 @@ class Dispatcher:
             self._kept_answers.setdefault(address, []).append(message_id)
 
     async def _kept_went_out(self, address: Address) -> None:
-        from atlas.routines.store import RoutineStore
+        from atlas.routines.store import RoutineStore, Target
 
         store = await self.runtime.store(self.runtime.home.bot(address.bot))
         answers = self._kept_answers.pop(address, [])
         for message_id in answers:
             await store.mark_delivered(message_id)
         reports = await RoutineStore(self.runtime.audit).settle_owed_reports(
-            address, f"delivered to {address.channel}:{address.chat} with a later message"
+            address, f"delivered to {Target.of(address)} with a later message"
         )
         log.info(
             "%s: what was kept went out: %d answer(s), %d routine report(s)",

@@ -163,14 +163,13 @@ async def bench(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any
         await session.close()
         await bot.session.close()
         await provider.close()
-    for library, plain in (
-        ("openai_sdk", "openai_plain"),
-        ("telegram_aiogram", "telegram_plain"),
-        ("slack_sdk_no_session", "slack_sdk"),
+    for library, baseline, ratio_name in (
+        ("openai_sdk", "openai_plain", "openai_sdk_over_plain"),
+        ("telegram_aiogram", "telegram_plain", "telegram_aiogram_over_plain"),
+        ("slack_sdk_no_session", "slack_sdk", "slack_sdk_no_session_over_session"),
     ):
-        ratio = result[f"{library}_cpu_us_per_call"] / result[f"{plain}_cpu_us_per_call"]
-        suffix = "over_session" if plain == "slack_sdk" else "over_plain"
-        result[f"{library}_{suffix}"] = round(ratio, 2)
+        ratio = result[f"{library}_cpu_us_per_call"] / result[f"{baseline}_cpu_us_per_call"]
+        result[ratio_name] = round(ratio, 2)
     result["request_body_kb"] = round(len(orjson.dumps(body)) / 1024, 1)
     return result | {f"machine_{key}": value for key, value in machine().items()}
 

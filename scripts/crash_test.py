@@ -3,9 +3,9 @@
     uv run python scripts/crash_test.py [--kills 20] [--bots 3] [--conversations 12]
         [--latency 0.2] [--faults 0.05] [--seed N] [--json]
 
-The daemon (`atlas run` plus probes, scripts/loadkit.py) serves B
-Telegram bots on fake Bot APIs (which keep an update until a later getUpdates confirms it, as
-Telegram does) and one fake model (a read_file call in half the turns). C conversations keep
+The daemon (`atlas run` plus probes, scripts/loadkit.py) serves B Telegram bots, on fake bots
+behind one Bot API address (each keeps an update until a later getUpdates confirms it, as
+Telegram does), and one fake model (a read_file call in half the turns). C conversations keep
 writing. The daemon is killed `--kills` times, each after a random 0.3-2.5 s of life (some
 while starting), stays down 0-0.6 s, and is started again; one down time is stretched over a
 routine slot whose grace is 1 s. One-off routines fall due every few seconds throughout.

@@ -31,7 +31,7 @@ from atlas.routines.schedule import (
     last_fire_between,
     parse_schedule,
 )
-from atlas.routines.store import TELLING, Routine, RoutineRun, RoutineStore, RunTrigger
+from atlas.routines.store import TELLING, Routine, RoutineRun, RoutineStore, RunTrigger, Target
 
 if TYPE_CHECKING:
     from apscheduler.events import JobExecutionEvent
@@ -173,9 +173,9 @@ class RoutineScheduler:
                     "%d routine report(s) still owed to %s: %s", len(runs), address, problem
                 )
                 continue
+            delivery = f"delivered to {Target.of(address)} after a restart"
             for run_id, _ in runs:
-                target = f"{address.channel}:{address.chat}"
-                await self.store.record_delivery(run_id, f"delivered to {target} after a restart")
+                await self.store.record_delivery(run_id, delivery)
             log.info("%d routine report(s) owed to %s delivered", len(runs), address)
 
     async def stop(self) -> None:

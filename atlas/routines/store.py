@@ -44,6 +44,11 @@ class Target:
         extra = "".join(f" {k} {v}" for k, v in (("thread", self.thread), ("user", self.user)) if v)
         return f"{self.channel}:{self.chat}{extra}"
 
+    @classmethod
+    def of(cls, address: Address) -> Target:
+        """The target that delivers to `address` (a routine's own address, or one like it)."""
+        return cls(address.channel, address.chat, address.thread, address.user)
+
 
 @dataclass(frozen=True)
 class Routine:
