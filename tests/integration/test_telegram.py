@@ -420,6 +420,9 @@ async def test_an_answer_kept_through_an_outage_is_sent_alone_when_it_is_over(
     assert alone == "<i>(An earlier reply could not be delivered; here it is:)</i>\n\nthe answer"
     store = await tg.runtime.store(tg.home.bot("atlas"))
     await tg.dispatcher.wait_idle(address)
+    # The retry marks the answer delivered once Telegram's answer is back, which can be just
+    # after the fake recorded the message: wait for the retry itself to end.
+    await asyncio.wait_for(tg.dispatcher._kept_retries[address], 5)
     rows = await store.db.call(
         lambda db: list(db.query("SELECT delivered_at FROM messages WHERE role = 'assistant'"))
     )
