@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from atlas.sandbox.proxy_protocol import (
     ProxyRefusal,
     answer,
+    is_ip,
     normalise_pattern,
     on_allow_list,
     read_request,
@@ -83,7 +84,8 @@ class EgressProxy:
     def configure(self, allowed_domains: Sequence[str], web: WebSettings) -> None:
         """Take the current settings; channels opened from now on use them."""
         self.allowed = tuple(normalise_pattern(p) for p in allowed_domains)
-        self.resolver = GuardedResolver(AccessPolicy.from_settings(web.allow_private))
+        self.policy = AccessPolicy.from_settings(web.allow_private)
+        self.resolver = GuardedResolver(self.policy)
         self.connect_timeout = web.fetch_timeout
 
     async def start(self) -> None:
@@ -123,7 +125,7 @@ class _Channel:
 
     def __init__(self, proxy: EgressProxy, ask: DomainAsker | None, path: Path) -> None:
         self.proxy, self.ask, self.path = proxy, ask, path
-        self.allowed, self.resolver = proxy.allowed, proxy.resolver
+        self.allowed, self.policy, self.resolver = proxy.allowed, proxy.policy, proxy.resolver
         self.server: asyncio.Server | None = None
         self.connections: set[asyncio.Task[None]] = set()
         self.answers: dict[str, asyncio.Task[bool]] = {}
@@ -165,6 +167,8 @@ class _Channel:
                 await writer.drain()
         except ConnectionError:
             pass
+        except asyncio.CancelledError:
+            pass  # the channel closed: ending here keeps asyncio's stream server from logging it
         finally:
             self.connections.discard(task)
             for side in (upstream, writer):
@@ -201,7 +205,7 @@ class _Channel:
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """Resolve through the fence and connect to a checked address, never a name."""
         try:
-            addresses = await self.resolver.resolve(host, port)
+            addresses = await self._addresses(host, port)
         except AddressRefused as exc:
             log.info("egress %s:%d refused by the address fence", host, port)
             raise ProxyRefusal(403, f"blocked by Atlas: {exc}") from None
@@ -211,12 +215,20 @@ class _Channel:
         for address in addresses:
             try:
                 async with asyncio.timeout(self.proxy.connect_timeout):
-                    return await asyncio.open_connection(address["host"], port)
+                    return await asyncio.open_connection(address, port)
             except TimeoutError:
                 failure = f"no answer within {self.proxy.connect_timeout:g} s"
             except OSError as exc:
                 failure = exc.strerror or str(exc)
         raise ProxyRefusal(502, f"cannot connect to {host} port {port}: {failure}")
+
+    async def _addresses(self, host: str, port: int) -> list[str]:
+        """The addresses the fence lets `host` be reached at (raises AddressRefused)."""
+        if is_ip(host):  # a literal is checked as it is, like web_fetch's check_url
+            if reason := self.policy.refusal(host, host):
+                raise AddressRefused(reason)
+            return [host]
+        return [found["host"] for found in await self.resolver.resolve(host, port)]
 
 
 def _not_listed(host: str, why: str) -> str:

@@ -82,9 +82,13 @@ def normalise_host(raw: str) -> str:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     try:
-        return str(ipaddress.ip_address(host))
+        ip = ipaddress.ip_address(host)
     except ValueError:
         pass
+    else:
+        if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id:
+            raise ProxyRefusal(400, f"{raw!r}: an address with a zone cannot be reached")
+        return str(ip)
     try:
         host = host.encode("idna").decode("ascii").lower().rstrip(".")
     except UnicodeError:
@@ -131,12 +135,14 @@ def on_allow_list(host: str, patterns: Iterable[str]) -> bool:
 async def read_request(reader: asyncio.StreamReader) -> ProxyRequest | None:
     """The client's first request, or None when it closed before sending one."""
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+    received = 0
     try:
         async with asyncio.timeout(HEAD_SECONDS):
             while (event := conn.next_event()) is h11.NEED_DATA:
                 data = await reader.read(1 << 16)
                 if not data:
                     return None
+                received += len(data)
                 conn.receive_data(data)
     except TimeoutError:
         raise ProxyRefusal(400, f"no complete request within {HEAD_SECONDS:g} s") from None
@@ -147,6 +153,8 @@ async def read_request(reader: asyncio.StreamReader) -> ProxyRequest | None:
     if not isinstance(event, h11.Request):
         raise ProxyRefusal(400, "not an HTTP request")
     leftover = conn.trailing_data[0]
+    if received - len(leftover) > MAX_HEAD_BYTES:  # h11 bounds only a head still incomplete
+        raise ProxyRefusal(431, f"request head larger than {MAX_HEAD_BYTES} bytes")
     target = event.target.decode("ascii")
     if event.method == b"CONNECT":
         host, port = _authority(target)
