@@ -13,6 +13,7 @@ from atlas.home import Home
 from atlas.process import freeze_long_lived_objects
 from atlas.recovery import resume_interrupted_turns
 from atlas.routines.scheduler import RoutineScheduler
+from atlas.sandbox.proxy import stop_proxies
 from atlas.services import start_core, stop_turns
 
 log = logging.getLogger("atlas.daemon")
@@ -53,6 +54,7 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
         if routines is not None:
             await routines.stop()  # cancels and records runs still going
         await stop_turns(dispatcher)
+        await stop_proxies()  # after the turns: no command needs the network any more
         await stop_channels(running)
         await runtime.close()
         log.info("stopped cleanly")
