@@ -70,6 +70,7 @@ DEFAULT_ALLOWED_DOMAINS: tuple[str, ...] = (
 )
 SOCKET_PATH_MAX = 100  # sun_path holds 107 bytes; a longer runtime folder falls back to /tmp
 MAX_CONNECTIONS = 128  # at once through one channel (npm opens a few dozen)
+LINGER_SECONDS, LINGER_BYTES = 2.0, 1 << 20  # read and dropped after a refusal, at most
 
 
 class EgressProxy:
@@ -130,12 +131,14 @@ class _Channel:
         self.connections: set[asyncio.Task[None]] = set()
         self.answers: dict[str, asyncio.Task[bool]] = {}
         self.listed_seen: set[str] = set()  # listed hosts already logged on this channel
+        self.closed = False
 
     async def open(self) -> None:
         self.server = await asyncio.start_unix_server(self._serve, path=str(self.path))
         os.chmod(self.path, 0o600)  # the folder is 0700 already; this is belt and braces
 
     async def close(self) -> None:
+        self.closed = True  # a connection accepted but not yet served ends at once
         if self.server is not None:
             self.server.close()
         tasks = [*self.connections, *self.answers.values()]
@@ -150,11 +153,13 @@ class _Channel:
         self.connections.add(task)
         upstream: asyncio.StreamWriter | None = None
         try:
-            if len(self.connections) > MAX_CONNECTIONS:
-                raise ProxyRefusal(503, f"more than {MAX_CONNECTIONS} connections at once")
+            if self.closed:
+                return
             request = await read_request(reader)
             if request is None:
                 return
+            if len(self.connections) > MAX_CONNECTIONS:
+                raise ProxyRefusal(503, f"more than {MAX_CONNECTIONS} connections at once")
             await self._decide(request.host, request.port)
             up_reader, upstream = await self._connect(request.host, request.port)
             if request.tunnel:
@@ -162,13 +167,13 @@ class _Channel:
             upstream.write(request.head + request.leftover)
             await splice((reader, writer), (up_reader, upstream))
         except ProxyRefusal as refusal:
-            with contextlib.suppress(ConnectionError):
-                writer.write(answer(refusal.status, refusal.reason))
-                await writer.drain()
+            await _refuse(reader, writer, refusal)
         except ConnectionError:
             pass
         except asyncio.CancelledError:
             pass  # the channel closed: ending here keeps asyncio's stream server from logging it
+        except Exception:
+            log.exception("egress: a connection failed unexpectedly")
         finally:
             self.connections.discard(task)
             for side in (upstream, writer):
@@ -229,6 +234,22 @@ class _Channel:
                 raise AddressRefused(reason)
             return [host]
         return [found["host"] for found in await self.resolver.resolve(host, port)]
+
+
+async def _refuse(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, refusal: ProxyRefusal
+) -> None:
+    """Answer, then read what the client still sends for a moment before closing: closing
+    with unread data makes the kernel reset the connection, and the answer could be lost."""
+    with contextlib.suppress(ConnectionError, TimeoutError):
+        writer.write(answer(refusal.status, refusal.reason))
+        await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+        async with asyncio.timeout(LINGER_SECONDS):
+            discarded = 0
+            while discarded < LINGER_BYTES and (data := await reader.read(1 << 16)):
+                discarded += len(data)
 
 
 def _not_listed(host: str, why: str) -> str:

@@ -306,3 +306,50 @@ async def test_one_proxy_per_home_until_shutdown(home: Home) -> None:
         assert not sock.exists()
     assert await proxy_for(home) is not first
     await stop_proxies()
+
+
+async def test_a_failing_question_is_a_no(tmp_path: Path) -> None:
+    async def broken(host: str) -> bool:
+        raise RuntimeError("the channel to the person is down")
+
+    proxy = EgressProxy([], WebSettings(), tmp_path / "run")
+    async with proxy.channel(broken) as sock:
+        raw = await exchange(sock, connect("example.com", 443))
+    assert raw.startswith(b"HTTP/1.1 403 Forbidden")
+    assert b"example.com is not on the sandbox's allowed domains" in raw
+    await proxy.stop()
+
+
+async def test_connections_at_once_are_bounded(
+    proxy: EgressProxy, origin: Origin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("atlas.sandbox.proxy.MAX_CONNECTIONS", 1)
+    async with proxy.channel(None) as sock:
+        reader, writer = await asyncio.open_unix_connection(str(sock))
+        writer.write(connect("localhost", origin.port).encode())
+        assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+        second = await exchange(sock, connect("localhost", origin.port))
+        writer.close()
+    assert second.startswith(b"HTTP/1.1 503 Service Unavailable")
+    assert b"more than 1 connections at once" in second
+
+
+async def test_the_home_proxy_uses_the_default_allow_list(home: Home) -> None:
+    proxy = await proxy_for(home)
+    async with proxy.channel(None) as sock:
+        raw = await exchange(sock, connect("localhost", 80))
+    assert b"localhost is not on the sandbox's allowed domains" in raw
+    assert proxy.runtime_dir.stat().st_mode & 0o077 == 0
+    await stop_proxies()
+
+
+async def test_a_refused_upload_still_gets_its_answer(tmp_path: Path) -> None:
+    proxy = EgressProxy([], WebSettings(), tmp_path / "run")
+    body = b"x" * 500_000  # more than the proxy reads with the head: closing early would reset
+    head = (
+        f"POST http://example.com/up HTTP/1.1\r\nHost: example.com\r\nContent-Length: {len(body)}"
+    )
+    async with proxy.channel(None) as sock:
+        raw = await exchange(sock, head.encode() + b"\r\n\r\n" + body)
+    assert raw.startswith(b"HTTP/1.1 403 Forbidden")
+    await proxy.stop()
