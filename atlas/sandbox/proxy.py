@@ -215,7 +215,8 @@ class _Channel:
             log.info("egress %s:%d refused by the address fence", host, port)
             raise ProxyRefusal(403, f"blocked by Atlas: {exc}") from None
         except OSError as exc:
-            raise ProxyRefusal(502, f"cannot resolve {host}: {exc.strerror or exc}") from None
+            # GuardedResolver's message already names the host
+            raise ProxyRefusal(502, exc.strerror or f"cannot resolve {host}: {exc}") from None
         failure = ""
         for address in addresses:
             try:

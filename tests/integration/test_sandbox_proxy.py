@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
 import shutil
 import stat
 from collections.abc import AsyncIterator
@@ -353,3 +355,47 @@ async def test_a_refused_upload_still_gets_its_answer(tmp_path: Path) -> None:
         raw = await exchange(sock, head.encode() + b"\r\n\r\n" + body)
     assert raw.startswith(b"HTTP/1.1 403 Forbidden")
     await proxy.stop()
+
+
+async def test_a_name_that_does_not_resolve_is_a_bad_gateway(tmp_path: Path) -> None:
+    proxy = EgressProxy(["unknown.example"], WebSettings(), tmp_path / "run")
+    async with proxy.channel(None) as sock:  # the tests' resolver answers only for loopback
+        raw = await exchange(sock, connect("unknown.example", 443))
+    assert raw.startswith(b"HTTP/1.1 502 Bad Gateway")
+    assert b"\r\n\r\ncannot resolve unknown.example: " in raw
+    await proxy.stop()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+async def test_git_clones_through_the_proxy(
+    proxy: EgressProxy, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ordinary work: git over (dumb) HTTP, the proxy in between as inside the sandbox."""
+    caplog.set_level(logging.INFO, "atlas.sandbox.proxy")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1"}
+    work, bare = tmp_path / "work", tmp_path / "served" / "repo.git"
+    script = (
+        f"git init -q {work} && cd {work} && echo hello > README && git add README && "
+        "git -c user.name=t -c user.email=t@t commit -qm first && "
+        f"git clone -q --bare {work} {bare} && cd {bare} && git update-server-info"
+    )
+    made = await asyncio.create_subprocess_shell(script, env=env)
+    assert await made.wait() == 0
+    app = web.Application()
+    app.router.add_static("/", tmp_path / "served")
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = runner.addresses[0][1]
+    async with proxy.channel(None) as sock, tcp_bridge(sock) as proxy_port:
+        clone = await asyncio.create_subprocess_exec(
+            *("git", "-c", f"http.proxy=http://127.0.0.1:{proxy_port}", "clone", "-q"),
+            *(f"http://localhost:{port}/repo.git", str(tmp_path / "clone")),
+            env={**env, "NO_PROXY": "", "no_proxy": ""},
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, err = await clone.communicate()
+    await runner.cleanup()
+    assert clone.returncode == 0, err.decode()
+    assert (tmp_path / "clone" / "README").read_text() == "hello\n"
+    assert f"egress localhost:{port} allowed (on the allow-list)" in caplog.text  # it went through
