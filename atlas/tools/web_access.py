@@ -5,16 +5,25 @@ Host names are resolved by our own resolver (loop.getaddrinfo) inside aiohttp's 
 drops refused addresses and hands back only the checked ones: the connection goes to exactly the
 address that was checked, so a DNS answer that changes between check and connect (rebinding)
 cannot slip a private address through.
+
+A host is normalised exactly as aiohttp will send it (yarl's IDNA/UTS-46 mapping: `127。0。0。1`,
+full-width or circled digits and other dots all become `127.0.0.1`) before it is checked, and
+legacy numeric IPv4 spellings (`2130706433`, `0x7f.1`, `0177.0.0.1`) are read as the address the
+system resolver would make of them. Address literals never reach the resolver, so they are checked
+here; every redirect hop is checked again the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urljoin, urlsplit
+
+from yarl import URL
 
 from atlas.errors import ToolError
 
@@ -25,6 +34,7 @@ if TYPE_CHECKING:
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+Lookup = Callable[[str, int], Awaitable[list[str]]]  # (host, port) -> addresses; fakes in tests
 REDIRECT_STATUSES = (301, 302, 303, 307, 308)
 USER_AGENT = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Atlas/0.1"
 
@@ -70,26 +80,22 @@ class AccessPolicy:
 class GuardedResolver:
     """An aiohttp resolver that returns only the addresses the policy allows."""
 
-    def __init__(self, policy: AccessPolicy) -> None:
+    def __init__(self, policy: AccessPolicy, lookup: Lookup | None = None) -> None:
         self.policy = policy
+        self.lookup = lookup  # None: the system resolver
 
     async def resolve(
         self, host: str, port: int = 0, family: int = socket.AF_UNSPEC
     ) -> list[dict[str, Any]]:
-        loop = asyncio.get_running_loop()
-        try:
-            infos = await loop.getaddrinfo(host, port, family=family, type=socket.SOCK_STREAM)
-        except socket.gaierror as exc:
-            raise OSError(exc.errno, f"cannot resolve {host}: {exc.strerror}") from None
         allowed, refusals = [], []
-        for fam, _, proto, _, sockaddr in infos:
-            if reason := self.policy.refusal(host, sockaddr[0]):
+        for fam, proto, address in await self._addresses(host, port, family):
+            if reason := self.policy.refusal(host, address):
                 refusals.append(reason)
                 continue
             allowed.append(
                 {
                     "hostname": host,
-                    "host": sockaddr[0],
+                    "host": address,
                     "port": port,
                     "family": fam,
                     "proto": proto,
@@ -100,31 +106,122 @@ class GuardedResolver:
             raise AddressRefused(refusals[0] if refusals else f"{host}: no address found")
         return allowed
 
+    async def _addresses(self, host: str, port: int, family: int) -> list[tuple[int, int, str]]:
+        if self.lookup is not None:
+            found = await self.lookup(host, port)
+            return [(_family_of(a), socket.IPPROTO_TCP, a) for a in found]
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await loop.getaddrinfo(host, port, family=family, type=socket.SOCK_STREAM)
+        except socket.gaierror as exc:
+            raise OSError(exc.errno, f"cannot resolve {host}: {exc.strerror}") from None
+        return [(fam, proto, str(sockaddr[0])) for fam, _, proto, _, sockaddr in infos]
+
     async def close(self) -> None:
         """Nothing to release (aiohttp's resolver interface asks for it)."""
 
 
-def check_url(url: str, policy: AccessPolicy) -> str:
-    """The URL's host, after refusing other schemes and private address literals."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https"):
-        raise ToolError(f"{url!r}: only http and https addresses can be fetched")
-    host = parts.hostname
-    if not host:
-        raise ToolError(f"{url!r}: no host name in the address")
+def _family_of(address: str) -> int:
+    return socket.AF_INET6 if ":" in address else socket.AF_INET
+
+
+def legacy_ipv4(host: str) -> str | None:
+    """The dotted address of a numeric IPv4 spelling the system resolver accepts (inet_aton,
+    WHATWG): 1 to 4 parts, each decimal, octal (leading 0) or hex (0x); None for a name."""
+    parts = host.split(".")
+    if parts and parts[-1] == "":
+        parts.pop()  # a trailing dot
+    if not 1 <= len(parts) <= 4:
+        return None
+    numbers: list[int] = []
+    for part in parts:
+        if re.fullmatch(r"0[xX][0-9a-fA-F]*", part):
+            numbers.append(int(part[2:] or "0", 16))
+        elif re.fullmatch(r"0[0-7]+", part):
+            numbers.append(int(part, 8))
+        elif re.fullmatch(r"[0-9]{1,40}", part):
+            numbers.append(int(part))
+        else:
+            return None
+    *leading, last = numbers
+    if any(n > 255 for n in leading) or last >= 256 ** (5 - len(numbers)):
+        return None
+    value = last
+    for index, n in enumerate(leading):
+        value += n << (8 * (3 - index))
+    return str(ipaddress.IPv4Address(value))
+
+
+def address_literal(host: str) -> str | None:
+    """`host` as a canonical address when it is an address literal in any spelling, else None."""
     try:
-        ipaddress.ip_address(host.split("%")[0])
+        ip: IPAddress = ipaddress.ip_address(host.strip("[]").split("%")[0])
     except ValueError:
+        return legacy_ipv4(host)
+    return str(ip)
+
+
+def parse_url(url: str | URL) -> URL:
+    """The URL as aiohttp reads it, its host normalised (IDNA/UTS-46); http(s) only."""
+    try:
+        parsed = url if isinstance(url, URL) else URL(url)
+        host = parsed.raw_host
+    except (ValueError, UnicodeError, TypeError) as exc:
+        raise ToolError(f"{str(url)!r} is not a valid web address: {exc}") from None
+    if parsed.scheme not in ("http", "https"):
+        raise ToolError(f"{str(url)!r}: only http and https addresses can be fetched")
+    if not host:
+        raise ToolError(f"{str(url)!r}: no host name in the address")
+    literal = address_literal(host)
+    if literal is not None and literal != host.strip("[]"):
+        parsed = parsed.with_host(literal)  # connect to exactly the address that is checked
+    return parsed
+
+
+def normalise_host(host: str) -> str:
+    """`host` as aiohttp will send it: IDNA-encoded name or canonical address literal."""
+    return str(parse_url(URL.build(scheme="http", host=host.strip("[]"))).raw_host)
+
+
+def check_url(url: str | URL, policy: AccessPolicy) -> str:
+    """The URL's normalised host, after refusing other schemes and private address literals."""
+    host = str(parse_url(url).raw_host)
+    if (literal := address_literal(host)) is None:
         return host  # a name: checked by GuardedResolver when it is resolved
     # aiohttp connects to an address literal without asking the resolver: check it here.
-    if reason := policy.refusal(host, host):
+    if reason := policy.refusal(literal, literal):
         raise AddressRefused(reason)
-    return host
+    return literal
 
 
-def same_site(a: str, b: str) -> bool:
-    """Same host name (http → https on it counts as the same site)."""
-    return (urlsplit(a).hostname or "").lower() == (urlsplit(b).hostname or "").lower()
+@dataclass(frozen=True)
+class VettedURL:
+    """A URL whose host passed the address fence (for the browser, which connects itself)."""
+
+    url: str  # host normalised as the HTTP client sends it
+    host: str  # that host; an IPv6 literal without brackets
+    port: int
+    addresses: tuple[str, ...]  # the checked addresses to connect to
+
+
+async def vet_url(url: str, settings: WebSettings, *, lookup: Lookup | None = None) -> VettedURL:
+    """Normalise `url`'s host, resolve it and keep only allowed addresses (raises
+    AddressRefused when none is allowed, ToolError for a URL that cannot be fetched)."""
+    policy = AccessPolicy.from_settings(settings.allow_private)
+    parsed = parse_url(url)
+    host = check_url(parsed, policy)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    if address_literal(host) is not None:
+        addresses: tuple[str, ...] = (host,)
+    else:
+        found = await GuardedResolver(policy, lookup).resolve(host, port)
+        addresses = tuple(dict.fromkeys(str(entry["host"]) for entry in found))
+    return VettedURL(str(parsed), host, port, addresses)
+
+
+def same_site(a: str | URL, b: str | URL) -> bool:
+    """Same normalised host (http → https on it counts as the same site)."""
+    return parse_url(a).raw_host == parse_url(b).raw_host
 
 
 @dataclass(frozen=True)
@@ -144,11 +241,12 @@ class CrossSiteRedirect:
     status: int
 
 
-def make_session(settings: WebSettings) -> aiohttp.ClientSession:
+def make_session(settings: WebSettings, lookup: Lookup | None = None) -> aiohttp.ClientSession:
     import aiohttp
 
+    policy = AccessPolicy.from_settings(settings.allow_private)
     connector = aiohttp.TCPConnector(
-        resolver=GuardedResolver(AccessPolicy.from_settings(settings.allow_private)),  # type: ignore[arg-type]
+        resolver=GuardedResolver(policy, lookup),  # type: ignore[arg-type]
         use_dns_cache=False,  # every connection resolves and checks again
     )
     return aiohttp.ClientSession(
@@ -158,20 +256,27 @@ def make_session(settings: WebSettings) -> aiohttp.ClientSession:
     )
 
 
-async def get(url: str, settings: WebSettings, max_bytes: int) -> Response | CrossSiteRedirect:
+async def get(
+    url: str, settings: WebSettings, max_bytes: int, *, lookup: Lookup | None = None
+) -> Response | CrossSiteRedirect:
     """GET `url`, following same-site redirects; a redirect elsewhere is returned, not followed."""
     import aiohttp
 
     policy = AccessPolicy.from_settings(settings.allow_private)
     current = url
     try:
-        async with asyncio.timeout(settings.fetch_timeout), make_session(settings) as session:
+        async with (
+            asyncio.timeout(settings.fetch_timeout),
+            make_session(settings, lookup) as session,
+        ):
             for _ in range(settings.max_redirects + 1):
-                check_url(current, policy)
-                async with session.get(current, allow_redirects=False) as resp:
+                target_url = parse_url(current)  # the very URL object aiohttp will connect to
+                check_url(target_url, policy)
+                current = str(target_url)
+                async with session.get(target_url, allow_redirects=False) as resp:
                     location = resp.headers.get("Location")
                     if resp.status in REDIRECT_STATUSES and location:
-                        target = urljoin(current, location)
+                        target = _join(target_url, location)
                         if not same_site(current, target):
                             return CrossSiteRedirect(current, target, resp.status)
                         current = target
@@ -195,6 +300,15 @@ async def get(url: str, settings: WebSettings, max_bytes: int) -> Response | Cro
     except aiohttp.ClientError as exc:
         raise ToolError(f"{current}: {type(exc).__name__}: {exc}") from None
     raise ToolError(f"{url}: more than {settings.max_redirects} redirects")
+
+
+def _join(base: URL, location: str) -> str:
+    try:
+        return str(base.join(URL(location)))
+    except (ValueError, UnicodeError) as exc:
+        raise ToolError(
+            f"{base}: the redirect to {location!r} is not a valid address: {exc}"
+        ) from None
 
 
 async def _read_capped(resp: aiohttp.ClientResponse, max_bytes: int, url: str) -> bytes:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from atlas.errors import ToolError
 from atlas.home import Home
 from atlas.tools.registry import RunContext, ToolResult
 from atlas.tools.web import clear_cache, fit_to_budget, web_fetch, web_search
@@ -93,6 +94,13 @@ class Site:
             "/notes.txt": reply(text="plain notes\nline two"),
             "/gone": reply(status=404, text="no such page"),
             "/pixel.png": reply(body=b"\x89PNG...", content_type="image/png"),
+            "/to-loopback": redirect(
+                web.HTTPFound, lambda: f"http://127。0。0。1:{self.port}/article"
+            ),
+            "/to-mapped": redirect(
+                web.HTTPFound, lambda: f"http://[::ffff:127.0.0.1]:{self.port}/article"
+            ),
+            "/to-number": redirect(web.HTTPFound, lambda: f"http://2130706433:{self.port}/article"),
             "/counter": self._counter,
             "/slow": self._slow,
         }
@@ -452,3 +460,109 @@ async def test_search_arguments_are_checked(home: Home) -> None:
     run = run_context(home)
     assert (await search(run, "q", limit=11)).is_error
     assert (await search(run, "   ")).is_error
+
+
+# ---- the address fence sees every spelling of an address (issue 18, item 6) ----------------------
+
+LOOPBACK_SPELLINGS = (
+    "127。0。0。1",  # ideographic full stops
+    "１２７.０.０.１",  # full-width digits
+    "①②⑦.0.0.1",  # circled digits
+    "127．0．0．1",  # full-width full stop U+FF0E
+    "127｡0｡0｡1",  # half-width ideographic full stop U+FF61
+    "2130706433",  # one decimal number
+    "0x7f.1",  # hex, two parts
+    "0x7f000001",  # hex, one part
+    "0177.0.0.1",  # octal
+    "127.1",  # short form
+    "127.0.0.1.",  # trailing dot
+    "[::ffff:127.0.0.1]",  # IPv4-mapped IPv6
+    "[::ffff:7f00:1]",
+    "[::1]",
+    "ⓛⓞⓒⓐⓛⓗⓞⓢⓣ",  # circled letters: a name that maps to localhost
+    "LOCALHOST",
+)
+
+
+async def test_every_spelling_of_loopback_is_refused(home: Home, site: Site) -> None:
+    run = run_context(home)
+    for host in LOOPBACK_SPELLINGS:
+        result = await fetch(run, f"http://{host}:{site.port}/article")
+        assert result.is_error, host
+        assert "allow_private" in result.text, (host, result.text)
+    assert "/article" not in site.hits
+
+
+def test_hosts_are_normalised_as_the_http_client_does() -> None:
+    from atlas.tools.web_access import normalise_host
+
+    for host in LOOPBACK_SPELLINGS[:11]:
+        assert normalise_host(host) == "127.0.0.1", host
+    assert normalise_host("[::ffff:127.0.0.1]") == "::ffff:7f00:1"
+    assert normalise_host("bücher.de") == "xn--bcher-kva.de"
+    assert normalise_host("Example.COM") == "example.com"
+    assert normalise_host("1.2.3.4.5") == "1.2.3.4.5"  # five parts: a name, left to DNS
+
+
+async def test_vet_url_checks_literals_and_resolved_names() -> None:
+    from atlas.config import WebSettings
+    from atlas.errors import ToolError
+    from atlas.tools.web_access import AddressRefused, vet_url
+
+    async def lookup(host: str, port: int) -> list[str]:
+        return {"public.test": ["93.184.216.34"], "rebind.test": ["10.0.0.5", "127.0.0.1"]}[host]
+
+    settings = WebSettings()
+    vetted = await vet_url("https://Public.TEST/a?b=1", settings, lookup=lookup)
+    assert (vetted.host, vetted.port, vetted.addresses) == ("public.test", 443, ("93.184.216.34",))
+    assert vetted.url == "https://public.test/a?b=1"
+    with pytest.raises(AddressRefused):
+        await vet_url("http://rebind.test/", settings, lookup=lookup)
+    with pytest.raises(AddressRefused):
+        await vet_url("http://0x7f.1:8080/", settings, lookup=lookup)
+    with pytest.raises(AddressRefused):
+        await vet_url("http://[::ffff:169.254.169.254]/", settings, lookup=lookup)
+    with pytest.raises(ToolError):
+        await vet_url("file:///etc/passwd", settings, lookup=lookup)
+    literal = await vet_url("http://８.８.８.８/", settings, lookup=lookup)
+    assert literal.addresses == ("8.8.8.8",) and literal.url == "http://8.8.8.8/"
+
+
+async def test_a_name_connects_to_the_address_its_resolver_checked(site: Site) -> None:
+    """The connection goes to what the (fake) resolver answered and the fence let through."""
+    from atlas.config import WebSettings
+    from atlas.tools.web_access import Response, get
+
+    asked: list[str] = []
+
+    async def lookup(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return ["127.0.0.1"]
+
+    allowed = WebSettings(allow_private=["pages.test"])
+    page = await get(f"http://pages.test:{site.port}/article", allowed, 1 << 20, lookup=lookup)
+    assert isinstance(page, Response) and b"Release notes 2.0" in page.body
+    assert asked == ["pages.test"]
+    refused = WebSettings(allow_private=["other.test"])
+    with pytest.raises(ToolError, match="allow_private"):
+        await get(f"http://pages.test:{site.port}/article", refused, 1 << 20, lookup=lookup)
+
+
+async def test_a_redirect_to_a_private_address_is_not_followed(site: Site) -> None:
+    """From an allowed name, a redirect to loopback (in any spelling) is another site: it is
+    returned, not followed, and the fence refuses it when it is fetched."""
+    from atlas.config import WebSettings
+    from atlas.tools.web_access import CrossSiteRedirect, get, vet_url
+
+    async def lookup(host: str, port: int) -> list[str]:
+        return ["127.0.0.1"]
+
+    settings = WebSettings(allow_private=["pages.test"])
+    for path in ("/to-loopback", "/to-mapped", "/to-number"):
+        answer = await get(f"http://pages.test:{site.port}{path}", settings, 1 << 20, lookup=lookup)
+        assert isinstance(answer, CrossSiteRedirect), path
+        with pytest.raises(ToolError, match="allow_private"):
+            await vet_url(answer.target, settings, lookup=lookup)
+        with pytest.raises(ToolError, match="allow_private"):
+            await get(answer.target, settings, 1 << 20, lookup=lookup)
+    assert "/article" not in site.hits
