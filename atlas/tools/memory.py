@@ -154,6 +154,18 @@ def _write_atomically(path: Path, text: str) -> None:
 # ---- the tool ---------------------------------------------------------------------------------
 
 
+def _refuse_joined_threat(file_name: str, before: list[str], after: list[str]) -> None:
+    """Each entry is scanned alone; the file is read whole, so entries that only together read
+    as an injection ("ignore all" + "previous instructions") are refused too. A file that was
+    flagged already (written before the scan knew a spelling) does not block other changes."""
+    if after == before or not (reason := scan(render(after))) or scan(render(before)):
+        return
+    raise ToolError(
+        f"refused: with this change {file_name} as a whole reads as an injection ({reason}); "
+        "memory is read as your own instructions"
+    )
+
+
 def _not_for_subagents(run: RunContext) -> str | None:
     return "not available to subagents" if run.run_kind == "subagent" else None
 
@@ -187,6 +199,7 @@ async def memory(
     # No await between this read and the replace: two calls in one event loop cannot interleave.
     before = read_entries(path)
     after, summary = apply_operations(before, operations)
+    _refuse_joined_threat(spec.file_name, before, after)
     if _size(after) > spec.limit:
         raise ToolError(_over_limit(spec.file_name, spec.limit, before, after))
     if after != before:

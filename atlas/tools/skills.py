@@ -170,6 +170,37 @@ def _checked_text(text: str, relative: PurePosixPath, where: str) -> str:
     return text
 
 
+def _folder_threats(folder: Path) -> dict[PurePosixPath, str]:
+    """Why each text file of a skill folder would be refused by the scan (scripts/, assets/ and
+    dot-folders such as the version history are not read as instructions)."""
+    found: dict[PurePosixPath, str] = {}
+    for path in sorted(folder.rglob("*")):
+        relative = PurePosixPath(path.relative_to(folder).as_posix())
+        if relative.parts[0] in UNSCANNED_FOLDERS or relative.parts[0].startswith("."):
+            continue
+        if path.is_symlink() or not path.is_file():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        if reason := scan(text):
+            found[relative] = reason
+    return found
+
+
+def _refuse_new_threats(work: Path, original: Path | None) -> None:
+    """Refuse a change that leaves a file reading as an injection, even when no single piece
+    did (a patch that completes a sentence); a file already flagged before stays changeable."""
+    before = _folder_threats(original) if original is not None else {}
+    for relative, reason in _folder_threats(work).items():
+        if relative not in before:
+            raise ToolError(
+                f"refused, {relative} would read as an injection: {reason}; skills are followed "
+                "as instructions; nothing was changed"
+            )
+
+
 def _patched(original: str, op: SkillOperation, relative: PurePosixPath, where: str) -> str:
     if not op.old_string:
         if not op.content:
@@ -229,9 +260,26 @@ def _validated(work: Path, name: str) -> Skill:
     return skill
 
 
+def _refuse_threatening_version(root: Path, name: str) -> None:
+    """A version kept from before the scan learnt a spelling is scanned again before it returns."""
+    folder = root / name
+    candidates = (
+        versions.history_versions(folder)
+        if folder.exists()
+        else versions.archived_versions(root, name)
+    )
+    if candidates and (threats := _folder_threats(candidates[-1])):
+        relative, reason = next(iter(threats.items()))
+        raise ToolError(
+            f"refused to restore {name!r}: its {relative} reads as an injection ({reason}); "
+            "write the skill again with patch instead"
+        )
+
+
 def _delete_or_restore(run: RunContext, name: str, op: SkillOperation, library: Library) -> str:
     root = run.bot.skills_dir
     if op.action == "restore":
+        _refuse_threatening_version(root, name)
         try:
             message = versions.restore(root, name)
             return message[:1].upper() + message[1:] + "."
@@ -259,6 +307,7 @@ def _stage(
             shutil.copytree(skill.folder, work, ignore=shutil.ignore_patterns(versions.HISTORY))
         for number, op in enumerate(operations, 1):
             _apply(work, op, f"operation {number} ({op.action})")
+        _refuse_new_threats(work, skill.folder if skill is not None else None)
         files = len(_validated(work, name).files())  # counted before `work` moves into place
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)  # a refused call leaves nothing behind
