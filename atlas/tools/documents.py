@@ -13,8 +13,9 @@ import json
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from atlas.errors import ToolError
 
@@ -54,24 +55,25 @@ def cache_paths(documents_dir: Path, path: Path) -> tuple[Path, Path]:
     return documents_dir / f"{key}.md", documents_dir / f"{key}.json"
 
 
-async def cached_markdown_file(documents_dir: Path, path: Path) -> Path:
+# Opens a resolved path once, checked (atlas.tools.fences.Fence.open_file): the file and its stat.
+FileOpener = Callable[[Path], tuple[BinaryIO, os.stat_result]]
+
+
+async def cached_markdown_file(documents_dir: Path, path: Path, open_file: FileOpener) -> Path:
     """The cache file holding a document's Markdown, converting the document first if needed."""
-    return await asyncio.to_thread(_refresh, documents_dir, path)
+
+    def refresh() -> Path:
+        f, st = open_file(path)
+        with f:
+            return markdown_file_for(documents_dir, path, f, st)
+
+    return await asyncio.to_thread(refresh)
 
 
-async def document_text(home_documents_dir: Path, path: Path) -> str:
-    """A document's text as Markdown (from the cache when the document has not changed)."""
-    markdown_file = await cached_markdown_file(home_documents_dir, path)
-    return await asyncio.to_thread(markdown_file.read_text, encoding="utf-8")
-
-
-def _refresh(documents_dir: Path, path: Path) -> Path:
-    path = path.resolve()
+def markdown_file_for(documents_dir: Path, path: Path, f: BinaryIO, st: os.stat_result) -> Path:
+    """The cached Markdown of the document open as `f` (opened once, from resolved `path`):
+    the file converted is the file that was checked, never a second lookup of its path."""
     markdown_file, meta_file = cache_paths(documents_dir, path)
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        raise ToolError(f"{path}: no such file") from None
     stamp = {"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
     if markdown_file.exists() and _read_meta(meta_file) == stamp:
         return markdown_file
@@ -80,7 +82,7 @@ def _refresh(documents_dir: Path, path: Path) -> Path:
             f"{path}: document of {st.st_size} bytes is over the {MAX_DOCUMENT_BYTES // 2**20} MB "
             "conversion limit"
         )
-    text = convert_document(path)
+    text = convert_open_document(path, f)
     documents_dir.mkdir(parents=True, exist_ok=True)
     # Markdown before metadata: a crash in between leaves stale metadata, so it converts again.
     _write_atomically(markdown_file, text)
@@ -95,14 +97,33 @@ def _read_meta(meta_file: Path) -> dict[str, object] | None:
         return None
 
 
-def convert_document(path: Path) -> str:
+def _converter() -> MarkItDown:
     global _markitdown
     with _markitdown_lock:
         if _markitdown is None:
             from markitdown import MarkItDown  # heavy (~2 s): only when a document is read
 
             _markitdown = MarkItDown(enable_plugins=False)
-        converter = _markitdown
+        return _markitdown
+
+
+def convert_open_document(path: Path, f: BinaryIO) -> str:
+    """Convert the open document `f` (named `path`, for its kind and for messages)."""
+    from markitdown import StreamInfo
+
+    info = StreamInfo(extension=path.suffix.lower(), filename=path.name)
+    try:
+        return _converter().convert_stream(f, stream_info=info).markdown
+    except (
+        Exception
+    ) as exc:  # markitdown raises many kinds; the model needs the reason, not a crash
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ToolError(f"{path}: could not convert the document to text ({reason})") from exc
+
+
+def convert_document(path: Path) -> str:
+    """Convert a document file Atlas made itself (web_fetch's download)."""
+    converter = _converter()
     try:
         return converter.convert_local(str(path)).markdown
     except (

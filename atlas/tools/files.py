@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import difflib
 import hashlib
 import os
+import secrets
 import stat
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,11 +26,12 @@ from atlas.errors import ToolError
 from atlas.providers.base import Image
 from atlas.tools.documents import (
     DOCUMENT_SUFFIXES,
-    document_text,
     is_document,
+    markdown_file_for,
     unconvertible_reason,
 )
-from atlas.tools.paths import PathArg, resolve_path, shown_path
+from atlas.tools.fences import Fence, PathChanged, open_folder
+from atlas.tools.paths import PathArg, judged_path, shown_path
 from atlas.tools.registry import RunContext, Tool, ToolResult, tool
 from atlas.tools.search_files import find_files
 
@@ -52,14 +54,6 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _umask() -> int:
     try:  # Linux: read it without the set-and-restore race of os.umask
         for line in Path("/proc/self/status").read_text().splitlines():
@@ -76,26 +70,43 @@ NEW_FILE_MODE = 0o666 & ~_umask()
 
 
 def _write_atomically(path: Path, data: bytes, shown: str) -> None:
-    """Temp file in the same folder, then os.replace: a reader never sees half a file."""
+    """Temp file in the same folder, then a rename: a reader never sees half a file. The folder
+    is opened once, without following a symlink, and both happen inside it (no second lookup)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            mode = stat.S_IMODE(path.stat().st_mode)
-        except FileNotFoundError:
-            mode = NEW_FILE_MODE  # mkstemp makes 0600; a new file gets the usual umask mode
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise ToolError(f"cannot write {shown}: {exc.strerror} ({exc.filename})") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        folder = open_folder(path.parent, create=True)
+    except ToolError:
         raise
+    except OSError as exc:
+        raise ToolError(f"cannot write {shown}: {exc.strerror} ({path.parent})") from None
+    tmp = f".{path.name}.{secrets.token_hex(4)}.tmp"
+    try:
+        try:
+            existing = os.stat(path.name, dir_fd=folder, follow_symlinks=False)
+        except FileNotFoundError:
+            mode = NEW_FILE_MODE
+        else:
+            if stat.S_ISLNK(existing.st_mode):
+                raise PathChanged(
+                    f"{shown} became a symbolic link after its check; nothing written"
+                )
+            mode = stat.S_IMODE(existing.st_mode)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o600, dir_fd=folder)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fchmod(f.fileno(), mode)
+                os.fsync(f.fileno())
+            os.replace(tmp, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=folder)
+            raise
+    except OSError as exc:
+        raise ToolError(f"cannot write {shown}: {exc.strerror}") from None
+    finally:
+        os.close(folder)
 
 
 def _check_read_and_unchanged(
@@ -110,13 +121,13 @@ def _check_read_and_unchanged(
         raise ToolError(f"{shown} changed since you read it; read it again before changing it")
 
 
-def _existing_bytes(path: Path, shown: str) -> bytes | None:
+def _existing_bytes(fence: Fence, path: Path, shown: str) -> bytes | None:
     try:
-        return path.read_bytes()
+        f, _ = fence.open_file(path, shown)
     except FileNotFoundError:
         return None
-    except IsADirectoryError:
-        raise ToolError(f"{shown} is a folder, not a file") from None
+    with f:
+        return f.read()
 
 
 # ---- read_file --------------------------------------------------------------------------------
@@ -175,23 +186,18 @@ def _decoded_lines(f: BinaryIO, digest: hashlib._Hash, invalid: list[int]) -> It
         yield line.removesuffix("\n").removesuffix("\r")
 
 
-def _read_plain(path: Path, shown: str, offset: int, limit: int) -> tuple[str | _ImageFile, str]:
-    """A text page or an image, and the sha256 of the file; one pass over the file."""
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        raise ToolError(f"{shown}: no such file") from None
-    if stat.S_ISDIR(mode):
-        raise ToolError(f"{shown} is a folder; list it with find_files(target='files')")
-    if not stat.S_ISREG(mode):  # a FIFO or device would block the read forever
-        raise ToolError(f"{shown} is not a regular file (a pipe, socket or device)")
-    with path.open("rb") as f:
+def _read_plain(
+    fence: Fence, path: Path, shown: str, offset: int, limit: int
+) -> tuple[str | _ImageFile, str]:
+    """A text page or an image, and the sha256 of the file; one open, one pass over the file."""
+    f, st = _open_existing(fence, path, shown)
+    with f:
         head = f.read(8192)
         if media_type := _image_type(head):
-            size = os.fstat(f.fileno()).st_size
-            if size > MAX_IMAGE_BYTES:
+            if st.st_size > MAX_IMAGE_BYTES:
                 raise ToolError(
-                    f"{shown} is a {media_type} image of {size} bytes; images over 5 MB are refused"
+                    f"{shown} is a {media_type} image of {st.st_size} bytes; "
+                    "images over 5 MB are refused"
                 )
             data = head + f.read()
             return _ImageFile(media_type, data), _sha256(data)
@@ -209,6 +215,25 @@ def _read_plain(path: Path, shown: str, offset: int, limit: int) -> tuple[str | 
     return text, digest.hexdigest()
 
 
+def _open_existing(fence: Fence, path: Path, shown: str) -> tuple[BinaryIO, os.stat_result]:
+    try:
+        return fence.open_file(path, shown)
+    except FileNotFoundError:
+        raise ToolError(f"{shown}: no such file") from None
+
+
+def _read_document(fence: Fence, documents_dir: Path, path: Path, shown: str) -> tuple[str, str]:
+    """A document's Markdown and the sha256 of the document, from one open of it."""
+    f, st = _open_existing(fence, path, shown)
+    with f:
+        digest = hashlib.sha256()
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+        f.seek(0)
+        markdown_file = markdown_file_for(documents_dir, path, f, st)
+    return markdown_file.read_text(encoding="utf-8"), digest.hexdigest()
+
+
 @tool(read_only=True, pages_itself=True, aliases={"file_path": "path"})
 async def read_file(
     run: RunContext,
@@ -218,20 +243,22 @@ async def read_file(
 ) -> str | ToolResult:
     """Read a file: numbered lines, paged. PDF, Word, PowerPoint, Excel and EPUB come as Markdown;
     PNG, JPEG, GIF and WebP as images. Read a file before you change it."""
-    resolved = resolve_path(run, path)
+    resolved = judged_path(run, "read_file", path)
     shown = shown_path(run, resolved)
     if reason := unconvertible_reason(resolved):
         raise ToolError(reason)
-    if is_document(resolved) and await asyncio.to_thread(resolved.is_file):
-        markdown = await document_text(run.home.documents_dir, resolved)
-        digest = await asyncio.to_thread(_sha256_file, resolved)
+    fence = Fence.for_run(run)
+    if is_document(resolved):
+        markdown, digest = await asyncio.to_thread(
+            _read_document, fence, run.home.documents_dir, resolved, shown
+        )
         if not markdown.strip():
             answer = f"({shown} has no text: it may hold only scanned images)"
         else:
             answer = f"{shown} as Markdown:\n" + _page(markdown.splitlines(), offset, limit, shown)
         run.state.file_hashes[str(resolved)] = digest
         return ToolResult(answer, untrusted=True)  # a document's text may come from anyone
-    content, digest = await asyncio.to_thread(_read_plain, resolved, shown, offset, limit)
+    content, digest = await asyncio.to_thread(_read_plain, fence, resolved, shown, offset, limit)
     run.state.file_hashes[str(resolved)] = digest
     if not isinstance(content, _ImageFile):
         return content
@@ -246,9 +273,12 @@ async def read_file(
 # ---- write_file, edit_file --------------------------------------------------------------------
 
 
-def _write_checked(hashes: dict[str, str], path: Path, shown: str, data: bytes) -> bool:
+def _write_checked(
+    fence: Fence, hashes: dict[str, str], path: Path, shown: str, data: bytes
+) -> bool:
     """Write after the read-and-unchanged check; True when a file was replaced."""
-    current = _existing_bytes(path, shown)
+    fence.refuse_writing(path, shown)
+    current = _existing_bytes(fence, path, shown)
     if current is not None:
         _check_read_and_unchanged(hashes, path, shown, current)
     _write_atomically(path, data, shown)
@@ -259,10 +289,12 @@ def _write_checked(hashes: dict[str, str], path: Path, shown: str, data: bytes) 
 async def write_file(run: RunContext, path: PathArg, content: str) -> str:
     """Write a whole file (folders created). Replacing a file needs a read_file of it first;
     for small changes use edit_file."""
-    resolved = resolve_path(run, path)
+    resolved = judged_path(run, "write_file", path)
     shown = shown_path(run, resolved)
     data = content.encode("utf-8")
-    replaced = await asyncio.to_thread(_write_checked, run.state.file_hashes, resolved, shown, data)
+    replaced = await asyncio.to_thread(
+        _write_checked, Fence.for_run(run), run.state.file_hashes, resolved, shown, data
+    )
     run.state.file_hashes[str(resolved)] = _sha256(data)
     lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
     return f"{'Replaced' if replaced else 'Created'} {shown}: {lines} lines, {len(data)} bytes"
@@ -307,10 +339,17 @@ def _diff(before: str, after: str, shown: str) -> str:
 
 
 def _edit(
-    hashes: dict[str, str], path: Path, shown: str, old: str, new: str, replace_all: bool
+    fence: Fence,
+    hashes: dict[str, str],
+    path: Path,
+    shown: str,
+    change: tuple[str, str, bool],
 ) -> tuple[str, str, int, str]:
-    """Apply the edit; returns text before, text after, replacements, sha256 of the new bytes."""
-    raw = _existing_bytes(path, shown)
+    """Apply the edit (old, new, replace_all); returns text before, text after, replacements,
+    sha256 of the new bytes."""
+    old, new, replace_all = change
+    fence.refuse_writing(path, shown)
+    raw = _existing_bytes(fence, path, shown)
     if raw is None:
         raise ToolError(f"{shown}: no such file; create it with write_file")
     _check_read_and_unchanged(hashes, path, shown, raw)
@@ -352,10 +391,11 @@ async def edit_file(
         raise ToolError("old_string is empty; to create or replace a whole file use write_file")
     if old_string == new_string:
         raise ToolError("old_string and new_string are the same; nothing to change")
-    resolved = resolve_path(run, path)
+    resolved = judged_path(run, "edit_file", path)
     shown = shown_path(run, resolved)
+    change = (old_string, new_string, replace_all)
     before, after, count, digest = await asyncio.to_thread(
-        _edit, run.state.file_hashes, resolved, shown, old_string, new_string, replace_all
+        _edit, Fence.for_run(run), run.state.file_hashes, resolved, shown, change
     )
     run.state.file_hashes[str(resolved)] = digest
     plural = "s" if count > 1 else ""

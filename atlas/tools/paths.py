@@ -29,3 +29,18 @@ def shown_path(run: RunContext, resolved: Path) -> str:
     except ValueError:
         return str(resolved)
     return str(rel) if rel.parts else "."
+
+
+JUDGED_PATHS = "gate:resolved-paths"  # run.state.tool_state key: (tool, raw path) → resolved
+
+
+def note_judged_path(run: RunContext, tool: str, raw: str, resolved: Path) -> None:
+    """The gate's resolution of a call's path, for the tool to open: one resolution per call."""
+    run.state.tool_state.setdefault(JUDGED_PATHS, {})[(tool, raw)] = resolved
+
+
+def judged_path(run: RunContext, tool: str, raw: str) -> Path:
+    """The path the gate judged for this call (so a link swapped in after the check cannot
+    redirect the tool), else the path resolved now (a tool run without the gate)."""
+    judged = run.state.tool_state.get(JUDGED_PATHS, {}).pop((tool, raw), None)
+    return judged if judged is not None else resolve_path(run, raw)

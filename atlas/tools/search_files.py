@@ -7,8 +7,10 @@ SEARCH_TIMEOUT_S and answers with what it found so far, one page of result lines
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
+import stat
 import sysconfig
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +21,8 @@ from pydantic import Field
 
 from atlas.errors import ToolError
 from atlas.tools.documents import DOCUMENT_SUFFIXES, cached_markdown_file, is_document
-from atlas.tools.paths import resolve_path, shown_path
+from atlas.tools.fences import Fence, fenced_inodes, inside
+from atlas.tools.paths import judged_path, shown_path
 from atlas.tools.registry import RunContext, tool
 
 SEARCH_TIMEOUT_S = 60.0
@@ -61,16 +64,22 @@ def _strip_dot(path: str) -> str:
     return path[2:] if path.startswith("./") else path
 
 
-def _collector(results: _Results, mode: str, rename: Callable[[str], str]) -> Callable[[str], None]:
-    """Turns rg's output lines (paths ended by NUL, see --null) into result lines."""
+def _collector(
+    results: _Results, mode: str, rename: Callable[[str], str], keep: Callable[[str], bool]
+) -> Callable[[str], None]:
+    """Turns rg's output lines (paths ended by NUL, see --null) into result lines; lines of
+    files outside the fence (`keep` false) are dropped."""
 
     def collect(raw: str) -> None:
         if mode in ("files", "files_only"):
-            results.add(rename(raw), rename(raw), 0)
+            if keep(raw):
+                results.add(rename(raw), rename(raw), 0)
         elif raw == "--":  # rg's separator between context groups
             results.add(raw, None, 0)
         else:
             path, _, rest = raw.partition("\0")
+            if not keep(path):
+                return
             name = rename(path)
             if mode == "count":
                 results.add(f"{name}:{rest}", name, int(rest) if rest.isdigit() else 0)
@@ -170,6 +179,64 @@ def _content_flags(output_mode: str, context: int, ignore_case: bool) -> list[st
     return [*flags, "--ignore-case"] if ignore_case else flags
 
 
+GLOB_SPECIAL = re.compile(r"([*?\[\]{}\\!])")
+
+
+@dataclass
+class _FenceFilter:
+    """What a search leaves out: the vault always; searched from outside the home's private
+    areas (the workspace, or a folder above the home), every private area too. rg is told to
+    skip them (globs), and every result is checked again here, on the path found (a glob
+    that misses cannot leak), with hard links into fenced folders dropped too."""
+
+    fence: Fence
+    cwd: Path
+    from_outside: bool
+    fenced: frozenset[tuple[int, int]] | None
+    dropped: int = 0
+    _seen: dict[str, bool] = field(default_factory=dict)
+
+    @classmethod
+    async def for_search(cls, fence: Fence, cwd: Path, root: Path) -> _FenceFilter:
+        fenced = await asyncio.to_thread(fenced_inodes, fence.home, fence.vault)
+        return cls(fence, cwd, fence.area(root) in ("workspace", "outside"), fenced)
+
+    def globs(self, root: Path) -> list[str]:
+        trees = self.fence.private_trees() if self.from_outside else [self.fence.vault]
+        globs = []
+        for tree in trees:
+            if tree == root or not inside(tree, root):
+                continue  # not below the search: nothing to skip
+            if inside(tree, self.cwd):  # rg matches paths below its folder relative to it
+                globs.append("--glob=!/" + _glob_escape(str(tree.relative_to(self.cwd))))
+            else:
+                globs.append("--glob=!**" + _glob_escape(str(tree)))
+        return globs
+
+    def keep(self, found: str) -> bool:
+        known = self._seen.get(found)
+        if known is None:
+            known = self._seen[found] = self._allowed(Path(os.path.normpath(self.cwd / found)))
+            self.dropped += not known
+        return known
+
+    def _allowed(self, path: Path) -> bool:
+        area = self.fence.area(path)
+        if area == "vault" or (self.from_outside and area not in ("workspace", "outside")):
+            return False
+        try:
+            st = path.lstat()
+        except OSError:
+            return True  # gone meanwhile: nothing of it is shown beyond what rg printed
+        if st.st_nlink > 1 and stat.S_ISREG(st.st_mode) and area in ("workspace", "outside"):
+            return self.fenced is not None and (st.st_dev, st.st_ino) not in self.fenced
+        return True
+
+
+def _glob_escape(text: str) -> str:
+    return GLOB_SPECIAL.sub(r"\\\1", text)
+
+
 @dataclass
 class _Search:
     """One find_files call: where rg runs, how results are named, and what went wrong."""
@@ -179,6 +246,7 @@ class _Search:
     cwd: Path
     deadline: float
     results: _Results
+    fence: _FenceFilter
     stopped: bool = False
     notes: list[str] = field(default_factory=list)
 
@@ -189,14 +257,15 @@ class _Search:
             self.notes.append("rg: " + " | ".join(stderr.splitlines()[:3]))
 
     async def documents(
-        self, arg: str, is_dir: bool, scope: list[str], file_glob: str | None
+        self, arg: str, is_dir: bool, scope: list[str], file_glob: str | None, fences: list[str]
     ) -> list[str]:
         if not is_dir:
             return [arg]
         globs = ["--glob", file_glob] if file_glob else [f"--iglob=*{s}" for s in DOCUMENT_SUFFIXES]
         found: list[str] = []
-        await self.rg_lines(["--files", "--sort=path", *scope, *globs, "--", arg], found.append)
-        return [p for p in found if is_document(Path(p))]
+        args = ["--files", "--sort=path", *scope, *globs, *fences, "--", arg]
+        await self.rg_lines(args, found.append)
+        return [p for p in found if is_document(Path(p)) and self.fence.keep(p)]
 
     async def search_documents(self, documents: list[str], rg_args: list[str], mode: str) -> None:
         """Converts each document once (cached), then runs rg over the cached Markdown."""
@@ -206,7 +275,9 @@ class _Search:
         for doc in documents:
             try:
                 async with asyncio.timeout_at(self.deadline):
-                    md = await cached_markdown_file(self.run.home.documents_dir, self.cwd / doc)
+                    md = await cached_markdown_file(
+                        self.run.home.documents_dir, self.cwd / doc, self.fence.fence.open_file
+                    )
             except TimeoutError:
                 self.stopped = True
                 break
@@ -217,7 +288,7 @@ class _Search:
         if failed:
             self.notes.append(f"{len(failed)} documents not searched: " + "; ".join(failed[:3]))
         if cached and loop.time() < self.deadline:
-            collect = _collector(self.results, mode, lambda p: cached.get(p, p))
+            collect = _collector(self.results, mode, lambda p: cached.get(p, p), lambda p: True)
             await self.rg_lines([*rg_args, "--", *cached], collect)
 
 
@@ -253,6 +324,11 @@ def _answer(search: _Search, summary: str) -> str:
     parts += search.results.page
     parts.append(summary)
     parts += search.notes
+    if search.fence.dropped:
+        parts.append(
+            f"({search.fence.dropped} files in the vault or the Atlas home's private areas "
+            "were left out)"
+        )
     return "\n".join(parts)
 
 
@@ -282,28 +358,32 @@ async def find_files(
             "file_glob is for target=content; with target=files put the glob in pattern"
         )
     rg = _ripgrep()
-    resolved = resolve_path(run, path)
+    resolved = judged_path(run, "find_files", path)
     shown = shown_path(run, resolved)
+    fence = Fence.for_run(run)
+    fence.refuse_reading(resolved, shown)
     is_dir = await asyncio.to_thread(resolved.is_dir)
     if not is_dir and not await asyncio.to_thread(resolved.exists):
         raise ToolError(f"{shown}: no such file or folder")
     cwd, arg = await _search_root(run, resolved, shown)
     loop = asyncio.get_running_loop()
-    search = _Search(run, rg, cwd, loop.time() + SEARCH_TIMEOUT_S, _Results(offset, limit))
+    fenced = await _FenceFilter.for_search(fence, cwd, resolved)
+    search = _Search(run, rg, cwd, loop.time() + SEARCH_TIMEOUT_S, _Results(offset, limit), fenced)
     scope = await _scope_flags(run, resolved, is_dir)
+    fences = fenced.globs(resolved)  # last before "--": rg's later globs win over earlier
     mode = "files" if target == "files" else output_mode
     if target == "files":
         glob_flag = "--iglob" if ignore_case else "--glob"
-        args = ["--files", "--sort=path", *scope, glob_flag, pattern, "--", arg]
-        await search.rg_lines(args, _collector(search.results, mode, _strip_dot))
+        args = ["--files", "--sort=path", *scope, glob_flag, pattern, *fences, "--", arg]
+        await search.rg_lines(args, _collector(search.results, mode, _strip_dot, fenced.keep))
     else:
         flags = [*_content_flags(output_mode, context, ignore_case), "--regexp", pattern]
         if is_dir or not is_document(resolved):
             skip_documents = [f"--iglob=!*{s}" for s in DOCUMENT_SUFFIXES]  # searched as Markdown
             globs = ["--glob", file_glob] if file_glob else []
-            args = [*flags, *scope, *globs, *skip_documents, "--", arg]
-            await search.rg_lines(args, _collector(search.results, mode, _strip_dot))
+            args = [*flags, *scope, *globs, *skip_documents, *fences, "--", arg]
+            await search.rg_lines(args, _collector(search.results, mode, _strip_dot, fenced.keep))
         if not search.stopped and (is_dir or is_document(resolved)):
-            documents = await search.documents(arg, is_dir, scope, file_glob)
+            documents = await search.documents(arg, is_dir, scope, file_glob, fences)
             await search.search_documents(documents, flags, mode)
     return _answer(search, _summary(search.results, target, mode, shown, pattern))

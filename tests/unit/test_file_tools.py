@@ -13,6 +13,7 @@ import subprocess
 import zipfile
 import zlib
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 
@@ -472,13 +473,13 @@ async def test_find_searches_documents_and_caches_their_text(
     (ws / "docs/memo.docx").write_bytes(docx_bytes("intro", "the giraffe budget"))
     (ws / "docs/paper.pdf").write_bytes(pdf_bytes("zebra giraffe"))
     conversions: list[Path] = []
-    real_convert = documents.convert_document
+    real_convert = documents.convert_open_document
 
-    def counting_convert(path: Path) -> str:
+    def counting_convert(path: Path, f: BinaryIO) -> str:
         conversions.append(path)
-        return real_convert(path)
+        return real_convert(path, f)
 
-    monkeypatch.setattr(documents, "convert_document", counting_convert)
+    monkeypatch.setattr(documents, "convert_open_document", counting_convert)
     first = await call(run, find_files, pattern="giraffe")
     assert "docs/memo.docx:3:the giraffe budget" in first.text
     assert "docs/paper.pdf:1:zebra giraffe" in first.text

@@ -1,0 +1,316 @@
+"""Where file tools may reach, and how they open what they reach without a race.
+
+`Fence.area` names the part of the machine a resolved path is in: the vault, the bot's own
+workspace, somewhere outside the Atlas home, or one of the home's own areas (settings,
+databases, memory, skills, routines…). The gate (atlas/trust/policy.py) turns areas into allow,
+ask or deny; the tools apply the denials again when they open a file, on the file they opened.
+
+Opening is race-free: a path resolved once (symlinks and `..` gone) is opened folder by folder
+from `/` with O_NOFOLLOW, so a symlink swapped in after the check fails the open instead of
+being followed. A regular file with more than one link is refused when it is a hard link to a
+file of the vault or the home's private areas (found by device and inode).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO, Literal
+
+from atlas.errors import ToolError
+
+if TYPE_CHECKING:
+    from atlas.home import Home
+    from atlas.tools.registry import RunContext
+
+Area = Literal[
+    "vault",
+    "workspace",
+    "outside",
+    "settings",  # config.toml, mcp.json, models.toml, every bots/*/bot.toml
+    "mission",  # bots/*/MISSION.md
+    "database",  # atlas.db*, bots/*/conversations.db*
+    "plugins",  # plugins/, plugin-data/
+    "own-memory",  # this bot's memory/ (and the home's USER.md, MEMORY.md, memory/)
+    "memory",  # another bot's memory/
+    "own-skills",  # this bot's skills/ and the home's shared skills/
+    "skills",  # another bot's skills/
+    "routines",
+    "own-scratch",  # what Atlas tells the model to read: its spill files, job logs
+    "home",  # anything else in the home (other bots' workspaces, caches, the home itself)
+]
+MEMORY_AREAS = ("own-memory", "memory")
+SKILL_AREAS = ("own-skills", "skills")
+SETTINGS_FILES = ("config.toml", "mcp.json", "models.toml")
+HOME_MEMORY = ("USER.md", "MEMORY.md", "memory")
+# Hard links: fenced trees are walked for files with more than one link (cached this long).
+LINK_SCAN_TTL_S = 5.0
+LINK_SCAN_MAX_ENTRIES = 200_000
+O_PATH = getattr(os, "O_PATH", os.O_RDONLY)  # Linux: a folder fd that needs no read permission
+
+
+class PathChanged(ToolError):
+    """The path changed between its check and its open (a symlink swapped in)."""
+
+
+def inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def vault_of(home: Home) -> Path:
+    vault = home.settings.trust.vault
+    return Path(vault).expanduser().resolve() if vault else home.root / "vault"
+
+
+@dataclass(frozen=True)
+class Fence:
+    home: Path
+    vault: Path
+    bot: str
+    workspace: Path
+
+    @classmethod
+    def for_run(cls, run: RunContext) -> Fence:
+        return cls(
+            home=run.home.root.resolve(),
+            vault=vault_of(run.home).resolve(),
+            bot=run.bot.name,
+            workspace=run.bot.workspace.resolve(),
+        )
+
+    def area(self, path: Path) -> Area:
+        """The area of a resolved absolute path."""
+        if inside(path, self.vault):
+            return "vault"
+        if inside(path, self.workspace):
+            return "workspace"
+        if not inside(path, self.home):
+            return "outside"
+        return self._home_area(path.relative_to(self.home).parts)
+
+    def _home_area(self, parts: tuple[str, ...]) -> Area:
+        if not parts:
+            return "home"
+        top = parts[0]
+        if len(parts) == 1 and top in SETTINGS_FILES:
+            return "settings"
+        if top.startswith("atlas.db"):
+            return "database"
+        if top in ("plugins", "plugin-data"):
+            return "plugins"
+        if top in HOME_MEMORY:
+            return "own-memory"
+        if top == "skills":
+            return "own-skills"
+        if top == "routines":
+            return "routines"
+        if top == "jobs" or (top == "spill" and parts[1:2] == (self.bot,)):
+            return "own-scratch"
+        if top == "bots" and len(parts) >= 3:
+            return self._bot_area(parts[1], parts[2], len(parts) == 3)
+        return "home"
+
+    def _bot_area(self, bot: str, entry: str, top_level: bool) -> Area:
+        own = bot == self.bot
+        if top_level and entry == "bot.toml":
+            return "settings"
+        if top_level and entry == "MISSION.md":
+            return "mission"
+        if entry.startswith("conversations.db"):
+            return "database"
+        if entry == "memory":
+            return "own-memory" if own else "memory"
+        if entry == "skills":
+            return "own-skills" if own else "skills"
+        return "home"
+
+    # ---- what the tools refuse whatever the gate said ---------------------------------------
+
+    def refuse_reading(self, path: Path, shown: str) -> None:
+        if self.area(path) == "vault":
+            raise ToolError(
+                f"{shown} is inside the vault ({self.vault}), which file tools never reach"
+            )
+
+    def refuse_writing(self, path: Path, shown: str) -> None:
+        self.refuse_reading(path, shown)
+        if reason := write_refusal(self.area(path), shown):
+            raise ToolError(reason)
+
+    def open_file(self, path: Path, shown: str | None = None) -> tuple[BinaryIO, os.stat_result]:
+        """Open a resolved path for reading, once: not in the vault, no symlink followed on the
+        way, a regular file, no hard link into a fenced folder. Raises FileNotFoundError."""
+        shown = shown or str(path)
+        self.refuse_reading(path, shown)
+        try:
+            fd = open_resolved(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block
+        except (FileNotFoundError, ToolError):
+            raise
+        except OSError as exc:
+            raise ToolError(f"cannot read {shown}: {exc.strerror}") from None
+        f = os.fdopen(fd, "rb")
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise ToolError(f"{shown} is a folder; list it with find_files(target='files')")
+            if not stat.S_ISREG(st.st_mode):
+                raise ToolError(f"{shown} is not a regular file (a pipe, socket or device)")
+            self.refuse_hard_link(path, st, shown)
+        except BaseException:
+            f.close()
+            raise
+        return f, st
+
+    def private_trees(self) -> list[Path]:
+        """Folders and files searched from above must leave out: the vault, and the whole home
+        but this bot's workspace (named entry by entry, so the workspace stays in)."""
+        trees = [self.vault]
+        try:
+            trees += [p for p in self.home.iterdir() if p.name != "bots"]
+            for bot in (self.home / "bots").iterdir():
+                if bot.name != self.bot:
+                    trees.append(bot)
+                else:
+                    trees += [p for p in bot.iterdir() if p.resolve() != self.workspace]
+        except OSError:
+            pass  # a home being set up: what exists is listed
+        return trees
+
+    # ---- hard links --------------------------------------------------------------------------
+
+    def refuse_hard_link(self, path: Path, st: os.stat_result, shown: str) -> None:
+        """A file with several links, opened outside the home and the vault, must not be one of
+        their files under another name."""
+        if st.st_nlink <= 1 or not stat.S_ISREG(st.st_mode):
+            return
+        if self.area(path) not in ("workspace", "outside"):
+            return  # the file itself is in the home: the gate judged that path
+        fenced = fenced_inodes(self.home, self.vault)
+        if fenced is None or (st.st_dev, st.st_ino) in fenced:
+            raise ToolError(
+                f"{shown} is a hard link to a file in the vault or the Atlas home's private "
+                "files; file tools do not read it"
+            )
+
+
+def write_refusal(area: Area, shown: str) -> str | None:
+    """Why write_file/edit_file may never change a file in this area (None: they may ask)."""
+    if area in MEMORY_AREAS:
+        return (
+            f"{shown} is memory: it changes only through the `memory` tool (whose checks "
+            "apply), never through file tools"
+        )
+    if area in SKILL_AREAS:
+        return (
+            f"{shown} is a skill: skills change only through the `skill_manage` tool (whose "
+            "checks apply), never through file tools"
+        )
+    if area == "settings":
+        return f"{shown} is the home's own settings; the person edits it themselves"
+    if area == "database":
+        return f"{shown} is one of the home's databases; file tools never write it"
+    if area == "plugins":
+        return f"{shown} belongs to the home's plugins"
+    return None
+
+
+_link_scans: dict[tuple[Path, Path], tuple[float, frozenset[tuple[int, int]] | None]] = {}
+
+
+def fenced_inodes(home: Path, vault: Path) -> frozenset[tuple[int, int]] | None:
+    """(device, inode) of every file with more than one link in the vault and the home
+    (bots' workspaces left out: they are no private files). None when there are too many
+    entries to walk: every multiply linked file is then refused."""
+    key = (home, vault)
+    now = time.monotonic()
+    cached = _link_scans.get(key)
+    if cached and now - cached[0] < LINK_SCAN_TTL_S:
+        return cached[1]
+    found: set[tuple[int, int]] = set()
+    seen = 0
+    stack = [vault, home]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            if seen > LINK_SCAN_MAX_ENTRIES:
+                _link_scans[key] = (now, None)
+                return None
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                if not (entry.name == "workspace" and Path(folder).parent.name == "bots"):
+                    stack.append(Path(entry.path))
+            elif stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                found.add((st.st_dev, st.st_ino))
+    result = frozenset(found)
+    _link_scans[key] = (now, result)
+    return result
+
+
+# ---- opening without a second lookup -------------------------------------------------------
+
+
+def open_folder(path: Path, *, create: bool = False) -> int:
+    """An fd of a resolved folder, reached from `/` one name at a time without following a
+    symlink; missing folders are made when `create`. Raises PathChanged on a symlink."""
+    if not path.is_absolute():
+        raise ToolError(f"{path}: not an absolute path")
+    flags = O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open("/", flags)
+    try:
+        for name in path.parts[1:]:
+            try:
+                child = os.open(name, flags, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                with contextlib.suppress(FileExistsError):  # made meanwhile: opened below
+                    os.mkdir(name, 0o777, dir_fd=fd)
+                child = os.open(name, flags, dir_fd=fd)
+            except OSError as exc:
+                _raise_if_link(exc, fd, name, path)
+                raise
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _raise_if_link(exc: OSError, folder_fd: int, name: str, path: Path) -> None:
+    try:
+        is_link = stat.S_ISLNK(os.stat(name, dir_fd=folder_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        is_link = False
+    if is_link or exc.errno == errno.ELOOP:
+        raise PathChanged(
+            f"{path} changed while it was being opened (a symbolic link appeared on its "
+            "path); nothing was read or written. Try again."
+        ) from None
+
+
+def open_resolved(
+    path: Path, flags: int, mode: int = 0o666, *, create_folders: bool = False
+) -> int:
+    """Open a resolved path with no symlink followed anywhere on the way (see open_folder)."""
+    folder = open_folder(path.parent, create=create_folders)
+    try:
+        return os.open(path.name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=folder)
+    except OSError as exc:
+        _raise_if_link(exc, folder, path.name, path)
+        raise
+    finally:
+        os.close(folder)
