@@ -133,7 +133,7 @@ _TOKEN = re.compile(r"[\w@$|]+")
 
 
 @functools.cache
-def _confusables() -> dict[int, str]:
+def confusable_table() -> dict[int, str]:
     """Look-alikes of ASCII letters and digits (Cyrillic о, Greek ο, ...) from Unicode's
     confusables list, as kept by the confusable-homoglyphs package."""
     from confusable_homoglyphs.confusables import confusables_data
@@ -179,7 +179,7 @@ def _leet_word(match: re.Match[str]) -> str:
 def _skeleton(text: str) -> str:
     """The text as it reads to the eye: look-alikes mapped to ASCII, words spelled out with
     spaces joined, digits inside words read as letters, l and i folded together."""
-    folded = unicodedata.normalize("NFKC", text).casefold().translate(_confusables())
+    folded = unicodedata.normalize("NFKC", text).casefold().translate(confusable_table())
     folded = unicodedata.normalize("NFKC", folded).casefold()
     joined = _SPACED_OUT.sub(lambda m: m.group(0).replace(" ", ""), folded)
     return re.sub(r"\s+", " ", _TOKEN.sub(_leet_word, joined)).translate(_LI)
