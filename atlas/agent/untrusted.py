@@ -25,8 +25,13 @@ REMOVED = "[tag removed]"
 
 # Brackets that read as < and > but that NFKC leaves alone.
 _BRACKETS = str.maketrans(dict.fromkeys("‹〈⟨❮❬〈", "<") | dict.fromkeys("›〉⟩❯❭〉", ">"))
-# One unit of the body: an HTML entity, or one character.
-_UNIT = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});?|.", re.S)
+# One unit of the body: a run of ASCII letters and digits (kept as it is, lower-cased), a run of
+# other ASCII that cannot spell the tag (dropped), an HTML entity, or one character.
+_UNIT = re.compile(
+    r"([A-Za-z0-9]+)|([\x00-\x25\x27-\x2e\x3a-\x3b\x3d\x3f-\x40\x5b-\x60\x7b-\x7f]+)|"
+    r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});?|.",
+    re.S,
+)
 # On the skeleton (letters, digits and < / > only), so linear: bounded, no back-references.
 _NAME = re.compile(r"<?/?(?:un)?trustedtoolresult(?:[^<>]{0,200}>)?")
 _NOT_KEPT = re.compile(r"[^a-z0-9</>]+")
@@ -49,6 +54,13 @@ def _skeleton(text: str) -> tuple[str, list[int], list[int]]:
     starts: list[int] = []
     ends: list[int] = []
     for unit in _UNIT.finditer(text):
+        if unit.group(2):
+            continue
+        if word := unit.group(1):
+            chars.append(word.lower())
+            starts.extend(range(unit.start(), unit.end()))
+            ends.extend(range(unit.start() + 1, unit.end() + 1))
+            continue
         raw = unit.group(0)
         for char in _fold(html.unescape(raw) if len(raw) > 1 else raw):
             if char in "</>" or (char.isascii() and char.isalnum()):
