@@ -3,7 +3,9 @@ learned — facts about the user in memory, a procedure worked out as a skill.
 
 The review runs in a conversation of its own and never writes to the one it reads. Its gate lets
 through only reading and skill tools and `memory`; there an add goes in, but a replace or a remove
-is a proposal the person approves in the chat. It costs nothing when disabled.
+is a proposal the person approves in the chat. These limits come on top of the daemon's own gate,
+never instead of it: a review cannot read the vault or anything the rules refuse. It costs
+nothing when disabled.
 """
 
 from __future__ import annotations
@@ -42,13 +44,24 @@ Conversation:
 
 
 class ReviewGate(BaseGate):
-    """Only the review's tools; memory changes beyond adding are put to the person."""
+    """Only the review's tools; memory changes beyond adding are put to the person; and every
+    call is judged by the base gate too (its Deny or Ask wins over the review's Allow)."""
 
     def __init__(self, base: BaseGate) -> None:
+        self.base = base
         self.audit = base.audit
         self.ask_timeout = base.ask_timeout
 
     async def decide(self, call: ToolCall, tool: Tool, run: RunContext) -> Decision:
+        own = self._review_limits(call, tool)
+        if isinstance(own, Deny):
+            return own
+        base = await self.base.decide(call, tool, run)
+        if isinstance(base, Deny) or isinstance(own, Allow):
+            return base
+        return own  # the review's own question (a memory change); the base had no objection
+
+    def _review_limits(self, call: ToolCall, tool: Tool) -> Decision:
         if tool.name in REVIEW_TOOLS:
             return Allow("a review tool", "review")
         if tool.name != "memory":

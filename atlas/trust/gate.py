@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from atlas.errors import ToolError
 from atlas.providers.base import ToolCall
 from atlas.tools.registry import RunContext, Tool
 
@@ -25,6 +27,11 @@ ALLOW_ONCE = "allow once"
 ALLOW_CONVERSATION = "allow for this conversation"
 DENY = "deny"
 CHOICES = [ALLOW_ONCE, ALLOW_CONVERSATION, DENY]
+ONCE_CHOICES = [ALLOW_ONCE, DENY]  # for what is asked every time (see never_remembered)
+# Asks whose answer never covers a later call: acting outside the machine, leaving the sandbox,
+# changing the Atlas home, what could not be judged, an untrusted MCP server's calls.
+NEVER_REMEMBERED_PREFIXES = ("outside:", "sandbox:", "home:", "opaque:", "mcp:untrusted:")
+NEVER_REMEMBERED_RULES = {"agents:bot-create"}
 
 AnsweredBy = Literal["rule", "guardian", "user", "timeout", "nobody", "earlier approval"]
 
@@ -45,9 +52,23 @@ class Deny:
 
 @dataclass(frozen=True)
 class Ask:
+    """A question for a person. "allow for this conversation" remembers the exact call (the tool
+    and its validated arguments), or `scope` when given: a wider scope that the question itself
+    names, so the person sees what a yes will cover. Never a whole rule."""
+
     question: str
-    rule: str = ""  # "allow for this conversation" remembers (tool, rule)
+    rule: str = ""
     answered_by: AnsweredBy = "rule"  # who decided to ask: a rule, or the guardian
+    scope: str | None = None
+
+
+def never_remembered(ask: Ask) -> bool:
+    """Asked every time: no "allow for this conversation" is offered, nor honoured."""
+    return ask.rule.startswith(NEVER_REMEMBERED_PREFIXES) or ask.rule in NEVER_REMEMBERED_RULES
+
+
+def choices_for(ask: Ask) -> list[str]:
+    return list(ONCE_CHOICES if never_remembered(ask) else CHOICES)
 
 
 Decision = Allow | Deny | Ask
@@ -74,11 +95,24 @@ def arguments_digest(call: ToolCall) -> str:
     return hashlib.sha256(f"{call.name}\0{call.arguments}".encode()).hexdigest()[:16]
 
 
+def approval_key(ask: Ask, call: ToolCall, tool: Tool) -> tuple[str, str]:
+    """What "allow for this conversation" remembers: the scope the question named, else the
+    exact call (its arguments validated and in a canonical order, so key order and defaults
+    do not matter, and any other command or path is a different call)."""
+    if ask.scope:
+        return call.name, f"scope:{ask.scope}"
+    try:
+        arguments = json.dumps(tool.parse_arguments(call.arguments), sort_keys=True, default=str)
+    except ToolError:
+        arguments = call.arguments
+    return call.name, f"call:{arguments}"
+
+
 async def settle(gate: BaseGate, call: ToolCall, tool: Tool, run: RunContext) -> Allow | Deny:
     """Decide; turn an Ask into Allow or Deny; record the outcome."""
     decision = await gate.decide(call, tool, run)
     if isinstance(decision, Ask):
-        decision = await _ask(gate, decision, call, run)
+        decision = await _ask(gate, decision, call, tool, run)
     log.info("gate: %s %s -> %s", run.bot.name, call.name, decision)
     if gate.audit is not None:
         from atlas.store.home_db import GateRecord
@@ -100,9 +134,11 @@ async def settle(gate: BaseGate, call: ToolCall, tool: Tool, run: RunContext) ->
     return decision
 
 
-async def _ask(gate: BaseGate, ask: Ask, call: ToolCall, run: RunContext) -> Allow | Deny:
-    remembered = (call.name, ask.rule)
-    if remembered in run.state.approvals:
+async def _ask(
+    gate: BaseGate, ask: Ask, call: ToolCall, tool: Tool, run: RunContext
+) -> Allow | Deny:
+    remembered = None if never_remembered(ask) else approval_key(ask, call, tool)
+    if remembered is not None and remembered in run.state.approvals:
         return Allow("allowed earlier in this conversation", ask.rule, "earlier approval")
     if run.ask is None:
         return Deny(
@@ -111,14 +147,17 @@ async def _ask(gate: BaseGate, ask: Ask, call: ToolCall, run: RunContext) -> All
             ask.rule,
             "nobody",
         )
+    question = ask.question
+    if ask.scope and remembered is not None:
+        question += f" (“{ALLOW_CONVERSATION}” covers {ask.scope})"
     run.state.pending_asks.append(ask.question)
     try:
-        answer = await asyncio.wait_for(run.ask(ask.question, CHOICES), gate.ask_timeout)
+        answer = await asyncio.wait_for(run.ask(question, choices_for(ask)), gate.ask_timeout)
     except TimeoutError:
         return Deny(f"nobody answered within {gate.ask_timeout:.0f} s", ask.rule, "timeout")
     finally:
         run.state.pending_asks.remove(ask.question)
-    if answer == ALLOW_CONVERSATION:
+    if answer == ALLOW_CONVERSATION and remembered is not None:
         run.state.approvals.add(remembered)
     if answer in (ALLOW_ONCE, ALLOW_CONVERSATION):
         return Allow(f"approved by the user ({answer})", ask.rule, "user")

@@ -1,15 +1,23 @@
 """RuleGate: the approval gate's rules for every tool call (docs/trust.md).
 
-Commands (run_command, and browser_exec's code) are judged by `rules.classify`: hardline →
-the user's deny list → actions outside the machine → dangerous patterns, which go to the
-guardian unless the mode is auto. File tools never reach the vault; writes never reach system
-folders or the home's own settings, and ask before touching SSH configuration.
+Commands (run_command, and browser_exec's code) are judged by `rules.classify`, off the event
+loop with a time limit: hardline → the user's deny list → actions outside the machine →
+dangerous patterns, which go to the guardian unless the mode is auto. A command that asks to
+leave the sandbox is put to a person every time. File tools (read_file, write_file, edit_file,
+find_files, attach_file) never reach the vault; the Atlas home outside the bot's workspace is
+asked, its settings and databases are never written, memory and skills change only through their
+own tools; writes never reach system folders and ask before touching SSH configuration.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import inspect
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from atlas.errors import ToolError
 from atlas.home import Home
@@ -17,7 +25,8 @@ from atlas.mcp.tools import mcp_gate_rule
 from atlas.providers.base import ToolCall
 from atlas.store.home_db import HomeStore
 from atlas.tools.agents import bot_create_question
-from atlas.tools.paths import resolve_path
+from atlas.tools.fences import Fence, inside, vault_of, write_refusal
+from atlas.tools.paths import note_judged_path, resolve_path
 from atlas.tools.registry import RunContext, Tool, effective_mode
 from atlas.trust.gate import Allow, Ask, BaseGate, Decision, Deny
 from atlas.trust.guardian import Guardian
@@ -26,7 +35,11 @@ from atlas.trust.rules import Verdict, classify
 
 log = logging.getLogger(__name__)
 
-PATH_TOOLS = {"read_file", "write_file", "edit_file", "find_files"}
+PATH_TOOLS = {"read_file", "write_file", "edit_file", "find_files", "attach_file"}
+WRITING_TOOLS = {"write_file", "edit_file"}
+# Home areas a file tool reads without asking: the bot's own notes and skills (it sees them in
+# its prompt anyway) and what Atlas itself tells it to read (spilled results, job logs).
+READ_FREE_AREAS = {"workspace", "outside", "own-memory", "own-skills", "own-scratch"}
 SYSTEM_ROOTS = tuple(
     Path(p)
     for p in (
@@ -45,9 +58,13 @@ SYSTEM_ROOTS = tuple(
         "/opt",
     )
 )
-HOME_SETTINGS = ("config.toml", "mcp.json", "models.toml", "atlas.db")
-HOME_PRIVATE_DIRS = ("plugins", "plugin-data")
-# Commands that only look: in read-only mode anything else asks.
+JUDGE_TIMEOUT_S = 2.0  # classify() longer than this is not waited for: the command is asked
+ESCAPE_SHOWN_CHARS = 2000  # a command to run unsandboxed is shown whole, or not run
+# Judging runs here, not on the event loop; a judgment that never ends holds one of these
+# threads, not the loop (and not the default executor the file tools use).
+_JUDGES = ThreadPoolExecutor(max_workers=2, thread_name_prefix="atlas-gate")
+_CLASSIFY_TAKES_WORKSPACE = "workspace" in inspect.signature(classify).parameters
+# Commands that only look: in read-only mode without a sandbox anything else asks.
 READ_ONLY_HEADS = {
     "ls", "cat", "head", "tail", "less", "more", "grep", "rg", "egrep", "fgrep", "wc", "pwd",
     "echo", "printf", "stat", "file", "which", "whoami", "id", "date", "uname", "du", "df", "tree",
@@ -66,10 +83,6 @@ READ_ONLY_GIT = {
     "ls-files",
 }
 WRITING_FLAGS = {"-delete", "-exec", "-execdir", "-ok", "-fprint", "-o", "--output", "-i"}
-
-
-def _inside(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
 
 
 def clearly_read_only(command: str) -> bool:
@@ -94,15 +107,20 @@ def clearly_read_only(command: str) -> bool:
 
 
 class RuleGate(BaseGate):
+    judge_timeout: float = JUDGE_TIMEOUT_S
+
     def __init__(self, home: Home, guardian: Guardian | None, audit: HomeStore | None) -> None:
         trust = home.settings.trust
         self.home = home
         self.guardian = guardian
         self.audit = audit
         self.ask_timeout = trust.ask_timeout
-        self.vault = (
-            Path(trust.vault).expanduser().resolve() if trust.vault else home.root / "vault"
-        )
+        self.vault = vault_of(home)
+
+    @property
+    def sandbox_enabled(self) -> bool:
+        """config.toml's [sandbox] enabled (default true): commands run in the sandbox."""
+        return bool(getattr(getattr(self.home.settings, "sandbox", None), "enabled", True))
 
     async def decide(self, call: ToolCall, tool: Tool, run: RunContext) -> Decision:
         if (mcp_ask := mcp_gate_rule(call, tool, run)) is not None:
@@ -117,64 +135,110 @@ class RuleGate(BaseGate):
             return self._path_rules(tool.name, args["path"], run)
         if tool.name == "run_command" and args.get("command"):
             cwd = resolve_path(run, args["cwd"]) if args.get("cwd") else run.bot.workspace
-            return await self._command(args["command"], call, run, cwd)
+            escape = args.get("sandbox", True) is False and self.sandbox_enabled
+            return await self._command(args["command"], call, run, cwd, escape=escape)
         if tool.name == "browser_exec" and args.get("code"):
             return await self._code(args["code"], call, run)
         return Allow("no rule applies to this tool")
+
+    # ---- file tools ------------------------------------------------------------------------
 
     def _path_rules(self, tool: str, raw_path: str, run: RunContext) -> Decision:
         try:
             path = resolve_path(run, raw_path)  # symlinks and `..` resolved before any check
         except ToolError:
             return Allow("the tool itself refuses this path", "arguments")
-        if _inside(path, self.vault.resolve()):
+        note_judged_path(run, tool, raw_path, path)  # the tool opens this path, not a new lookup
+        fence = Fence.for_run(run)
+        area = fence.area(path)
+        if area == "vault":
             return Deny(
                 f"{path} is inside the vault ({self.vault}), which file tools never reach",
                 "files:vault",
             )
-        if tool not in ("write_file", "edit_file"):
-            return Allow("reading outside the vault")
-        home = self.home.root.resolve()
-        if any(_inside(path, root) for root in SYSTEM_ROOTS):
-            return Deny(f"{path} is a system path; Atlas does not write there", "files:system")
-        if path.parent == home and path.name in HOME_SETTINGS:
-            return Deny(
-                f"{path} is the home's own settings; edit it yourself", "files:home-settings"
+        writing = tool in WRITING_TOOLS
+        if writing and (reason := write_refusal(area, str(path))):
+            return Deny(reason, f"files:{area.removeprefix('own-')}")
+        if area not in ("workspace", "outside"):
+            if not writing and area in READ_FREE_AREAS:
+                return Allow(f"reading the bot's own {area.removeprefix('own-')} files")
+            action = "change" if writing else "read"
+            return Ask(
+                f"{tool} wants to {action} {path}, in the Atlas home ({fence.home}) outside "
+                "this bot's workspace. Allow?",
+                "home:files",
             )
-        if any(_inside(path, home / d) for d in HOME_PRIVATE_DIRS):
-            return Deny(f"{path} belongs to the home's plugins", "files:plugins")
-        if _inside(path, (Path.home() / ".ssh").resolve()):
+        if not writing:
+            return Allow("reading outside the vault and the home")
+        if any(inside(path, root) for root in SYSTEM_ROOTS):
+            return Deny(f"{path} is a system path; Atlas does not write there", "files:system")
+        if inside(path, (Path.home() / ".ssh").resolve()):
             return Ask(f"{tool} wants to change SSH configuration: {path}. Allow?", "files:ssh")
         return Allow("writing an ordinary file")
 
-    async def _command(self, command: str, call: ToolCall, run: RunContext, cwd: Path) -> Decision:
-        mode = effective_mode(run)
-        verdict = classify(
-            command,
-            auto=mode == "auto",
-            deny=self.home.settings.trust.deny,
-            home=self.home.root,
-            cwd=cwd,
-        )
-        if verdict.verdict == "allow" and mode == "read-only" and not clearly_read_only(command):
+    # ---- commands --------------------------------------------------------------------------
+
+    async def _judge(self, fn: Any, *args: Any, **kwargs: Any) -> Verdict:
+        """Run a judgment off the event loop; one that takes too long is asked instead."""
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(_JUDGES, functools.partial(fn, *args, **kwargs))
+        try:
+            return await asyncio.wait_for(future, self.judge_timeout)
+        except TimeoutError:
+            return Verdict(
+                "ask", "opaque:timeout", "too complex to judge quickly; a person decides"
+            )
+
+    def _classify_kwargs(self, run: RunContext, cwd: Path | None) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "auto": effective_mode(run) == "auto",
+            "deny": self.home.settings.trust.deny,
+            "home": self.home.root,
+            "cwd": cwd,
+        }
+        if _CLASSIFY_TAKES_WORKSPACE:  # rules.classify gains workspace= (issue 18)
+            kwargs["workspace"] = run.bot.workspace
+        return kwargs
+
+    async def _command(
+        self, command: str, call: ToolCall, run: RunContext, cwd: Path, *, escape: bool = False
+    ) -> Decision:
+        verdict = await self._judge(classify, command, **self._classify_kwargs(run, cwd))
+        if escape:
+            return self._escape(verdict, command)
+        if (
+            verdict.verdict == "allow"
+            and effective_mode(run) == "read-only"
+            and not self.sandbox_enabled  # with the sandbox, read-only mode makes nothing writable
+            and (await self._judge(_read_only_verdict, command)).verdict != "allow"
+        ):
             return Ask(
                 f"Read-only mode: run `{command}`? It may change something.", "mode:read-only"
             )
         return await self._verdict(verdict, command, call, run)
 
+    def _escape(self, verdict: Verdict, command: str) -> Decision:
+        """Leaving the sandbox: a person's choice every time, in every mode, the command shown
+        whole; a hardline block stays a block."""
+        if verdict.verdict == "block":
+            return Deny(f"blocked by rule {verdict.rule}: {verdict.reason}", verdict.rule)
+        if len(command) > ESCAPE_SHOWN_CHARS:
+            return Deny(
+                f"a command to run outside the sandbox is shown whole for approval, and this "
+                f"one is over {ESCAPE_SHOWN_CHARS} characters; write it to a script in the "
+                "workspace and ask to run that",
+                "sandbox:escape",
+            )
+        flagged = "" if verdict.verdict == "allow" else f"\nAlso flagged: {verdict.reason}."
+        return Ask(
+            "run_command wants to run this OUTSIDE the sandbox, with your full rights (it "
+            f"failed inside it):\n{command}{flagged}\nAllow?",
+            "sandbox:escape",
+        )
+
     async def _code(self, code: str, call: ToolCall, run: RunContext) -> Decision:
         """Browser code is Python: judged by what it would do, like run_command."""
-        verdicts = [
-            classify(
-                part.text,
-                auto=effective_mode(run) == "auto",
-                deny=self.home.settings.trust.deny,
-                home=self.home.root,
-            )
-            for part in code_parts("python", code)
-        ]
-        order = {"block": 0, "ask": 1, "guardian": 2, "allow": 3}
-        worst = min(verdicts, key=lambda v: order[v.verdict], default=None)
+        worst = await self._judge(_worst_of_code, code, self._classify_kwargs(run, None))
         if worst is None:
             return Allow("the code runs no command")
         return await self._verdict(worst, code, call, run)
@@ -211,6 +275,19 @@ class RuleGate(BaseGate):
         return Ask(
             f"{call.name}: `{shown}` — {verdict.reason}; {reason}. Allow?", verdict.rule, "guardian"
         )
+
+
+def _read_only_verdict(command: str) -> Verdict:
+    if clearly_read_only(command):
+        return Verdict("allow", "mode:read-only", "only reads")
+    return Verdict("ask", "mode:read-only", "may change something")
+
+
+def _worst_of_code(code: str, kwargs: dict[str, Any]) -> Verdict | None:
+    order = {"block": 0, "ask": 1, "guardian": 2, "allow": 3}
+    kwargs = {k: v for k, v in kwargs.items() if k != "cwd"}
+    verdicts = [classify(part.text, **kwargs) for part in code_parts("python", code)]
+    return min(verdicts, key=lambda v: order[v.verdict], default=None)
 
 
 async def _last_user_request(run: RunContext) -> str:

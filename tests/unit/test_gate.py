@@ -112,19 +112,50 @@ async def test_silence_until_the_timeout_denies(home_path: Path, audit: HomeStor
     assert (await audit.recent_decisions())[0]["answered_by"] == "timeout"
 
 
-async def test_allow_for_this_conversation_is_remembered(home_path: Path, audit: HomeStore) -> None:
+async def test_allow_for_this_conversation_remembers_the_exact_call(
+    home_path: Path, audit: HomeStore
+) -> None:
+    home = trust_home(home_path)
+    gate = RuleGate(home, None, audit)  # no guardian: a dangerous pattern is asked
+    run = run_context(home)
+    asked: list[tuple[str, list[str]]] = []
+
+    async def ask(question: str, choices: list[str]) -> str | None:
+        asked.append((question, choices))
+        return ALLOW_CONVERSATION
+
+    run.ask = ask
+    await judge(gate, run, "run_command", command="rm -rf build")
+    assert asked[0][1] == [ALLOW_ONCE, ALLOW_CONVERSATION, DENY]
+    again = await judge(gate, run, "run_command", command="rm -rf build")
+    assert isinstance(again, Allow) and again.answered_by == "earlier approval"
+    assert len(asked) == 1
+    wider = await judge(gate, run, "run_command", command="rm -rf ~/projects")  # same rule
+    assert isinstance(wider, Allow) and wider.answered_by == "user" and len(asked) == 2
+    other = run_context(home, conversation_id=99)
+    other.ask = answering(DENY)
+    assert isinstance(await judge(gate, other, "run_command", command="rm -rf build"), Deny)
+
+
+async def test_outside_calls_are_asked_every_time_with_no_conversation_choice(
+    home_path: Path, audit: HomeStore
+) -> None:
     home = trust_home(home_path)
     gate = RuleGate(home, None, audit)
     run = run_context(home)
-    asked: list[str] = []
-    run.ask = answering(ALLOW_CONVERSATION, asked)
-    await judge(gate, run, "run_command", command="gh issue create -t x")
-    second = await judge(gate, run, "run_command", command="gh issue create -t y")
-    assert isinstance(second, Allow) and second.answered_by == "earlier approval"
-    assert len(asked) == 1
-    other = run_context(home, conversation_id=99)
-    other.ask = answering(DENY)
-    assert isinstance(await judge(gate, other, "run_command", command="gh issue create -t y"), Deny)
+    asked: list[tuple[str, list[str]]] = []
+
+    async def ask(question: str, choices: list[str]) -> str | None:
+        asked.append((question, choices))
+        return ALLOW_CONVERSATION  # even a channel answering it does not make it stick
+
+    run.ask = ask
+    first = await judge(gate, run, "run_command", command="gh pr create --fill")
+    assert isinstance(first, Allow) and asked[0][1] == [ALLOW_ONCE, DENY]
+    second = await judge(gate, run, "run_command", command="gh pr create --fill")
+    third = await judge(gate, run, "run_command", command="gh issue create -t y")
+    assert second.answered_by == "user" and third.answered_by == "user"
+    assert len(asked) == 3 and not run.state.approvals
 
 
 async def test_deny_list_blocks(home_path: Path, audit: HomeStore) -> None:
@@ -235,7 +266,9 @@ async def test_writes_refuse_system_paths_and_home_settings_and_ask_for_ssh(
     assert isinstance(await judge(gate, run, "write_file", path="notes.md", content="x"), Allow)
 
 
-async def test_read_only_mode(home_path: Path, audit: HomeStore) -> None:
+async def test_read_only_mode(
+    home_path: Path, audit: HomeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     home = trust_home(home_path)
     gate = RuleGate(home, None, audit)
     run = run_context(home)
@@ -243,6 +276,10 @@ async def test_read_only_mode(home_path: Path, audit: HomeStore) -> None:
     result = await REGISTRY.call(run, "write_file", {"path": "x.txt", "content": "x"})
     assert result.is_error and "read-only mode" in result.text
     assert "write_file" not in [t.name for t in REGISTRY.for_run(run)]
+    # With the sandbox (the default) read-only mode is the sandbox's: nothing is writable, so
+    # the gate no longer guesses which command words write.
+    assert isinstance(await judge(gate, run, "run_command", command="touch new.txt"), Allow)
+    monkeypatch.setattr(RuleGate, "sandbox_enabled", False)  # [sandbox] enabled = false
     assert isinstance(await judge(gate, run, "run_command", command="ls -la && git status"), Allow)
     asked: list[str] = []
     run.ask = answering(DENY, asked)

@@ -116,3 +116,36 @@ async def test_disabled_or_short_conversations_are_not_reviewed(
     await dispatcher.shutdown()
     await runtime.close()
     assert len(model.requests) == 1  # one user message is not enough substance
+
+
+async def test_the_reviews_limits_come_on_top_of_the_rules(home_path: Path) -> None:
+    """A review may read, but never what the rules refuse: the vault, the home asked for."""
+    import json
+
+    from atlas.agent.review import ReviewGate
+    from atlas.providers.base import ToolCall
+    from atlas.trust.gate import Allow, Deny, settle
+    from atlas.trust.policy import RuleGate
+    from tests.helpers import run_context
+
+    home = review_home(home_path)
+    vault = home.root / "vault"
+    vault.mkdir()
+    (vault / "key.txt").write_text("s3cret")
+    registry = default_registry()
+    gate = ReviewGate(RuleGate(home, None, None))
+    run = run_context(home, kind="bot")  # nobody to ask in a review
+
+    async def judge(tool: str, **args: object) -> Allow | Deny:
+        return await settle(gate, ToolCall("c1", tool, json.dumps(args)), registry.get(tool), run)
+
+    vault_read = await judge("read_file", path=str(vault / "key.txt"))
+    assert isinstance(vault_read, Deny) and vault_read.rule == "files:vault"
+    vault_search = await judge("find_files", pattern="s3cret", path=str(vault))
+    assert isinstance(vault_search, Deny) and vault_search.rule == "files:vault"
+    settings = await judge("read_file", path=str(home.root / "config.toml"))
+    assert isinstance(settings, Deny) and settings.rule == "home:files"  # asked: nobody here
+    assert isinstance(await judge("read_file", path="notes.md"), Allow)
+    assert isinstance(await judge("run_command", command="ls"), Deny)  # the review's own limit
+    added = await judge("memory", target="user", action="add", content="Likes tea.")
+    assert isinstance(added, Allow)
