@@ -156,3 +156,41 @@ async def test_a_scope_the_person_saw_is_what_is_remembered(run: RunContext) -> 
     again = await judge(gate, run, run_command, command="rm -rf build/b")
     assert again.answered_by == "earlier approval" and len(person.asked) == 1
     assert "covers deletes in ./build" in person.asked[0][0]
+
+
+async def test_bot_create_and_an_untrusted_servers_calls_are_asked_every_time(
+    run: RunContext,
+) -> None:
+    from pydantic import BaseModel, ConfigDict
+
+    from atlas.mcp.tools import McpTool
+    from atlas.tools.catalog import default_registry
+
+    class AnyArguments(BaseModel):
+        model_config = ConfigDict(extra="allow")
+
+    async def never_called(run: RunContext, **kwargs: object) -> str:
+        raise AssertionError
+
+    untrusted = McpTool(
+        name="files_delete",
+        description="",
+        fn=never_called,
+        arguments=AnyArguments,
+        server="sketchy",
+        ask_every_call=True,
+    )
+    bot_create = default_registry().get("bot_create")
+    assert bot_create is not None
+    gate = RuleGate(run.home, None, None)
+    for t, args in (
+        (untrusted, {"path": "/tmp/x"}),
+        (bot_create, {"name": "helper", "title": "Helper", "description": "helps"}),
+    ):
+        person = Person(ALLOW_CONVERSATION)
+        run.ask = person
+        for _ in range(2):
+            decision = await judge(gate, run, t, **args)
+            assert isinstance(decision, Allow) and decision.answered_by == "user", t.name
+        assert [choices for _, choices in person.asked] == [[ALLOW_ONCE, DENY]] * 2
+    assert not run.state.approvals
