@@ -44,6 +44,8 @@ ASK_KIND = "ask"
 CLOSED = "This question is already closed."
 NOT_ALLOWED = "Only people this bot serves can answer."
 NOT_A_CHOICE = "That is not one of the choices."
+WRONG_CHAT = "This button counts only on the question in the chat where it was asked."
+NOT_YOURS = "Only the person who asked, or the bot's owner, can answer this."
 _NOTES: dict[QuestionStatus, str] = {
     "undelivered": "could not be delivered",
     "timed out": "no answer in time",
@@ -57,6 +59,16 @@ class PendingAsk:
     chat_id: int
     message_id: int
     future: asyncio.Future[str | None]
+    user: str = ""  # in a group conversation of one person: theirs (Address.user)
+
+
+def tapped_where(query: CallbackQuery) -> tuple[int, int] | None:
+    """(chat id, message id) of the message whose button was tapped; None when Telegram gives
+    none (a button of an inline-mode message): such a tap is never counted."""
+    message = query.message
+    if message is None:
+        return None
+    return message.chat.id, message.message_id
 
 
 class TelegramAsking(TelegramSending):
@@ -99,7 +111,7 @@ class TelegramAsking(TelegramSending):
             log.warning("%s: could not put a question to %s: %s", self.name, address, exc)
             return None
         future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
-        pending = PendingAsk(shown, choices, chat_id, message_id, future)
+        pending = PendingAsk(shown, choices, chat_id, message_id, future, address.user)
         self._asks[request_id] = pending
         try:
             answer = await future
@@ -125,8 +137,8 @@ class TelegramAsking(TelegramSending):
         if pending is None or pending.future.done():
             await self._answer_callback(query.id, CLOSED)
             return
-        if not await self.access.is_allowed(str(query.from_user.id)):
-            await self._answer_callback(query.id, NOT_ALLOWED)
+        if refusal := await self._refuse_tap(query, pending):
+            await self._answer_callback(query.id, refusal)
             return
         if not index.isdigit() or int(index) >= len(pending.choices):
             await self._answer_callback(query.id, NOT_A_CHOICE)
@@ -140,6 +152,25 @@ class TelegramAsking(TelegramSending):
             f"({html.escape(who)})"
         )
         await self._edit_text(pending.chat_id, pending.message_id, answered)
+
+    async def _refuse_tap(self, query: CallbackQuery, pending: PendingAsk) -> str | None:
+        """Why this tap may not answer the approval, or None. It must come from the question's
+        own message in its own chat (a forwarded copy's buttons, or a tap carrying another
+        chat's data, do not count), from an allowed person, and, in a group conversation kept
+        per person, from that person or one of the bot's allowed users (its owners)."""
+        if tapped_where(query) != (pending.chat_id, pending.message_id):
+            log.warning(
+                "%s: a tap on approval %r came from another chat or message; ignored",
+                self.name,
+                pending.question[:60],
+            )
+            return WRONG_CHAT
+        user = str(query.from_user.id)
+        if not await self.access.is_allowed(user):
+            return NOT_ALLOWED
+        if pending.user and user != pending.user and user not in self.access.allowed:
+            return NOT_YOURS
+        return None
 
     # ------------------------------------------------------------ ask_user's questions
 
@@ -188,6 +219,14 @@ class TelegramAsking(TelegramSending):
         asked = self._question_sets.get(action.request_id) if action else None
         if action is None or asked is None or not asked.is_open(action.question):
             await self._answer_callback(query.id, CLOSED)
+            return
+        where = tapped_where(query)
+        own_message = action.question < len(asked.message_ids) and where == (
+            asked.chat_id,
+            asked.message_ids[action.question],
+        )
+        if not own_message:
+            await self._answer_callback(query.id, WRONG_CHAT)
             return
         if not await self.access.is_allowed(str(query.from_user.id)):
             await self._answer_callback(query.id, NOT_ALLOWED)

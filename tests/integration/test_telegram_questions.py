@@ -205,3 +205,71 @@ async def test_cancel_closes_every_question(tg: Harness) -> None:
     assert outcome.status == "cancelled" and f"user{OWNER}" in outcome.detail
     for message_id in (first, second):
         await tg.fake.wait_for(lambda m=message_id: "cancelled by" in tg.fake.messages[m]["text"])
+
+
+# ---- a button counts only in the chat where it was asked (issue 18, item 10) ---------------------
+
+OTHER_CHAT = -100999
+
+
+def tap_elsewhere(tg: Harness, message_id: int, data: str, *, user_id: int = OWNER) -> dict:
+    """A tap whose message is in another chat: a forwarded copy's button, or forged data."""
+    update = tg.fake.tap(message_id, data, user_id=user_id)
+    update["callback_query"]["message"]["chat"] = {"id": OTHER_CHAT, "type": "supergroup"}
+    return update
+
+
+async def push_tap(tg: Harness, update: dict) -> list[dict]:
+    before = len(tg.fake.calls_to("answerCallbackQuery"))
+    await tg.fake.push(update)
+    await tg.fake.wait_for(lambda: len(tg.fake.calls_to("answerCallbackQuery")) > before)
+    return tg.fake.calls_to("answerCallbackQuery")[before:]
+
+
+async def test_an_approval_tap_from_another_chat_is_refused(tg: Harness) -> None:
+    waiting = asyncio.create_task(tg.channel.ask(tg.address, "Delete build/?", ["Allow", "Deny"]))
+    [message_id] = await tg.question_messages(1)
+    allow = tg.buttons(message_id)["Allow"]
+    answered = await push_tap(tg, tap_elsewhere(tg, message_id, allow))
+    assert "chat where it was asked" in answered[0]["text"]
+    another_message = tg.fake.tap(message_id, allow)
+    another_message["callback_query"]["message"]["message_id"] = message_id + 50
+    await push_tap(tg, another_message)
+    await asyncio.sleep(0.05)
+    assert not waiting.done() and "edited" not in tg.fake.messages[message_id]
+    await tg.tap(message_id, "Allow")
+    assert await asyncio.wait_for(waiting, 5) == "Allow"
+
+
+async def test_an_ask_user_tap_from_another_chat_is_refused(tg: Harness) -> None:
+    task = tg.ask(Question("Which database?", ("Postgres", "SQLite")))
+    [message_id] = await tg.question_messages(1)
+    sqlite = tg.buttons(message_id)["SQLite"]
+    answered = await push_tap(tg, tap_elsewhere(tg, message_id, sqlite))
+    assert "chat where it was asked" in answered[0]["text"]
+    assert not task.done() and "edited" not in tg.fake.messages[message_id]
+    await tg.tap(message_id, "SQLite")
+    outcome = await asyncio.wait_for(task, 5)
+    assert outcome.status == "submitted"
+
+
+async def test_in_a_group_conversation_of_one_person_only_they_or_the_owner_answer(
+    tg: Harness,
+) -> None:
+    from atlas.channels.access import approve_pairing, request_pairing
+
+    store = tg.channel.access.store
+    for person in (42, 43):  # two paired people
+        pairing = await request_pairing(store, "atlas", "telegram", str(person))
+        assert pairing is not None
+        await approve_pairing(store, pairing.code)
+    group = Address("atlas", tg.channel.name, "-100123", user="42")
+    waiting = asyncio.create_task(tg.channel.ask(group, "Run it?", ["Yes", "No"]))
+    [message_id] = await tg.question_messages(1)
+    answered = await push_tap(
+        tg, tg.fake.tap(message_id, tg.buttons(message_id)["Yes"], user_id=43)
+    )
+    assert "Only the person who asked" in answered[0]["text"]
+    assert not waiting.done()
+    await tg.tap(message_id, "No", user_id=42)
+    assert await asyncio.wait_for(waiting, 5) == "No"
