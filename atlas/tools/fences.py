@@ -233,6 +233,7 @@ def fenced_inodes(home: Path, vault: Path) -> frozenset[tuple[int, int]] | None:
         return cached[1]
     found: set[tuple[int, int]] = set()
     seen = 0
+    bots = home / "bots"
     stack = [vault, home]
     while stack:
         folder = stack.pop()
@@ -250,7 +251,7 @@ def fenced_inodes(home: Path, vault: Path) -> frozenset[tuple[int, int]] | None:
             except OSError:
                 continue
             if stat.S_ISDIR(st.st_mode):
-                if not (entry.name == "workspace" and Path(folder).parent.name == "bots"):
+                if not (entry.name == "workspace" and Path(folder).parent == bots):
                     stack.append(Path(entry.path))
             elif stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
                 found.add((st.st_dev, st.st_ino))

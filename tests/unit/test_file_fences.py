@@ -190,3 +190,9 @@ async def test_attach_file_sends_a_checked_copy_and_never_the_vault(
     os.symlink(vault / "key.txt", ws / "link.txt")
     linked = await call(run, attach_file, path="link.txt")  # resolved: the vault
     assert linked.is_error and not linked.files
+
+
+async def test_a_hard_link_to_the_homes_settings_is_refused(run: RunContext, ws: Path) -> None:
+    os.link(run.home.root / "config.toml", ws / "copy.toml")
+    result = await call(run, read_file, path="copy.toml")
+    assert result.is_error and "hard link" in result.text
