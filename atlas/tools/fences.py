@@ -48,8 +48,8 @@ MEMORY_AREAS = ("own-memory", "memory")
 SKILL_AREAS = ("own-skills", "skills")
 SETTINGS_FILES = ("config.toml", "mcp.json", "models.toml")
 HOME_MEMORY = ("USER.md", "MEMORY.md", "memory")
-# Hard links: fenced trees are walked for files with more than one link (cached this long).
-LINK_SCAN_TTL_S = 5.0
+# Hard links: fenced trees are walked for their files' inodes (the walk is kept this long).
+LINK_SCAN_TTL_S = 2.0
 LINK_SCAN_MAX_ENTRIES = 200_000
 O_PATH = getattr(os, "O_PATH", os.O_RDONLY)  # Linux: a folder fd that needs no read permission
 
@@ -223,9 +223,9 @@ _link_scans: dict[tuple[Path, Path], tuple[float, frozenset[tuple[int, int]] | N
 
 
 def fenced_inodes(home: Path, vault: Path) -> frozenset[tuple[int, int]] | None:
-    """(device, inode) of every file with more than one link in the vault and the home
-    (bots' workspaces left out: they are no private files). None when there are too many
-    entries to walk: every multiply linked file is then refused."""
+    """(device, inode) of every file in the vault and the home (bots' workspaces left out: they
+    are no private files). Walked only when a file with several links is opened, and kept a few
+    seconds. None when there are too many entries to walk: every such file is then refused."""
     key = (home, vault)
     now = time.monotonic()
     cached = _link_scans.get(key)
@@ -253,7 +253,7 @@ def fenced_inodes(home: Path, vault: Path) -> frozenset[tuple[int, int]] | None:
             if stat.S_ISDIR(st.st_mode):
                 if not (entry.name == "workspace" and Path(folder).parent == bots):
                     stack.append(Path(entry.path))
-            elif stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            elif stat.S_ISREG(st.st_mode):  # every file: a link may be made after the walk
                 found.add((st.st_dev, st.st_ino))
     result = frozenset(found)
     _link_scans[key] = (now, result)

@@ -196,3 +196,14 @@ async def test_a_hard_link_to_the_homes_settings_is_refused(run: RunContext, ws:
     os.link(run.home.root / "config.toml", ws / "copy.toml")
     result = await call(run, read_file, path="copy.toml")
     assert result.is_error and "hard link" in result.text
+
+
+async def test_a_hard_link_made_after_a_recent_walk_is_still_refused(
+    run: RunContext, ws: Path, vault: Path
+) -> None:
+    (ws / "a.txt").write_text("shared\n")
+    os.link(ws / "a.txt", ws / "b.txt")
+    assert not (await call(run, read_file, path="b.txt")).is_error  # walks the fenced trees
+    os.link(vault / "key.txt", ws / "innocent.txt")  # the vault file had one link at the walk
+    result = await call(run, read_file, path="innocent.txt")
+    assert result.is_error and SECRET not in result.text
