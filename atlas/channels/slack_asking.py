@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 NOT_ALLOWED = "Only people this bot's owner approved can answer its questions."
 NO_ANSWER = "No answer in time"
+NOT_YOURS = "Only the person who asked, or this bot's owner, can answer this question."
 _NOTES: dict[QuestionStatus, str] = {
     "undelivered": "Could not be delivered",
     "timed out": NO_ANSWER,
@@ -61,6 +62,15 @@ class PendingAsk:
     question: str
     choices: list[str]
     answer: asyncio.Future[str | None]
+
+
+def clicked_where(body: dict[str, Any]) -> tuple[str, str]:
+    """(channel id, message ts) of the message whose element was clicked; empty when Slack
+    gives none. A click counts only where the question itself was posted."""
+    container = body.get("container") or {}
+    channel = str((body.get("channel") or {}).get("id") or container.get("channel_id") or "")
+    ts = str(container.get("message_ts") or (body.get("message") or {}).get("ts") or "")
+    return channel, ts
 
 
 def answered_by(answer: str, user: str) -> str:
@@ -114,7 +124,19 @@ class SlackAsking(SlackSending):
         pending = self._asks.get(request_id)
         if pending is None or pending.answer.done():
             return  # answered or expired already; its message says so
+        if clicked_where(body) != (pending.channel, pending.ts):
+            log.warning(
+                "%s: a click on %r came from another channel or message; ignored",
+                self.name,
+                pending.question[:60],
+            )
+            return
         if not await self._allowed_to_answer(user, pending.channel):
+            return
+        if pending.address.user and user not in (pending.address.user, *self.access.allowed):
+            await self._safe_call(
+                "chat.postEphemeral", channel=pending.channel, user=user, text=NOT_YOURS
+            )
             return
         if not 0 <= index < len(pending.choices):
             return
@@ -180,10 +202,20 @@ class SlackAsking(SlackSending):
         asked = self._question_sets.get(parsed.request_id) if parsed else None
         if parsed is None or asked is None or not asked.is_open(parsed.question):
             return  # answered or expired already; its message says so
+        channel, ts = clicked_where(body)
+        index = parsed.question
+        if (
+            channel != asked.channel
+            or index >= len(asked.message_ts)
+            or ts != asked.message_ts[index]
+        ):
+            log.warning(
+                "%s: a click on a question came from another channel or message; ignored", self.name
+            )
+            return
         user = str((body.get("user") or {}).get("id", ""))
         if not await self._allowed_to_answer(user, asked.channel):
             return
-        index = parsed.question
         if parsed.action == CANCEL:
             asked.cancel(f"cancelled by {user}")
         elif parsed.action == SELECT:

@@ -210,3 +210,74 @@ async def test_cancel_closes_every_question(slack: Harness) -> None:
     assert outcome.status == "cancelled" and ALICE in outcome.detail
     await slack.fake.wait_for(lambda: bool(first.edits) and bool(second.edits))
     assert "cancelled by" in second.edits[-1]["text"]
+
+
+# ---- a click counts only where the question was posted (issue 18, item 10) -----------------------
+
+ELSEWHERE = "C0ELSEWHERE"
+
+
+async def interact_elsewhere(
+    slack: Harness,
+    posted: Posted,
+    action: dict[str, Any],
+    *,
+    channel: str = ELSEWHERE,
+    ts: str = "",
+) -> None:
+    """A block_actions interaction whose message is in another channel (or is another message)."""
+    payload: dict[str, Any] = {
+        "type": "block_actions",
+        "user": {"id": ALICE, "username": "alice", "team_id": "T0001"},
+        "team": {"id": "T0001", "domain": "fake"},
+        "container": {"type": "message", "message_ts": ts or posted.ts, "channel_id": channel},
+        "channel": {"id": channel, "name": "elsewhere"},
+        "message": {"ts": ts or posted.ts, "text": posted.text},
+        "actions": [{"action_ts": "1700000001.0", **action}],
+    }
+    await slack.fake.wait_ack(await slack.fake.push_interactive(payload))
+
+
+async def test_an_approval_click_from_another_channel_is_refused(slack: Harness) -> None:
+    waiting = asyncio.create_task(slack.channel.ask(slack.address(), "Deploy?", ["Yes", "No"]))
+    await slack.fake.wait_for(lambda: len(slack.fake.posted) == 1)
+    posted = slack.fake.posted[0]
+    await interact_elsewhere(slack, posted, click(posted, "Yes"))
+    await interact_elsewhere(slack, posted, click(posted, "Yes"), channel=posted.channel, ts="1.2")
+    await asyncio.sleep(0.05)
+    assert not waiting.done() and not posted.edits
+    await interact(slack, posted, click(posted, "No"))
+    assert await asyncio.wait_for(waiting, 5) == "No"
+
+
+async def test_an_ask_user_click_from_another_channel_is_refused(slack: Harness) -> None:
+    task = ask(slack, Question("Which database?", ("Postgres", "SQLite")))
+    [posted] = await questions_posted(slack, 1)
+    await interact_elsewhere(slack, posted, click(posted, "SQLite"))
+    await asyncio.sleep(0.05)
+    assert not task.done() and not posted.edits
+    await interact(slack, posted, click(posted, "SQLite"))
+    outcome = await asyncio.wait_for(task, 5)
+    assert outcome.status == "submitted"
+
+
+async def test_in_a_conversation_of_one_person_only_they_or_an_owner_answer(
+    slack: Harness,
+) -> None:
+    from atlas.channels.access import approve_pairing, request_pairing
+
+    store = slack.channel.access.store
+    for person in ("U0BOB", "U0CAROL"):
+        pairing = await request_pairing(store, "atlas", "slack", person)
+        assert pairing is not None
+        await approve_pairing(store, pairing.code)
+    address = Address("atlas", slack.channel.name, "C0TEAM", user="U0BOB")
+    waiting = asyncio.create_task(slack.channel.ask(address, "Run it?", ["Yes", "No"]))
+    await slack.fake.wait_for(lambda: len(slack.fake.posted) == 1)
+    posted = slack.fake.posted[0]
+    await interact(slack, posted, click(posted, "Yes"), user="U0CAROL")
+    await slack.fake.wait_for(lambda: len(slack.fake.ephemeral) == 1)
+    assert "Only the person who asked" in slack.fake.ephemeral[0]["text"]
+    assert not waiting.done()
+    await interact(slack, posted, click(posted, "No"), user="U0BOB")
+    assert await asyncio.wait_for(waiting, 5) == "No"
