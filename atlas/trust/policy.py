@@ -63,7 +63,8 @@ ESCAPE_SHOWN_CHARS = 2000  # a command to run unsandboxed is shown whole, or not
 # Judging runs here, not on the event loop; a judgment that never ends holds one of these
 # threads, not the loop (and not the default executor the file tools use).
 _JUDGES = ThreadPoolExecutor(max_workers=2, thread_name_prefix="atlas-gate")
-_CLASSIFY_TAKES_WORKSPACE = "workspace" in inspect.signature(classify).parameters
+# classify()'s newer keywords (issue 18), passed when the rules module takes them.
+_CLASSIFY_KEYWORDS = set(inspect.signature(classify).parameters)
 # Commands that only look: in read-only mode without a sandbox anything else asks.
 READ_ONLY_HEADS = {
     "ls", "cat", "head", "tail", "less", "more", "grep", "rg", "egrep", "fgrep", "wc", "pwd",
@@ -196,8 +197,10 @@ class RuleGate(BaseGate):
             "home": self.home.root,
             "cwd": cwd,
         }
-        if _CLASSIFY_TAKES_WORKSPACE:  # rules.classify gains workspace= (issue 18)
+        if "workspace" in _CLASSIFY_KEYWORDS:
             kwargs["workspace"] = run.bot.workspace
+        if "vault" in _CLASSIFY_KEYWORDS:
+            kwargs["vault"] = self.vault
         return kwargs
 
     async def _command(
