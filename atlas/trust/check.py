@@ -21,6 +21,11 @@ def build_check_parser() -> argparse.ArgumentParser:
         "--home", type=Path, help="the Atlas home (default: $ATLAS_HOME or ~/.atlas)"
     )
     parser.add_argument("--cwd", type=Path, help="the folder scripts are read from")
+    parser.add_argument(
+        "--workspace",
+        type=Path,
+        help="the bot's workspace: the one place in the home a command may use without asking",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     return parser
 
@@ -37,7 +42,12 @@ def check_main(argv: list[str], deny: list[str] | None = None) -> int:
     # One word is the command as typed in quotes; several are the words the shell split it into.
     command = words[0] if len(words) == 1 else " ".join(words)
     verdict = classify(
-        command, auto=args.auto, deny=[*(deny or []), *args.deny], home=args.home, cwd=args.cwd
+        command,
+        auto=args.auto,
+        deny=[*(deny or []), *args.deny],
+        home=args.home,
+        cwd=args.cwd,
+        workspace=args.workspace,
     )
     if args.json:
         print(

@@ -4,6 +4,7 @@ path the rules care about: system folders, the person's home, sensitive files.""
 
 from __future__ import annotations
 
+import fnmatch
 import posixpath
 import re
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ class Context:
     atlas_home: str
     cwd: Path | None
     deny: tuple[str, ...]
+    workspace: str | None = None  # the bot's workspace: the one place in the home commands use
+    vault: str | None = None  # the vault, when it lies outside the home
 
 
 # ---------------------------------------------------------------- paths
@@ -56,7 +59,21 @@ def expand(word: str, context: Context) -> str:
 
 
 def is_catastrophic_target(path: str, context: Context) -> bool:
-    return path == "/" or path in SYSTEM_DIRS or path == context.user_home or path == "/*"
+    """`/`, a system folder or the person's home; a glob counts when it could match one
+    (`/u*`, `/[u]sr`, `/???`, `/ho*/ali*`), compared segment by segment."""
+    catastrophic = {"/", *SYSTEM_DIRS, context.user_home}
+    if path in catastrophic or path == "/*":
+        return True
+    if not path.startswith("/") or not any(char in path for char in "*?["):
+        return False
+    pattern = [s for s in path.split("/") if s]
+    for target in catastrophic:
+        segments = [s for s in target.split("/") if s]
+        if len(segments) == len(pattern) and all(
+            fnmatch.fnmatchcase(seg, pat) for seg, pat in zip(segments, pattern, strict=True)
+        ):
+            return True
+    return False
 
 
 def is_system_path(path: str) -> bool:

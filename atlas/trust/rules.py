@@ -1,8 +1,9 @@
-"""The command rules: hardline → deny list → outside the machine → dangerous, most severe wins.
+"""The command rules: hardline → deny list → outside the machine → the Atlas home → dangerous,
+most severe wins; and whatever the parser could not resolve ("opaque") is asked.
 
 No model is called here: a dangerous command gets the verdict "guardian" (the caller asks the
-guardian model), which auto mode turns into "allow". Hardline blocks and outside-the-machine
-questions hold in auto mode too.
+guardian model), which auto mode turns into "allow". Hardline blocks, and the questions for
+opaque lines, sending outside and touching the home, hold in auto mode too.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -24,8 +25,10 @@ from atlas.trust.command_words import (
     is_redirect,
     is_sensitive,
     is_system_path,
+    option_value,
     short_flags,
 )
+from atlas.trust.home_paths import code_mentions_home, touches_home, works_through_trees
 from atlas.trust.normalise import (
     SUBSTITUTION,
     Analysis,
@@ -35,6 +38,7 @@ from atlas.trust.normalise import (
     inline_code,
     interpreter_of,
 )
+from atlas.trust.outside import code_sends, metadata_address, sends_out
 from atlas.trust.subcommands import (
     cloud_read_only,
     destructive_sql,
@@ -49,6 +53,12 @@ SEVERITY: dict[str, int] = {"allow": 0, "guardian": 1, "ask": 2, "block": 3}
 SCRIPT_LIMIT = 256 * 1024
 SCRIPT_DEPTH = 3  # scripts running scripts, followed this deep
 
+FORMATTERS = {"mkfs", "mke2fs", "mkswap", "wipefs"}  # and mkfs.<type>: mkfs.ext4, mkfs.xfs…
+ROOT_WRAPPERS = {"sudo", "doas", "su", "runuser", "pkexec", "run0"}
+FANOUT_WRAPPERS = {"xargs", "parallel", "find"}  # run a command once per name they are given
+# Commands that only print or test their words: a path among them is not touched.
+NO_FILE_HEADS = {"echo", "printf", "true", "false", ":", "which", "type", "command", "cd",
+                 "pushd", "popd", "test", "[", "export", "unset", "alias", "hash"}  # fmt: skip
 RAW_DEVICE = re.compile(r"^/dev/(sd|hd|vd|xvd|nvme|mmcblk|disk|rdisk|md|dm-|mapper/|loop|sr)\w*")
 POWER = {"shutdown", "reboot", "halt", "poweroff"}
 SYSTEMCTL_POWER = {"poweroff", "reboot", "halt", "kexec", "emergency", "rescue", "soft-reboot"}
@@ -75,8 +85,12 @@ def classify(
     home: Path | None = None,
     cwd: Path | None = None,
     user_home: Path | None = None,
+    workspace: Path | None = None,
+    vault: Path | None = None,
 ) -> Verdict:
-    """Judge a shell command; `home` is the Atlas home, `user_home` the person's (default ~)."""
+    """Judge a shell command; `home` is the Atlas home, `user_home` the person's (default ~),
+    `workspace` the bot's workspace (the one place in the home commands may use freely) and
+    `vault` the vault when it is configured outside the home."""
     if home is None:
         from atlas.home import default_home
 
@@ -86,6 +100,8 @@ def classify(
         atlas_home=clean(str(home.expanduser())),
         cwd=cwd,
         deny=tuple(deny),
+        workspace=clean(str(workspace.expanduser())) if workspace else None,
+        vault=clean(str(vault.expanduser())) if vault else None,
     )
     verdict = _judge(command, context, depth=0)
     if auto and verdict.verdict == "guardian":
@@ -95,11 +111,15 @@ def classify(
 
 def _judge(command: str, context: Context, depth: int) -> Verdict:
     analysis = analyse(command)
-    found = [_raw_rules(command, analysis)]
+    found = [_raw_rules(command, analysis), _fork_bomb(command, analysis), *_opaque(analysis)]
+    written: set[str] = set()
+    here = context
     for part in analysis.parts:
         if part.words:
-            found.append(_judge_part(part, context))
-            found.append(_judge_script(part, context, depth))
+            found.append(_judge_part(part, here))
+            found.append(_judge_script(part, here, depth, written))
+            written |= _written_paths(part, here)
+            here = _after_cd(part, here)
     return _worst(found)
 
 
@@ -111,11 +131,24 @@ def _worst(verdicts: list[Verdict | None]) -> Verdict:
     return worst
 
 
+def _opaque(analysis: Analysis) -> list[Verdict]:
+    """What the parser could not resolve is asked, in every mode: "key: why" → opaque:key."""
+    verdicts = []
+    for reason in getattr(analysis, "unresolved", []):
+        key, _, text = reason.partition(": ")
+        if not text or not re.fullmatch(r"[a-z0-9-]{1,40}", key):
+            key, text = "unresolved", reason
+        verdicts.append(Verdict("ask", f"opaque:{key}", text))
+    return verdicts
+
+
 def _raw_rules(command: str, analysis: Analysis) -> Verdict | None:
-    """Rules that need the whole command: fork bombs, process substitution, SQL."""
-    squeezed = re.sub(r"\s+", "", command)
-    if re.search(r"([\w:.]+)\(\)\{\1\|\1&?\};?\1", squeezed) or ":(){:|:&};:" in squeezed:
-        return Verdict("block", "hardline:fork-bomb", "a fork bomb exhausts the machine")
+    """Rules that need the whole command: metadata addresses, process substitution, SQL."""
+    address = metadata_address(command)
+    if address:
+        return Verdict(
+            "ask", "outside:metadata", f"reads the cloud metadata address {address} (credentials)"
+        )
     if analysis.process_substitution:
         return Verdict("guardian", "dangerous:process-substitution", "runs a process substitution")
     if any(part.head == "kill" for part in analysis.parts) and "atlas" in command:
@@ -127,8 +160,46 @@ def _raw_rules(command: str, analysis: Analysis) -> Verdict | None:
     return None
 
 
+# A function definition's name, found in linear time: a match starts only where a name starts
+# (the look-behind) and a name is at most 64 characters, so no start is retried at length.
+FUNCTION_DEFINITION = re.compile(r"(?<![\w:.\-])([\w:.\-]{1,64})\(\)\{")
+
+
+def _fork_bomb(command: str, analysis: Analysis) -> Verdict | None:
+    """A function whose body runs itself piped or twice (`:(){ :|:& };:`, `b(){ b|b& };b`)."""
+    bomb = Verdict("block", "hardline:fork-bomb", "a fork bomb exhausts the machine")
+    calls: dict[str, int] = {}
+    for part in analysis.parts:
+        function = getattr(part, "function", None)
+        if function and part.head == function:
+            if part.piped_from == function:
+                return bomb
+            calls[function] = calls.get(function, 0) + 1
+    if any(count >= 2 for count in calls.values()):
+        return bomb
+    squeezed = "".join(command.split())
+    names = {m.group(1) for m in FUNCTION_DEFINITION.finditer(squeezed[:100_000])}
+    for name in list(names)[:64]:
+        if f"{name}|{name}" in squeezed or f"{name}&{name}" in squeezed:
+            return bomb
+    return None
+
+
+def _after_cd(part: Part, context: Context) -> Context:
+    """The context for the parts after a `cd`: relative paths now start from its folder."""
+    if part.head not in ("cd", "pushd"):
+        return context
+    args = arguments(part)
+    if not args:
+        return replace(context, cwd=Path(context.user_home))
+    target = expand(args[0], context)
+    if target.startswith("/"):
+        return replace(context, cwd=Path(target))
+    return replace(context, cwd=None)  # `cd -` or a computed folder: no longer known
+
+
 def _judge_part(part: Part, context: Context) -> Verdict | None:
-    for step in (_hardline, _denied, _outside, _dangerous):
+    for step in (_hardline, _denied, _outside, _home, _unreadable, _dangerous):
         verdict = step(part, context)
         if verdict:
             return verdict
@@ -152,7 +223,7 @@ def _hardline(part: Part, context: Context) -> Verdict | None:
         for target in targets:
             if recursive and is_catastrophic_target(target, context):
                 return block("rm-root", f"recursive delete of {target}: the system or home folder")
-    if head.startswith(("mkfs", "mke2fs", "mkswap", "wipefs")):
+    if head in FORMATTERS or head.startswith("mkfs."):
         return block("mkfs", "formats a disk")
     for index, word in enumerate(words):
         previous = words[index - 1] if index else ""
@@ -221,14 +292,86 @@ def _outside(part: Part, context: Context) -> Verdict | None:
             return ask("gws", "gws can change Google Workspace data")
     if head == "atlas" and args[:2] in (["plugins", "enable"], ["plugin", "enable"]):
         return ask("plugins", "enables a plugin")
-    home = context.atlas_home
-    guarded = (home + "/plugins", home + "/plugin-data")
-    for word in part.words[1:]:
-        path = expand(word, context)
-        if path == home + "/atlas.db" or path.startswith(home + "/atlas.db-"):
-            return ask("home-data", "touches the home's atlas.db")
-        if any(path == g or path.startswith(g + "/") for g in guarded):
-            return ask("home-data", f"touches the home's {path[len(home) + 1 :].split('/')[0]}/")
+    found = sends_out(part)
+    if found is None and interpreter_of(head) not in (None, "shell"):
+        code = _code_of(part)
+        found = code_sends(code) if code else None
+    if found:
+        return ask(*found)
+    return None
+
+
+def _code_of(part: Part) -> str | None:
+    """The code an interpreter part runs inline: `-c`/`-e` code, or a heredoc fed to it."""
+    code = inline_code(part)
+    return code if code is not None else part.heredoc
+
+
+# ---------------------------------------------------------------- the Atlas home
+
+
+def _home(part: Part, context: Context) -> Verdict | None:
+    """Any path the part reads or writes inside the Atlas home, outside the bot's workspace."""
+    if part.head in NO_FILE_HEADS and not any(is_redirect(w) for w in part.words):
+        return None
+    tree = works_through_trees(part.head, short_flags(part), part.words)
+    found = None
+    for word in _path_words(part):
+        found = touches_home(word, context, tree=tree)
+        if found:
+            break
+    if found is None and interpreter_of(part.head) not in (None, "shell"):
+        code = _code_of(part)
+        found = code_mentions_home(code, context) if code else None
+    if found is None:
+        return None
+    where = "a folder holding the Atlas home" if found == "above" else "the Atlas home"
+    return Verdict(
+        "ask", f"home:{found}", f"{part.head} reaches into {where}, outside this bot's workspace"
+    )
+
+
+def _path_words(part: Part) -> list[str]:
+    """Every word that may name a file: the program when it is a path, arguments, redirect
+    targets, `--opt=PATH` and `of=PATH` values, and curl's `@file`."""
+    words = part.words
+    found = [words[0]] if "/" in words[0] else []
+    for word in words[1:]:
+        if word in ("-", "--") or is_redirect(word) or word == SUBSTITUTION:
+            continue
+        if "=" in word:
+            found.append(word.split("=", 1)[1])
+        if word.startswith("@"):
+            found.append(word[1:])
+        if not word.startswith("-"):
+            found.append(word)
+        elif re.fullmatch(r"-[A-Za-z][/~.].*", word):  # -o/path, -f~/x
+            found.append(word[2:])
+    return [w for w in found if w]
+
+
+# ---------------------------------------------------------------- unreadable
+
+
+def _unreadable(part: Part, context: Context) -> Verdict | None:
+    """Code only known when the line runs (a computed name, code read from a pipe): asked."""
+    head, args = part.head, arguments(part)
+
+    def ask(rule: str, reason: str) -> Verdict:
+        return Verdict("ask", f"opaque:{rule}", reason)
+
+    if head.startswith("$"):
+        return ask("computed-command", "the command's name is only known at run time")
+    piped = part.piped_from is not None and interpreter_of(head) is not None
+    if piped and not _script_argument(part) and inline_code(part) is None:
+        return ask(
+            "piped-code",
+            f"{head} runs code piped from {part.piped_from}, which cannot be read before it runs",
+        )
+    if head in ("source", ".") and args and args[0] in ("/dev/stdin", "-", SUBSTITUTION):
+        return ask("piped-code", f"{head} runs code it reads from a pipe")
+    if head == "eval" and any("$" in word for word in args):
+        return ask("eval", "eval runs a string only known at run time")
     return None
 
 
@@ -243,12 +386,10 @@ def _dangerous(part: Part, context: Context) -> Verdict | None:
     def guardian(rule: str, reason: str) -> Verdict:
         return Verdict("guardian", f"dangerous:{rule}", reason)
 
-    if head.startswith("$"):
-        return guardian("computed-command", "the command's name is only known at run time")
     if head == "rm" and ("r" in flags.lower() or "--recursive" in words):
         return guardian("recursive-delete", "deletes recursively")
-    if head in ("rm", "shred", "unlink") and "xargs" in part.wrappers:
-        return guardian("xargs-rm", "deletes every file a pipe names")
+    if head in ("rm", "shred", "unlink", "rmdir") and FANOUT_WRAPPERS & set(part.wrappers):
+        return guardian("xargs-rm", "deletes every file it is handed")
     if head == "find" and ("-delete" in words or find_exec_deletes(words)):
         return guardian("find-delete", "find deletes what it matches")
     if head == "chmod" and any(re.fullmatch(r"0?777|a\+rwx|ugo\+rwx|o\+w", w) for w in words[1:]):
@@ -271,19 +412,17 @@ def _dangerous(part: Part, context: Context) -> Verdict | None:
         return guardian("service-stop", f"{head} stops or changes a service")
     if head == "atlas" and args[:1] == ["stop"]:
         return guardian("stop-daemon", "stops the Atlas daemon")
-    if "sudo" in part.wrappers or "doas" in part.wrappers:
+    if ROOT_WRAPPERS & set(part.wrappers) or head in ROOT_WRAPPERS:
         return guardian("root", "runs as root")
     if head == "crontab" and "-l" not in words:
         return guardian("crontab", "changes scheduled jobs")
     language = interpreter_of(head)
-    if language and part.piped_from is not None and not _script_argument(part):
-        return guardian("pipe-to-interpreter", f"pipes {part.piped_from} output into {head}")
     if language and inline_code(part) is not None:
         return guardian("inline-code", f"{head} runs inline code")
     if language and part.heredoc is not None:
         return guardian("heredoc-script", f"{head} runs a heredoc script")
-    if head == "eval" or (head == "source" and args and args[0] == "/dev/stdin"):
-        return guardian("eval", "evaluates a computed string")
+    if head == "eval":
+        return guardian("eval", "evaluates a string as a command")
     target = _sensitive_write(part, context)
     if target:
         return guardian("sensitive-write", f"writes to {target}")
@@ -337,22 +476,25 @@ def _script_argument(part: Part) -> str | None:
 # ---------------------------------------------------------------- scripts
 
 
-def _judge_script(part: Part, context: Context, depth: int) -> Verdict | None:
-    """Read the script a part runs and judge it by the same rules."""
+def _judge_script(part: Part, context: Context, depth: int, written: set[str]) -> Verdict | None:
+    """Read the script a part runs and judge it by the same rules. A script that cannot be
+    read, or that this same line writes before running it, cannot be judged: it is asked."""
     name = _script_argument(part)
     if name is None or depth >= SCRIPT_DEPTH:
         return None
     expanded = expand(name, context)
     if not expanded.startswith("/"):
         return None  # relative and no working folder: judged by its command line only
+    if expanded in written:
+        return _unjudged("script-written", f"{name} is written by this same command line")
     path = Path(expanded)
     try:
         size = path.stat().st_size
         if size > SCRIPT_LIMIT:
-            return Verdict("guardian", "dangerous:script", f"{name} is too large to read through")
+            return _unjudged("script-too-large", f"{name} is too large to read through")
         data = path.read_bytes()
     except OSError as exc:
-        return Verdict("guardian", "dangerous:script", f"{name} could not be read ({exc.strerror})")
+        return _unjudged("script-unreadable", f"{name} could not be read ({exc.strerror})")
     if b"\0" in data[:4096]:
         return None  # a compiled program: nothing to read through
     text = data.decode("utf-8", errors="replace")
@@ -360,11 +502,49 @@ def _judge_script(part: Part, context: Context, depth: int) -> Verdict | None:
     if language in (None, "shell"):
         verdict = _judge(text, context, depth + 1)
     else:
-        analysis = Analysis(code_parts(language, text))
-        verdict = _worst([_judge_part(p, context) for p in analysis.parts if p.words])
+        verdict = _judge_code(language, text, context)
     if verdict.verdict == "allow":
         return None
     return Verdict(verdict.verdict, verdict.rule, f"{name}: {verdict.reason}")
+
+
+def _unjudged(key: str, reason: str) -> Verdict:
+    return Verdict("ask", f"opaque:{key}", f"{reason}, so it cannot be judged before it runs")
+
+
+def _judge_code(language: str, text: str, context: Context) -> Verdict:
+    """A python/node/perl/ruby… script: what its code runs, sends out, or touches in the home."""
+    found: list[Verdict | None] = [_judge_part(p, context) for p in code_parts(language, text)]
+    sends = code_sends(text) or (
+        ("metadata", f"reads the cloud metadata address {address}")
+        if (address := metadata_address(text))
+        else None
+    )
+    if sends:
+        found.append(Verdict("ask", f"outside:{sends[0]}", sends[1]))
+    home = code_mentions_home(text, context)
+    if home:
+        found.append(Verdict("ask", f"home:{home}", "the script names the Atlas home"))
+    return _worst(found)
+
+
+def _written_paths(part: Part, context: Context) -> set[str]:
+    """Files this part writes (redirects, tee, cp/mv/install/ln targets, downloads, dd of=)."""
+    words, head, args = part.words, part.head, arguments(part)
+    targets = [words[i] for i in range(1, len(words)) if is_redirect(words[i - 1])]
+    if head == "tee":
+        targets += args
+    elif head in ("cp", "mv", "install", "ln") and len(args) >= 2:
+        targets += [args[-1], *(f"{args[-1]}/{Path(a).name}" for a in args[:-1])]
+    elif head == "curl":
+        targets += [v for v in [option_value(words, ("-o", "--output"))] if v]
+        if "-O" in words or "--remote-name" in words:
+            targets += [Path(a).name for a in args if "://" in a]
+    elif head == "wget":
+        given = option_value(words, ("-O", "--output-document"))
+        targets += [given] if given else [Path(a).name for a in args if "://" in a]
+    targets += [w[3:] for w in words if w.startswith("of=")]
+    return {expand(t, context) for t in targets if t}
 
 
 def _shebang_language(text: str, path: Path) -> str | None:

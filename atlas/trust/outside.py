@@ -1,0 +1,249 @@
+"""What sends data off the machine: uploads, sockets, remote copies, mail, publishing, inline code
+that opens a connection with data, and cloud metadata addresses (the instance's credentials).
+
+Each function answers `(rule, reason)` or None; rules.py asks the person every time ("outside:").
+Every pattern here runs in linear time: plain alternations, no back-references, no nested
+quantifiers, and no unanchored greedy runs that restart at every position.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+import unicodedata
+
+from atlas.trust.command_words import arguments
+from atlas.trust.normalise import Part
+
+Found = tuple[str, str]
+
+SOCKET_TOOLS = {"nc", "ncat", "netcat", "socat", "telnet", "openssl", "ssh-copy-id", "sshpass",
+                "mosh", "ftp", "lftp", "tftp", "sftp", "scp", "smbclient", "websocat", "wscat"}  # fmt: skip
+MAIL_TOOLS = {"mail", "mailx", "sendmail", "mutt", "msmtp", "swaks", "s-nail", "neomutt"}
+PUBLISH = {
+    "npm": {"publish"}, "yarn": {"publish"}, "pnpm": {"publish"}, "twine": {"upload"},
+    "cargo": {"publish"}, "gem": {"push"}, "docker": {"push"}, "podman": {"push"},
+    "uv": {"publish"}, "poetry": {"publish"}, "flit": {"publish"}, "helm": {"push"},
+    "git": {"send-email"},
+}  # fmt: skip
+WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+# curl's short options that take a value (the rest of a cluster, or the next word, is the value).
+CURL_VALUED = set("AbcCdDeEFHKmoQrtTuUwxXyYzP")
+CURL_SENDS = {"d", "F", "T"}
+CURL_LONG_SENDS = ("--data", "--form", "--upload-file", "--json", "--post301")
+WGET_SENDS = ("--post-data", "--post-file", "--body-data", "--body-file")
+HTTPIE = {"http", "https", "xh", "xhs"}
+CLOUD_READS = ("ls", "list", "describe", "get", "help", "--help", "--version", "version",
+               "lsd", "lsf", "lsl", "size", "cat", "show", "info", "whoami")  # fmt: skip
+CLOUD_CLIS = {"aws", "gsutil", "rclone", "az", "s3cmd", "azcopy"}
+
+METADATA_NAMES = {"metadata.google.internal", "metadata", "instance-data",
+                  "instance-data.ec2.internal", "metadata.azure.com", "metadata.packet.net"}  # fmt: skip
+METADATA_V6 = {ipaddress.ip_address("fd00:ec2::254")}
+METADATA_V4 = {ipaddress.ip_address("100.100.100.200"), ipaddress.ip_address("192.0.0.192")}
+LINK_LOCAL_V4 = ipaddress.ip_network("169.254.0.0/16")
+# Dots an IDN-aware client reads as ".": ideographic, full-width (NFKC folds it) and half-width.
+DOTS = str.maketrans({"\u3002": ".", "\uff61": ".", "\uff0e": "."})
+HOST_TOKEN = re.compile(r"[0-9A-Za-z.:\[\]%_-]+")
+
+# Inline code (any language) that opens a connection and sends something.
+CODE_SENDS = re.compile(
+    r"\brequests\.(?:post|put|patch|delete|request)\b|\bhttpx\.(?:post|put|patch|delete|request)\b"
+    r"|\.post\s*\(|\burlopen\s*\([^)\n]{0,200}\bdata\b|\bRequest\s*\([^)\n]{0,300}\bdata\s*="
+    r"|\bmethod\s*[=:]\s*['\"]?(?:post|put|patch|delete)\b|\bhttp\.client\b"
+    r"|\bhttplib\b|\bsocket\.(?:socket|create_connection)\b|\.send(?:all|to)\s*\("
+    r"|\bsmtplib\b|\bftplib\b|\bparamiko\b|\bIO::Socket\b|\bLWP::UserAgent\b|\bNet::(?:HTTP|SMTP|FTP)"
+    r"|\bTCPSocket\b|\bUDPSocket\b|\bfsockopen\b|\bstream_socket_client\b|\bcurl_init\b"
+    r"|\bnet\.(?:connect|createConnection|Socket)\b|\bhttps?\.request\b|\bdgram\b"
+    r"|\bXMLHttpRequest\b|\bDeno\.connect\b|\bBun\.connect\b|\bsocket\.http\b|/inet\d?/(?:tcp|udp)/"
+    r"|\bfetch\s*\([^)\n]{0,300}\bbody\b",
+    re.IGNORECASE,
+)
+
+
+def sends_out(part: Part) -> Found | None:
+    """Why running this part sends data or files off the machine, or None."""
+    head, words = part.head, part.words
+    if head in SOCKET_TOOLS:
+        return "socket", f"{head} talks to another machine directly"
+    if head in MAIL_TOOLS:
+        return "mail", f"{head} sends mail"
+    if any(w.startswith(("/dev/tcp/", "/dev/udp/")) for w in words):
+        return "socket", "opens a network connection through /dev/tcp"
+    if head == "ssh" and _ssh_destination(words):
+        return "ssh", f"ssh to {_ssh_destination(words)} runs on, or sends to, another machine"
+    if head == "rsync" and any(_remote(w) for w in arguments(part)):
+        return "rsync", "rsync copies to or from a remote host"
+    if head == "curl" and (reason := _curl_sends(words)):
+        return "upload", reason
+    if head == "wget" and (reason := _wget_sends(words)):
+        return "upload", reason
+    if head in HTTPIE and (reason := _httpie_sends(arguments(part))):
+        return "upload", reason
+    args = arguments(part)
+    if head in PUBLISH and args[:1] and args[0] in PUBLISH[head]:
+        return "publish", f"{head} {args[0]} sends a package or image out"
+    if head in CLOUD_CLIS and not _cloud_reads(args):
+        return "cloud", f"{head} can copy data to, or change, cloud storage"
+    return None
+
+
+def _ssh_destination(words: list[str]) -> str | None:
+    valued = set("BbcDEeFIiJLlmOoPpQRSWw")
+    rest = words[1:]
+    while rest and rest[0].startswith("-") and len(rest[0]) > 1:
+        option = rest.pop(0)
+        if option == "--":
+            break
+        cluster = option[1:]
+        for index, letter in enumerate(cluster):
+            if letter in valued:
+                if index == len(cluster) - 1 and rest:
+                    rest.pop(0)  # the value is the next word
+                break
+    return rest[0] if rest else None
+
+
+def _remote(word: str) -> bool:
+    """`host:path`, `user@host:path`, `host::module` or `rsync://…` (a colon before any slash)."""
+    if word.startswith("rsync://"):
+        return True
+    colon = word.find(":")
+    slash = word.find("/")
+    return colon > 0 and (slash == -1 or colon < slash)
+
+
+def _curl_sends(words: list[str]) -> str | None:
+    for index, word in enumerate(words[1:], start=1):
+        following = words[index + 1] if index + 1 < len(words) else ""
+        if word.startswith(CURL_LONG_SENDS):
+            return f"curl {word.split('=', 1)[0]} sends data"
+        method = None
+        if word in ("-X", "--request"):
+            method = following
+        elif word.startswith("--request="):
+            method = word[len("--request=") :]
+        elif word.startswith("-X") and len(word) > 2:
+            method = word[2:]
+        if method is not None and method.upper() in WRITE_METHODS:
+            return f"curl -X {method.upper()} changes something remote"
+        if word == "-K" or word.startswith("--config"):
+            return "curl reads its options (perhaps data to send) from a file"
+        if re.fullmatch(r"-[A-Za-z0-9#:]+", word):
+            for letter in word[1:]:
+                if letter in CURL_SENDS:
+                    return f"curl -{letter} sends data"
+                if letter in CURL_VALUED:
+                    break
+    return None
+
+
+def _wget_sends(words: list[str]) -> str | None:
+    for index, word in enumerate(words):
+        if word.startswith(WGET_SENDS):
+            return f"wget {word.split('=', 1)[0]} sends data"
+        if word.startswith("--method"):
+            following = words[index + 1] if index + 1 < len(words) else ""
+            method = word.split("=", 1)[1] if "=" in word else following
+            if method.upper() in WRITE_METHODS:
+                return f"wget --method {method.upper()} changes something remote"
+    return None
+
+
+def _httpie_sends(args: list[str]) -> str | None:
+    if args and args[0].upper() in WRITE_METHODS:
+        return f"{args[0].upper()} request"
+    for item in args[1:]:
+        if "=" in item or "@" in item:
+            return "sends request data"
+    return None
+
+
+def _cloud_reads(args: list[str]) -> bool:
+    if not args:
+        return True
+    verbs = args[:3]
+    return any(v == r or v.startswith(r + "-") for v in verbs for r in CLOUD_READS) and not any(
+        w in ("cp", "mv", "sync", "copy", "move", "rm", "delete", "put", "upload") for w in args
+    )
+
+
+def code_sends(code: str) -> Found | None:
+    """Inline code (python, node, perl, ruby, php, lua, awk…) that connects and sends data."""
+    match = CODE_SENDS.search(code)
+    if match:
+        return "code-sends", f"the code opens a connection with data ({match.group(0).strip()})"
+    return None
+
+
+# ---------------------------------------------------------------- cloud metadata
+
+
+def metadata_address(text: str) -> str | None:
+    """A cloud metadata address named anywhere in `text` (any spelling a client would accept)."""
+    text = unicodedata.normalize("NFKC", text).translate(DOTS)
+    lowered = text.lower()
+    for marker in ("://", "@"):
+        start = lowered.find(marker)
+        while start != -1:
+            host = _host_after(lowered, start + len(marker))
+            if host in METADATA_NAMES or _metadata_ip(host):
+                return host
+            start = lowered.find(marker, start + 1)
+    names = METADATA_NAMES - {"metadata"}  # the bare name counts only as a URL's host
+    for match in HOST_TOKEN.finditer(lowered):
+        token = match.group(0)
+        if len(token) > 64 or not (token[0].isdigit() or "." in token or ":" in token):
+            continue
+        if token.strip(".") in names:
+            return token.strip(".")
+        if not any(char.isdigit() for char in token):
+            continue
+        for candidate in _host_candidates(token):
+            if _metadata_ip(candidate):
+                return candidate
+    return None
+
+
+def _host_after(text: str, start: int) -> str:
+    end = start
+    while end < len(text) and text[end] not in "/ \t\n'\"?#\\;|&)":
+        end += 1
+    host = text[start:end].rsplit("@", 1)[-1]
+    if host.startswith("["):
+        return host[1:].split("]", 1)[0]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _host_candidates(token: str) -> list[str]:
+    token = token.strip(".:")
+    candidates = [token, token.strip("[]")]
+    if "]" in token:
+        candidates.append(token.split("]", 1)[0].lstrip("["))
+    if token.count(":") == 1:
+        candidates.append(token.split(":", 1)[0])
+    return candidates
+
+
+def _metadata_ip(host: str) -> bool:
+    host = host.strip("[]").rstrip(".")
+    if not host or len(host) > 64:
+        return False
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        if not re.fullmatch(r"(?:0x[0-9a-f]+|[0-9]+)(?:\.(?:0x[0-9a-f]+|[0-9]+)){0,3}", host):
+            return False
+        try:  # 2852039166, 0xa9fea9fe, 0251.0376.0251.0376, 169.254.43518: inet_aton's forms
+            address = ipaddress.ip_address(socket.inet_aton(host))
+        except (OSError, ValueError):
+            return False
+    if isinstance(address, ipaddress.IPv6Address):
+        if address in METADATA_V6:
+            return True
+        mapped = address.ipv4_mapped
+        if mapped is None:
+            return False
+        address = mapped
+    return address in LINK_LOCAL_V4 or address in METADATA_V4
