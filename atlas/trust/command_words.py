@@ -5,18 +5,24 @@ path the rules care about: system folders, the person's home, sensitive files.""
 from __future__ import annotations
 
 import fnmatch
+import os
 import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from atlas.trust.normalise import Part
+from atlas.trust.normalise import SUBSTITUTION, Part, inline_code, interpreter_of
 
 SYSTEM_DIRS = {
     "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media",
     "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/usr", "/var", "/snap",
     "/Users", "/System", "/Library", "/Applications", "/private", "/Volumes",
 }  # fmt: skip
+WRITERS = {"cp", "mv", "tee", "install", "ln", "rsync", "truncate", "touch", "rm", "shred",
+           "chmod", "chown", "chgrp", "unlink", "dd"}  # fmt: skip
+# Interpreter options that take a value (`python -W ignore x.py`, `node -r esm x.js`).
+VALUED_INTERPRETER_OPTIONS = {"-W", "-X", "-r", "--require", "--import", "--loader", "-I", "-o",
+                              "--rcfile", "--init-file", "-O"}  # fmt: skip
 SHELL_RC = {
     ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv",
     ".zprofile", ".zlogin", ".kshrc", ".cshrc", ".tcshrc", ".inputrc", ".gitconfig",
@@ -129,3 +135,103 @@ def option_value(words: list[str], names: tuple[str, ...]) -> str | None:
 def is_redirect(word: str) -> bool:
     """`>`, `2>>`, `&>`, `>|`: the next word is a file written to."""
     return re.fullmatch(r"\d*>>?|&>>?|>\|", word) is not None
+
+
+# ---------------------------------------------------------------- files a command names
+
+
+def sensitive_write(part: Part, context: Context) -> str | None:
+    words = part.words
+    candidates: list[str] = []
+    for index, word in enumerate(words[1:], start=1):
+        if is_redirect(words[index - 1]):
+            candidates.append(word)
+    head = part.head
+    args = arguments(part)
+    if head == "cp" and args:
+        candidates.append(args[-1])
+    elif head in WRITERS and head != "cp":
+        candidates.extend(args)
+    elif head in ("sed", "perl") and any(w.startswith(("-i", "--in-place")) for w in words):
+        candidates.extend(args[1:])
+    for word in words:
+        if word.startswith("of="):
+            candidates.append(word[3:])
+    for candidate in candidates:
+        path = expand(candidate, context)
+        if is_sensitive(path, context):
+            return candidate
+    return None
+
+
+def script_argument(part: Part) -> str | None:
+    """The script file a part runs: `bash x.sh`, `./x.sh`, `python x.py`, `source x`."""
+    head, words = part.head, part.words
+    if head in ("source", "."):
+        return words[1] if len(words) > 1 else None
+    if "/" in head and head != SUBSTITUTION:
+        return head
+    language = interpreter_of(head)
+    if language is None or inline_code(part) is not None:
+        return None
+    rest = words[1:]
+    while rest and rest[0].startswith("-"):
+        if rest[0] in ("-m", "-", "--"):
+            return None  # a module, or code read from stdin
+        option = rest.pop(0)
+        if option in VALUED_INTERPRETER_OPTIONS and rest:
+            rest.pop(0)
+    if not rest or rest[0].startswith(("<", ">")) or is_redirect(rest[0]):
+        return None  # `bash <<< CODE`, `python < x.py`: code from stdin, judged elsewhere
+    return rest[0]
+
+
+def shebang_language(text: str, path: Path) -> str | None:
+    first = text.split("\n", 1)[0]
+    if first.startswith("#!"):
+        words = first[2:].split()
+        if words:
+            head = os.path.basename(words[0])
+            if head == "env" and len(words) > 1:
+                head = words[1]
+            return interpreter_of(head)
+    suffix = {".py": "python", ".pl": "perl", ".js": "node", ".rb": "ruby"}
+    return suffix.get(path.suffix)
+
+
+def written_paths(part: Part, context: Context) -> set[str]:
+    """Files this part writes (redirects, tee, cp/mv/install/ln targets, downloads, dd of=)."""
+    words, head, args = part.words, part.head, arguments(part)
+    targets = [words[i] for i in range(1, len(words)) if is_redirect(words[i - 1])]
+    if head == "tee":
+        targets += args
+    elif head in ("cp", "mv", "install", "ln") and len(args) >= 2:
+        targets += [args[-1], *(f"{args[-1]}/{Path(a).name}" for a in args[:-1])]
+    elif head == "curl":
+        targets += [v for v in [option_value(words, ("-o", "--output"))] if v]
+        if "-O" in words or "--remote-name" in words:
+            targets += [Path(a).name for a in args if "://" in a]
+    elif head == "wget":
+        given = option_value(words, ("-O", "--output-document"))
+        targets += [given] if given else [Path(a).name for a in args if "://" in a]
+    targets += [w[3:] for w in words if w.startswith("of=")]
+    return {expand(t, context) for t in targets if t}
+
+
+def path_words(part: Part) -> list[str]:
+    """Every word that may name a file: the program when it is a path, arguments, redirect
+    targets, `--opt=PATH` and `of=PATH` values, and curl's `@file`."""
+    words = part.words
+    found = [words[0]] if "/" in words[0] else []
+    for word in words[1:]:
+        if word in ("-", "--") or is_redirect(word) or word == SUBSTITUTION:
+            continue
+        if "=" in word:
+            found.append(word.split("=", 1)[1])
+        if word.startswith("@"):
+            found.append(word[1:])
+        if not word.startswith("-"):
+            found.append(word)
+        elif re.fullmatch(r"-[A-Za-z][/~.].*", word):  # -o/path, -f~/x
+            found.append(word[2:])
+    return [w for w in found if w]

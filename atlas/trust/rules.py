@@ -9,7 +9,6 @@ opaque lines, sending outside and touching the home, hold in auto mode too.
 from __future__ import annotations
 
 import fnmatch
-import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,10 +22,13 @@ from atlas.trust.command_words import (
     expand,
     is_catastrophic_target,
     is_redirect,
-    is_sensitive,
     is_system_path,
-    option_value,
+    path_words,
+    script_argument,
+    sensitive_write,
+    shebang_language,
     short_flags,
+    written_paths,
 )
 from atlas.trust.home_paths import code_mentions_home, touches_home, works_through_trees
 from atlas.trust.normalise import (
@@ -63,8 +65,6 @@ RAW_DEVICE = re.compile(r"^/dev/(sd|hd|vd|xvd|nvme|mmcblk|disk|rdisk|md|dm-|mapp
 POWER = {"shutdown", "reboot", "halt", "poweroff"}
 SYSTEMCTL_POWER = {"poweroff", "reboot", "halt", "kexec", "emergency", "rescue", "soft-reboot"}
 SQL_CLIENTS = {"psql", "mysql", "mariadb", "sqlite3", "duckdb", "sqlcmd", "clickhouse-client"}
-WRITERS = {"cp", "mv", "tee", "install", "ln", "rsync", "truncate", "touch", "rm", "shred",
-           "chmod", "chown", "chgrp", "unlink", "dd"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def _judge(command: str, context: Context, depth: int) -> Verdict:
         if part.words:
             found.append(_judge_part(part, here))
             found.append(_judge_script(part, here, depth, written))
-            written |= _written_paths(part, here)
+            written |= written_paths(part, here)
             here = _after_cd(part, here)
     return _worst(found)
 
@@ -316,7 +316,7 @@ def _home(part: Part, context: Context) -> Verdict | None:
         return None
     tree = works_through_trees(part.head, short_flags(part), part.words)
     found = None
-    for word in _path_words(part):
+    for word in path_words(part):
         found = touches_home(word, context, tree=tree)
         if found:
             break
@@ -329,25 +329,6 @@ def _home(part: Part, context: Context) -> Verdict | None:
     return Verdict(
         "ask", f"home:{found}", f"{part.head} reaches into {where}, outside this bot's workspace"
     )
-
-
-def _path_words(part: Part) -> list[str]:
-    """Every word that may name a file: the program when it is a path, arguments, redirect
-    targets, `--opt=PATH` and `of=PATH` values, and curl's `@file`."""
-    words = part.words
-    found = [words[0]] if "/" in words[0] else []
-    for word in words[1:]:
-        if word in ("-", "--") or is_redirect(word) or word == SUBSTITUTION:
-            continue
-        if "=" in word:
-            found.append(word.split("=", 1)[1])
-        if word.startswith("@"):
-            found.append(word[1:])
-        if not word.startswith("-"):
-            found.append(word)
-        elif re.fullmatch(r"-[A-Za-z][/~.].*", word):  # -o/path, -f~/x
-            found.append(word[2:])
-    return [w for w in found if w]
 
 
 # ---------------------------------------------------------------- unreadable
@@ -363,7 +344,7 @@ def _unreadable(part: Part, context: Context) -> Verdict | None:
     if head.startswith("$"):
         return ask("computed-command", "the command's name is only known at run time")
     piped = part.piped_from is not None and interpreter_of(head) is not None
-    if piped and not _script_argument(part) and inline_code(part) is None:
+    if piped and not script_argument(part) and inline_code(part) is None:
         return ask(
             "piped-code",
             f"{head} runs code piped from {part.piped_from}, which cannot be read before it runs",
@@ -423,54 +404,12 @@ def _dangerous(part: Part, context: Context) -> Verdict | None:
         return guardian("heredoc-script", f"{head} runs a heredoc script")
     if head == "eval":
         return guardian("eval", "evaluates a string as a command")
-    target = _sensitive_write(part, context)
+    target = sensitive_write(part, context)
     if target:
         return guardian("sensitive-write", f"writes to {target}")
     if part.origin != "shell" and head == "rm":
         return guardian("code-delete", f"{part.origin} code deletes files")
     return None
-
-
-def _sensitive_write(part: Part, context: Context) -> str | None:
-    words = part.words
-    candidates: list[str] = []
-    for index, word in enumerate(words[1:], start=1):
-        if is_redirect(words[index - 1]):
-            candidates.append(word)
-    head = part.head
-    args = arguments(part)
-    if head == "cp" and args:
-        candidates.append(args[-1])
-    elif head in WRITERS and head != "cp":
-        candidates.extend(args)
-    elif head in ("sed", "perl") and any(w.startswith(("-i", "--in-place")) for w in words):
-        candidates.extend(args[1:])
-    for word in words:
-        if word.startswith("of="):
-            candidates.append(word[3:])
-    for candidate in candidates:
-        path = expand(candidate, context)
-        if is_sensitive(path, context):
-            return candidate
-    return None
-
-
-def _script_argument(part: Part) -> str | None:
-    """The script file a part runs: `bash x.sh`, `./x.sh`, `python x.py`, `source x`."""
-    head, words = part.head, part.words
-    if head in ("source", "."):
-        return words[1] if len(words) > 1 else None
-    if "/" in head and head != SUBSTITUTION:
-        return head
-    language = interpreter_of(head)
-    if language is None or inline_code(part) is not None:
-        return None
-    rest = words[1:]
-    while rest and rest[0].startswith("-"):
-        if rest[0] in ("-m", "-", "--"):
-            return None  # a module, or code read from stdin
-        rest = rest[1:]
-    return rest[0] if rest else None
 
 
 # ---------------------------------------------------------------- scripts
@@ -479,7 +418,7 @@ def _script_argument(part: Part) -> str | None:
 def _judge_script(part: Part, context: Context, depth: int, written: set[str]) -> Verdict | None:
     """Read the script a part runs and judge it by the same rules. A script that cannot be
     read, or that this same line writes before running it, cannot be judged: it is asked."""
-    name = _script_argument(part)
+    name = script_argument(part)
     if name is None or depth >= SCRIPT_DEPTH:
         return None
     expanded = expand(name, context)
@@ -498,7 +437,7 @@ def _judge_script(part: Part, context: Context, depth: int, written: set[str]) -
     if b"\0" in data[:4096]:
         return None  # a compiled program: nothing to read through
     text = data.decode("utf-8", errors="replace")
-    language = interpreter_of(part.head) or _shebang_language(text, path)
+    language = interpreter_of(part.head) or shebang_language(text, path)
     if language in (None, "shell"):
         verdict = _judge(text, context, depth + 1)
     else:
@@ -526,35 +465,3 @@ def _judge_code(language: str, text: str, context: Context) -> Verdict:
     if home:
         found.append(Verdict("ask", f"home:{home}", "the script names the Atlas home"))
     return _worst(found)
-
-
-def _written_paths(part: Part, context: Context) -> set[str]:
-    """Files this part writes (redirects, tee, cp/mv/install/ln targets, downloads, dd of=)."""
-    words, head, args = part.words, part.head, arguments(part)
-    targets = [words[i] for i in range(1, len(words)) if is_redirect(words[i - 1])]
-    if head == "tee":
-        targets += args
-    elif head in ("cp", "mv", "install", "ln") and len(args) >= 2:
-        targets += [args[-1], *(f"{args[-1]}/{Path(a).name}" for a in args[:-1])]
-    elif head == "curl":
-        targets += [v for v in [option_value(words, ("-o", "--output"))] if v]
-        if "-O" in words or "--remote-name" in words:
-            targets += [Path(a).name for a in args if "://" in a]
-    elif head == "wget":
-        given = option_value(words, ("-O", "--output-document"))
-        targets += [given] if given else [Path(a).name for a in args if "://" in a]
-    targets += [w[3:] for w in words if w.startswith("of=")]
-    return {expand(t, context) for t in targets if t}
-
-
-def _shebang_language(text: str, path: Path) -> str | None:
-    first = text.split("\n", 1)[0]
-    if first.startswith("#!"):
-        words = first[2:].split()
-        if words:
-            head = os.path.basename(words[0])
-            if head == "env" and len(words) > 1:
-                head = words[1]
-            return interpreter_of(head)
-    suffix = {".py": "python", ".pl": "perl", ".js": "node", ".rb": "ruby"}
-    return suffix.get(path.suffix)
