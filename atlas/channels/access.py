@@ -3,14 +3,17 @@
 A stranger gets one reply holding an 8-character code and nothing else (no model call). The
 owner approves it with `atlas pairing approve CODE`, or denies it; a code expires after an hour.
 A stranger with a pending code, or a denied one, gets no further reply: a bot never becomes a
-way to spam its owner. Everything lives in the home's atlas.db, so the CLI and the running
+way to spam its owner. In a group the code is never posted for everyone: it goes to the stranger
+privately; when that cannot be done (on Telegram a bot may not write first to someone who never
+started it), the code is withdrawn and the group is told, at most once an hour per person, to
+write to the bot directly. Everything lives in the home's atlas.db, so the CLI and the running
 daemon share it with no signal between them.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -130,6 +133,19 @@ async def request_pairing(
     return Pairing.from_row(row, moment) if row else None
 
 
+async def withdraw_pairing(store: HomeStore, code: str) -> None:
+    """Forget a pending code that never reached its person, so that they get a new one."""
+
+    def delete(db: sqlite_utils.Database) -> None:
+        with db.conn:
+            db.execute(
+                "DELETE FROM pairing_codes WHERE code = ? AND status = 'pending'",
+                [normalise_code(code)],
+            )
+
+    await store.call(delete)
+
+
 async def _decide(store: HomeStore, code: str, verdict: str, now: datetime | None) -> Pairing:
     moment = _now(now)
     wanted = normalise_code(code)
@@ -201,6 +217,8 @@ class Access:
         self.bot = bot
         self.platform = platform
         self.allowed = frozenset(str(user) for user in allowed)
+        # Strangers told in a group to write directly, and when: told at most once an hour.
+        self._told_to_write: dict[str, datetime] = {}
 
     async def is_allowed(self, user_id: str) -> bool:
         if str(user_id) in self.allowed:
@@ -215,6 +233,49 @@ class Access:
         if pairing is None:
             return None
         return pairing_reply(pairing.code)
+
+    async def group_stranger(
+        self,
+        user_id: str,
+        send_privately: Callable[[str], Awaitable[bool]],
+        *,
+        user_name: str = "",
+        chat: str = "",
+        now: datetime | None = None,
+    ) -> str | None:
+        """A stranger spoke in a group: their code goes to them privately (`send_privately`
+        returns whether it arrived). Returns what to post in the group, never holding the code,
+        or None to stay silent."""
+        moment = _now(now)
+        pairing = await request_pairing(
+            self.store,
+            self.bot,
+            self.platform,
+            str(user_id),
+            user_name=user_name,
+            chat=chat,
+            now=moment,
+        )
+        if pairing is None:
+            return None
+        if await send_privately(pairing_reply(pairing.code)):
+            return SENT_PRIVATELY
+        await withdraw_pairing(self.store, pairing.code)
+        told = self._told_to_write.get(str(user_id))
+        if told is not None and moment - told < CODE_LIFETIME:
+            return None
+        self._told_to_write[str(user_id)] = moment
+        return WRITE_DIRECTLY
+
+
+SENT_PRIVATELY = (
+    "I only talk to people my owner has approved; I have sent you a private message with how "
+    "to be approved."
+)
+WRITE_DIRECTLY = (
+    "I only talk to people my owner has approved. To be approved, write to me directly in a "
+    "private chat: I will give you a code there."
+)
 
 
 def pairing_reply(code: str) -> str:
@@ -233,4 +294,5 @@ __all__ = [
     "list_pairings",
     "paired_users",
     "request_pairing",
+    "withdraw_pairing",
 ]

@@ -22,7 +22,7 @@ from atlas.channels.base import Address
 from atlas.channels.chat_common import NEW_CONVERSATION, ChatGenerations, platform_chat
 from atlas.channels.inbox import FileTooLarge, check_size, name_files, save_stream
 from atlas.channels.telegram_asking import TelegramAsking
-from atlas.channels.telegram_delivery import Chunk, send_chunk
+from atlas.channels.telegram_delivery import Chunk, DeliveryError, send_chunk
 from atlas.channels.telegram_sending import target
 from atlas.errors import AtlasError
 from atlas.home import Bot
@@ -169,7 +169,8 @@ class TelegramInbound(TelegramAsking):
             text = self._without_mention(text)
         if not await self.access.is_allowed(str(user.id)):
             thread_id = message.message_thread_id if message.is_topic_message else None
-            await self._greet_stranger(user, message.chat.id, thread_id)
+            private = message.chat.type == "private"
+            await self._greet_stranger(user, message.chat.id, thread_id, private=private)
             return
         address = await self.address_for(message)
         if await self._run_command(command, address):
@@ -204,11 +205,29 @@ class TelegramInbound(TelegramAsking):
             return text
         return (text[:at] + text[at + len(mention) :]).strip()
 
-    async def _greet_stranger(self, user: User, chat_id: int, thread_id: int | None) -> None:
-        reply = await self.access.stranger(
-            str(user.id), user_name=user.full_name, chat=str(chat_id)
-        )
+    async def _greet_stranger(
+        self, user: User, chat_id: int, thread_id: int | None, *, private: bool = True
+    ) -> None:
+        """The pairing reply to someone not yet allowed. In a group the code goes to them
+        privately, never to the group (see atlas/channels/access.py)."""
         log.info("%s: message from unapproved user %s (%s)", self.name, user.id, user.full_name)
+        if private:
+            reply = await self.access.stranger(
+                str(user.id), user_name=user.full_name, chat=str(chat_id)
+            )
+        else:
+
+            async def send_privately(text: str) -> bool:
+                try:
+                    await send_chunk(self._connected(), self.retrying, user.id, Chunk(None, text))
+                except DeliveryError as exc:
+                    log.info("%s: cannot write privately to %s: %s", self.name, user.id, exc)
+                    return False
+                return True
+
+            reply = await self.access.group_stranger(
+                str(user.id), send_privately, user_name=user.full_name, chat=str(chat_id)
+            )
         if reply is None:
             return
         await send_chunk(

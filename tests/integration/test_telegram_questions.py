@@ -273,3 +273,38 @@ async def test_in_a_group_conversation_of_one_person_only_they_or_the_owner_answ
     assert not waiting.done()
     await tg.tap(message_id, "No", user_id=42)
     assert await asyncio.wait_for(waiting, 5) == "No"
+
+
+# ---- a stranger in a group gets the pairing code privately (issue 18, item 10) -------------------
+
+GROUP = -100777
+
+
+async def test_a_strangers_code_goes_privately_not_to_the_group(tg: Harness) -> None:
+    from atlas.channels.access import SENT_PRIVATELY, list_pairings
+
+    store = tg.channel.access.store
+    await tg.fake.push(tg.fake.mention("hi", user_id=STRANGER, chat_id=GROUP, chat_type="group"))
+    await tg.fake.wait_for(lambda: tg.fake.sent_texts(GROUP) != [])
+    [pairing] = await list_pairings(store)
+    assert tg.fake.sent_texts(GROUP) == [SENT_PRIVATELY]
+    [private] = tg.fake.sent_texts(STRANGER)
+    assert pairing.code in private
+    assert all(pairing.code not in text for text in tg.fake.sent_texts(GROUP))
+
+
+async def test_a_stranger_who_never_started_the_bot_is_told_to_write_directly(tg: Harness) -> None:
+    from atlas.channels.access import WRITE_DIRECTLY, list_pairings
+
+    store = tg.channel.access.store
+    tg.fake.fail_next("sendMessage", "400")  # Telegram: the bot may not write to them first
+    await tg.fake.push(tg.fake.mention("hi", user_id=STRANGER, chat_id=GROUP, chat_type="group"))
+    await tg.fake.wait_for(lambda: tg.fake.sent_texts(GROUP) != [])
+    assert tg.fake.sent_texts(GROUP) == [WRITE_DIRECTLY]
+    assert tg.fake.sent_texts(STRANGER) == [] and await list_pairings(store) == []
+    # They write privately, and get their code there.
+    await tg.fake.push(tg.fake.message("hello", user_id=STRANGER))
+    await tg.fake.wait_for(lambda: tg.fake.sent_texts(STRANGER) != [])
+    [pairing] = await list_pairings(store)
+    assert pairing.code in tg.fake.sent_texts(STRANGER)[0]
+    assert all(pairing.code not in text for text in tg.fake.sent_texts(GROUP))

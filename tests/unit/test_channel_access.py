@@ -90,3 +90,50 @@ async def test_pairing_command_lists_and_approves(tmp_path: Path, capsys) -> Non
     assert "approved" in capsys.readouterr().out
     assert await pairing_main(HomeStore(path), parse(["pairing", "list"])) == 0
     assert "no pending pairing codes" in capsys.readouterr().out
+
+
+# ---- a stranger in a group gets the code privately (issue 18, item 10) ---------------------------
+
+
+async def test_in_a_group_the_code_goes_privately_and_never_to_the_group(store: HomeStore) -> None:
+    from atlas.channels.access import SENT_PRIVATELY
+
+    access = Access(store, "atlas", "telegram", ["1"])
+    private: list[str] = []
+
+    async def deliver(text: str) -> bool:
+        private.append(text)
+        return True
+
+    group_text = await access.group_stranger("2", deliver, user_name="Bob", chat="-100")
+    [pairing] = await list_pairings(store)
+    assert group_text == SENT_PRIVATELY and pairing.code not in group_text
+    assert len(private) == 1 and pairing.code in private[0]
+    assert await access.group_stranger("2", deliver) is None  # pending: silent, as in private
+
+
+async def test_when_the_private_message_fails_the_group_is_told_without_the_code(
+    store: HomeStore,
+) -> None:
+    from atlas.channels.access import WRITE_DIRECTLY
+
+    access = Access(store, "atlas", "telegram", ["1"])
+    attempts: list[str] = []
+
+    async def unreachable(text: str) -> bool:
+        attempts.append(text)
+        return False
+
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    told = await access.group_stranger("2", unreachable, chat="-100", now=start)
+    assert told == WRITE_DIRECTLY
+    code = attempts[0].split("\n\n")[1]
+    assert len(code) == 8 and code not in told
+    assert await list_pairings(store) == []  # withdrawn: a private message gets a fresh code
+    # Told once an hour at most, however often they speak in the group.
+    later = start + timedelta(minutes=10)
+    assert await access.group_stranger("2", unreachable, now=later) is None
+    assert await access.group_stranger("2", unreachable, now=start + timedelta(hours=2)) == told
+    # Writing privately now works as for anyone else.
+    reply = await access.stranger("2", chat="2")
+    assert reply is not None and len(attempts) == 3
