@@ -301,6 +301,17 @@ def _outside(part: Part, context: Context) -> Verdict | None:
     return None
 
 
+def _atlas_cli(part: Part) -> str | None:
+    """`atlas` itself changes the home (bots, routines, plugins…), except what only reads."""
+    if part.head != "atlas":
+        return None
+    args = arguments(part)
+    reads = (["trust", "check"], ["trust", "log"], ["search"], ["doctor"], ["version"])
+    if not args or any(args[: len(r)] == r for r in reads) or "--help" in part.words:
+        return None
+    return "cli"
+
+
 def _code_of(part: Part) -> str | None:
     """The code an interpreter part runs inline: `-c`/`-e` code, or a heredoc fed to it."""
     code = inline_code(part)
@@ -315,11 +326,13 @@ def _home(part: Part, context: Context) -> Verdict | None:
     if part.head in NO_FILE_HEADS and not any(is_redirect(w) for w in part.words):
         return None
     tree = works_through_trees(part.head, short_flags(part), part.words)
-    found = None
-    for word in path_words(part):
+    found = _atlas_cli(part)
+    for word in [] if found else path_words(part):
         found = touches_home(word, context, tree=tree)
         if found:
             break
+    if found is None and context.cwd is not None:  # working inside the home itself
+        found = touches_home(str(context.cwd), context)
     if found is None and interpreter_of(part.head) not in (None, "shell"):
         code = _code_of(part)
         found = code_mentions_home(code, context) if code else None

@@ -523,6 +523,9 @@ HOME = [
     "chmod -R 700 /home/alice",
     "find / -exec rm -rf {} +",
     "dd if=/dev/zero of=/home/alice/.atlas/atlas.db",
+    "cd ~/.atlas && python3 -c \"open('config.toml', 'w')\"",
+    "cd .. && ls",
+    "atlas routines add evil --every 1m",
 ]
 
 # Cannot be read before it runs: asked in every mode.
