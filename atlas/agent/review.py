@@ -4,8 +4,9 @@ learned — facts about the user in memory, a procedure worked out as a skill.
 The review runs in a conversation of its own and never writes to the one it reads. Its gate lets
 through only reading and skill tools and `memory`; there an add goes in, but a replace or a remove
 is a proposal the person approves in the chat. These limits come on top of the daemon's own gate,
-never instead of it: a review cannot read the vault or anything the rules refuse. It costs
-nothing when disabled.
+never instead of it: a review cannot read the vault or anything the rules refuse, and what the
+rules would ask about is refused (the review puts only its memory proposals to the person). It
+costs nothing when disabled.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ class ReviewGate(BaseGate):
         if isinstance(own, Deny):
             return own
         base = await self.base.decide(call, tool, run)
+        if isinstance(base, Ask):  # a review puts only its memory proposals to the person
+            return Deny(f"a background review does not ask for this ({base.question})", base.rule)
         if isinstance(base, Deny) or isinstance(own, Allow):
             return base
         return own  # the review's own question (a memory change); the base had no objection

@@ -139,12 +139,17 @@ async def test_the_reviews_limits_come_on_top_of_the_rules(home_path: Path) -> N
     async def judge(tool: str, **args: object) -> Allow | Deny:
         return await settle(gate, ToolCall("c1", tool, json.dumps(args)), registry.get(tool), run)
 
+    async def refuse_to_be_asked(question: str, choices: list[str]) -> str:
+        raise AssertionError(f"the review put a rule's question to the person: {question}")
+
     vault_read = await judge("read_file", path=str(vault / "key.txt"))
     assert isinstance(vault_read, Deny) and vault_read.rule == "files:vault"
     vault_search = await judge("find_files", pattern="s3cret", path=str(vault))
     assert isinstance(vault_search, Deny) and vault_search.rule == "files:vault"
+    run.ask = refuse_to_be_asked
     settings = await judge("read_file", path=str(home.root / "config.toml"))
-    assert isinstance(settings, Deny) and settings.rule == "home:files"  # asked: nobody here
+    assert isinstance(settings, Deny) and settings.rule == "home:files"
+    assert "background review does not ask" in settings.reason
     assert isinstance(await judge("read_file", path="notes.md"), Allow)
     assert isinstance(await judge("run_command", command="ls"), Deny)  # the review's own limit
     added = await judge("memory", target="user", action="add", content="Likes tea.")
