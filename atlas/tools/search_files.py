@@ -221,9 +221,12 @@ class _FenceFilter:
         return known
 
     def _allowed(self, path: Path) -> bool:
-        area = self.fence.area(path)
-        if area == "vault" or (self.from_outside and area not in ("workspace", "outside")):
-            return False
+        # The path as found and the file it really is: rg follows a symlink named as the
+        # search's root, so a root swapped for a link after the check shows here.
+        for seen in (path, Path(os.path.realpath(path))):
+            area = self.fence.area(seen)
+            if area == "vault" or (self.from_outside and area not in ("workspace", "outside")):
+                return False
         try:
             st = path.lstat()
         except OSError:

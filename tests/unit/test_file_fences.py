@@ -207,3 +207,17 @@ async def test_a_hard_link_made_after_a_recent_walk_is_still_refused(
     os.link(vault / "key.txt", ws / "innocent.txt")  # the vault file had one link at the walk
     result = await call(run, read_file, path="innocent.txt")
     assert result.is_error and SECRET not in result.text
+
+
+async def test_a_search_root_swapped_for_a_link_after_the_check_shows_nothing_of_the_vault(
+    run: RunContext, ws: Path, vault: Path
+) -> None:
+    (ws / "notes").mkdir()
+    gate = RuleGate(run.home, None, None)
+    arguments = json.dumps({"pattern": "zebra-needle", "path": "notes"})
+    decision = await settle(gate, ToolCall("c1", "find_files", arguments), find_files, run)
+    assert isinstance(decision, Allow)
+    (ws / "notes").rmdir()
+    os.symlink(vault, ws / "notes")  # rg follows a link named as its root
+    result = await REGISTRY.call(run, "find_files", arguments)
+    assert SECRET not in result.text and "key.txt" not in result.text
