@@ -154,6 +154,7 @@ def code_mentions_home(code: str, context: Context) -> str | None:
         return "folder"
     if _inside(home, context.user_home) and home != context.user_home:
         relative = home[len(context.user_home) :].strip("/")
-        if f"~/{relative}" in code or f"'{relative}'" in code or f'"{relative}"' in code:
+        spellings = (f"~/{relative}", f"/{relative}/", f"'{relative}", f'"{relative}')
+        if any(spelling in code for spelling in spellings):
             return "folder"
     return None

