@@ -171,6 +171,8 @@ class RuleGate(BaseGate):
             )
         if not writing:
             return Allow("reading outside the vault and the home")
+        if area == "workspace":  # even when the home lives under /var or /opt
+            return Allow("writing in the bot's workspace")
         if any(inside(path, root) for root in SYSTEM_ROOTS):
             return Deny(f"{path} is a system path; Atlas does not write there", "files:system")
         if inside(path, (Path.home() / ".ssh").resolve()):

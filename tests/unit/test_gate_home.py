@@ -153,3 +153,15 @@ async def test_the_tool_opens_the_path_the_gate_judged(run: RunContext) -> None:
     (ws / "link").symlink_to(ws / "other")
     result = await REGISTRY.call(run, "read_file", {"path": "link/a.txt"})
     assert not result.is_error and "first" in result.text  # what was judged, not the new target
+
+
+async def test_a_home_under_a_system_folder_keeps_its_workspace_writable(
+    run: RunContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from atlas.trust import policy
+
+    system = run.home.root.parent  # stands for /var or /opt, where a home may live
+    monkeypatch.setattr(policy, "SYSTEM_ROOTS", (system,))
+    assert isinstance(await judge(run, "write_file", path="notes.md", content="x"), Allow)
+    outside = await judge(run, "write_file", path=str(system / "x.conf"), content="x")
+    assert isinstance(outside, Deny) and outside.rule == "files:system"
