@@ -22,6 +22,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from yarl import URL
 
@@ -66,7 +67,11 @@ class AccessPolicy:
         ip: IPAddress = ipaddress.ip_address(address.split("%")[0])
         if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
             ip = ip.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
-        if ip.is_global and not ip.is_multicast:
+        if (
+            ip.is_global
+            and not ip.is_multicast
+            and all(inner.is_global for inner in embedded_ipv4(ip))
+        ):
             return None
         if host.lower().rstrip(".") in self.hosts or any(ip in net for net in self.networks):
             return None
@@ -75,6 +80,24 @@ class AccessPolicy:
             f"{where} a private, loopback or link-local address; allow it in config.toml "
             "[web] allow_private if it is meant to be reached"
         )
+
+
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_SIIT = ipaddress.IPv6Network("::ffff:0:0:0/96")
+
+
+def embedded_ipv4(ip: IPAddress) -> list[ipaddress.IPv4Address]:
+    """IPv4 addresses an IPv6 address carries and may be routed to (IPv4-compatible ::a.b.c.d,
+    NAT64 64:ff9b::/96, SIIT ::ffff:0:a.b.c.d, 6to4 2002::/16): each must be allowed too."""
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return []
+    value = int(ip)
+    found = []
+    if 1 < value < 2**32 or ip in _NAT64 or ip in _SIIT:
+        found.append(ipaddress.IPv4Address(value & 0xFFFFFFFF))
+    if ip.sixtofour is not None:
+        found.append(ip.sixtofour)
+    return found
 
 
 class GuardedResolver:
@@ -172,6 +195,14 @@ def parse_url(url: str | URL) -> URL:
         raise ToolError(f"{str(url)!r}: only http and https addresses can be fetched")
     if not host:
         raise ToolError(f"{str(url)!r}: no host name in the address")
+    if "%" in host and not host.startswith("["):
+        # Browsers percent-decode a host (127.0.0.%31 is 127.0.0.1): read it as they do.
+        try:
+            decoded = URL.build(scheme="http", host=unquote(host)).raw_host
+        except (ValueError, UnicodeError) as exc:
+            raise ToolError(f"{str(url)!r}: the host {host!r} is not valid: {exc}") from None
+        host = str(decoded)
+        parsed = parsed.with_host(host)
     literal = address_literal(host)
     if literal is not None and literal != host.strip("[]"):
         parsed = parsed.with_host(literal)  # connect to exactly the address that is checked
@@ -214,7 +245,12 @@ async def vet_url(url: str, settings: WebSettings, *, lookup: Lookup | None = No
     if address_literal(host) is not None:
         addresses: tuple[str, ...] = (host,)
     else:
-        found = await GuardedResolver(policy, lookup).resolve(host, port)
+        try:
+            found = await GuardedResolver(policy, lookup).resolve(host, port)
+        except AddressRefused:
+            raise
+        except OSError as exc:
+            raise ToolError(exc.strerror or f"cannot resolve {host}: {exc}") from None
         addresses = tuple(dict.fromkeys(str(entry["host"]) for entry in found))
     return VettedURL(str(parsed), host, port, addresses)
 

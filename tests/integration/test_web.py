@@ -481,6 +481,11 @@ LOOPBACK_SPELLINGS = (
     "[::1]",
     "ⓛⓞⓒⓐⓛⓗⓞⓢⓣ",  # circled letters: a name that maps to localhost
     "LOCALHOST",
+    "127.0.0.%31",  # percent-encoded, as browsers decode it
+    "[::127.0.0.1]",  # IPv4-compatible IPv6
+    "[64:ff9b::7f00:1]",  # NAT64
+    "[2002:7f00:1::]",  # 6to4
+    "[::ffff:0:7f00:1]",  # SIIT
 )
 
 
@@ -502,6 +507,21 @@ def test_hosts_are_normalised_as_the_http_client_does() -> None:
     assert normalise_host("bücher.de") == "xn--bcher-kva.de"
     assert normalise_host("Example.COM") == "example.com"
     assert normalise_host("1.2.3.4.5") == "1.2.3.4.5"  # five parts: a name, left to DNS
+    assert normalise_host("127.0.0.%31") == "127.0.0.1"
+    assert normalise_host("ex%61mple.com") == "example.com"
+
+
+def test_public_addresses_and_their_ipv6_wrappings_pass() -> None:
+    from atlas.tools.web_access import AccessPolicy, check_url
+
+    policy = AccessPolicy.from_settings([])
+    for url, host in (
+        ("http://８.８.８.８/", "8.8.8.8"),
+        ("http://[2002:808:808::1]/", "2002:808:808::1"),  # 6to4 of a public address
+        ("http://[2606:4700::1111]/", "2606:4700::1111"),
+        ("http://Example.com./x", "example.com."),
+    ):
+        assert check_url(url, policy) == host, url
 
 
 async def test_vet_url_checks_literals_and_resolved_names() -> None:
