@@ -223,6 +223,9 @@ def _hardline(part: Part, context: Context) -> Verdict | None:
         for target in targets:
             if recursive and is_catastrophic_target(target, context):
                 return block("rm-root", f"recursive delete of {target}: the system or home folder")
+    target = _wiped_tree(part, context)
+    if target:
+        return block("rm-root", f"{head} deletes or moves away {target}: the system or home folder")
     if head in FORMATTERS or head.startswith("mkfs."):
         return block("mkfs", "formats a disk")
     for index, word in enumerate(words):
@@ -250,6 +253,29 @@ def _hardline(part: Part, context: Context) -> Verdict | None:
         return block("power", "systemctl stops or restarts the machine")
     if head in ("init", "telinit") and any(w in ("0", "6") for w in words[1:]):
         return block("power", f"{head} changes to a halt or reboot runlevel")
+    return None
+
+
+def _wiped_tree(part: Part, context: Context) -> str | None:
+    """`find / -delete`, `rsync --delete empty/ ~`, `mv /usr x`: rm -rf by another name."""
+    head, words, args = part.head, part.words, arguments(part)
+    if head == "find" and ("-delete" in words or find_exec_deletes(words)):
+        roots = []
+        for word in words[1:]:
+            if word.startswith(("-", "(", "!")):
+                break
+            roots.append(word)
+        targets = roots or ["."]
+    elif head == "rsync" and any(w.startswith("--delete") for w in words) and len(args) >= 2:
+        targets = [args[-1]]
+    elif head == "mv" and len(args) >= 2:
+        targets = args[:-1]
+    else:
+        return None
+    for target in targets:
+        path = expand(target, context)
+        if is_catastrophic_target(path, context):
+            return path
     return None
 
 

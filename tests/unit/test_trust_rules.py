@@ -230,7 +230,7 @@ def test_what_cannot_be_read_asks_in_every_mode(command: str) -> None:
 
 
 @pytest.mark.parametrize("command", GLOB_HARDLINE)
-def test_globs_naming_system_folders_block_in_every_mode(command: str) -> None:
+def test_globs_and_rm_by_another_name_block_in_every_mode(command: str) -> None:
     for auto in (False, True):
         verdict = in_workspace(command, auto)
         assert verdict.verdict == "block" and verdict.rule.startswith("hardline:"), (auto, verdict)

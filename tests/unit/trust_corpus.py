@@ -524,7 +524,6 @@ HOME = [
     "tar czf backup.tgz ~/.atlas",
     "grep -r password ~",
     "chmod -R 700 /home/alice",
-    "find / -exec rm -rf {} +",
     "dd if=/dev/zero of=/home/alice/.atlas/atlas.db",
     "cd ~/.atlas && python3 -c \"open('config.toml', 'w')\"",
     "cd .. && ls",
@@ -601,7 +600,8 @@ DISGUISED_HARDLINE = [
     "bash -e -c 'rm -rf ~'",
 ]
 
-# Globs that could name a system folder or the home: blocked (no parser needed).
+# Globs that could name a system folder or the home, and rm -rf by another name (find -delete,
+# rsync --delete, mv): blocked in every mode (no parser needed).
 GLOB_HARDLINE = [
     "rm -rf /u*",
     "rm -rf /[u]sr",
@@ -609,6 +609,12 @@ GLOB_HARDLINE = [
     "rm -rf /*/",
     "rm -rf /ho*/ali*",
     "rm -rf ~/../alic?",
+    "find / -exec rm -rf {} +",
+    "find ~ -delete",
+    "find /usr -name '*' -delete",
+    "rsync -a --delete empty/ ~/",
+    "mv ~ /tmp/gone",
+    "mv /etc /tmp/etc",
 ]
 
 # Disguises whose exact verdict depends on how far the parser sees: never allowed, in any mode.
