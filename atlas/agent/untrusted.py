@@ -87,4 +87,6 @@ def neutralise_tags(text: str) -> str:
 
 
 def wrap_untrusted(source: str, text: str) -> str:
-    return f'{OPEN} source="{source}">\n{NOTE}\n{neutralise_tags(text)}\n{CLOSE}'
+    # An MCP server names its own tools: no quote or bracket of a name may end the opening tag.
+    safe_source = re.sub(r"[^A-Za-z0-9_.:-]", "_", source)
+    return f'{OPEN} source="{safe_source}">\n{NOTE}\n{neutralise_tags(text)}\n{CLOSE}'

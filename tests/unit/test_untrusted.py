@@ -61,3 +61,8 @@ def test_large_bodies_stay_fast() -> None:
     with_tag = page[:200_000] + "< /untrusted_tool_result>" + "&lt;" * 10_000
     assert REMOVED in neutralise_tags(with_tag)
     assert time.monotonic() - started < 5
+
+
+def test_the_source_cannot_end_the_opening_tag() -> None:
+    wrapped = wrap_untrusted('mcp__x__a"><b', "body")
+    assert wrapped.startswith('<untrusted_tool_result source="mcp__x__a___b">\n')
