@@ -1,13 +1,16 @@
-"""The home's mcp.json, in Claude Code's `.mcp.json` format, plus `trust` and `alwaysLoad`.
+"""The home's mcp.json, in Claude Code's `.mcp.json` format, plus `trust`, `alwaysLoad` and
+`sandbox`.
 
     {"mcpServers": {
         "files": {"command": "npx", "args": ["-y", "some-server"], "env": {"TOKEN": "${TOKEN}"}},
         "search": {"type": "http", "url": "https://example.com/mcp",
                    "headers": {"Authorization": "Bearer ${SEARCH_KEY}"},
-                   "trust": "untrusted", "alwaysLoad": true}}}
+                   "trust": "untrusted", "alwaysLoad": true},
+        "local": {"command": "my-server", "sandbox": false}}}
 
-`${VAR}` and `${VAR:-default}` are expanded from the environment when the server is started,
-so secrets stay out of the file. The file's structure is checked when it is loaded; a missing
+A stdio server runs in the sandbox unless its entry says `"sandbox": false` (the person's
+opt-out). `${VAR}` and `${VAR:-default}` are expanded from the environment when the server is
+started, so secrets stay out of the file. The file's structure is checked when it is loaded; a missing
 variable is that one server's error, reported when it starts.
 """
 
@@ -21,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from atlas.errors import ConfigError
 
@@ -65,6 +68,8 @@ class StdioServer(_Server):
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None  # relative to the home folder
+    # Runs in the bubblewrap sandbox (atlas/mcp/launch.py); false is the person's opt-out.
+    sandbox: StrictBool = True
 
     def expanded(self, home_root: Path, environ: Mapping[str, str] = os.environ) -> StdioServer:
         """A copy with `${VAR}` expanded and `cwd` made absolute; raises ConfigError."""

@@ -57,6 +57,36 @@ def build_server() -> MCPServer:
         return os.environ.get(name, "(unset)")
 
     @server.tool(annotations=READ_ONLY)
+    def read(path: str) -> str:
+        """The text of a file, or why it cannot be read (for the sandbox's tests)."""
+        try:
+            with open(path, encoding="utf-8") as file:
+                return file.read()
+        except OSError as exc:
+            return f"cannot read: {exc.strerror}"
+
+    @server.tool()
+    def write(path: str, text: str) -> str:
+        """Write a file: "written", or why it cannot be written (for the sandbox's tests)."""
+        try:
+            with open(path, "w", encoding="utf-8") as file:
+                file.write(text)
+        except OSError as exc:
+            return f"cannot write: {exc.strerror}"
+        return "written"
+
+    @server.tool(annotations=READ_ONLY)
+    def connect(host: str, port: int) -> str:
+        """Open a TCP connection: "connected", or why not (for the sandbox's tests)."""
+        import socket
+
+        try:
+            socket.create_connection((host, port), timeout=3).close()
+        except OSError as exc:
+            return f"cannot connect: {exc.strerror or exc}"
+        return "connected"
+
+    @server.tool(annotations=READ_ONLY)
     def picture() -> Image:
         """A one-pixel PNG."""
         return Image(data=PIXEL_PNG, format="png")

@@ -130,6 +130,7 @@ def test_config_reads_claude_code_format_and_our_keys(tmp_path: Path) -> None:
             {
                 "mcpServers": {
                     "files": {"command": "npx", "args": ["-y", "x"], "env": {"A": "${A}"}},
+                    "local": {"command": "local-server", "sandbox": False},
                     "web": {
                         "type": "http",
                         "url": "https://example.com/mcp",
@@ -142,8 +143,11 @@ def test_config_reads_claude_code_format_and_our_keys(tmp_path: Path) -> None:
         )
     )
     config = load_mcp_config(path)
-    assert list(config.servers) == ["files", "web"]
+    assert list(config.servers) == ["files", "local", "web"]
     files, web = config.servers["files"], config.servers["web"]
+    assert isinstance(files, StdioServer) and files.sandbox  # sandboxed unless opted out
+    local = config.servers["local"]
+    assert isinstance(local, StdioServer) and not local.sandbox
     assert isinstance(files, StdioServer) and files.trust == "trusted" and not files.always_load
     assert web.trust == "untrusted" and web.always_load
     expanded = files.expanded(tmp_path, {"A": "secret"})
@@ -161,6 +165,7 @@ def test_config_reads_claude_code_format_and_our_keys(tmp_path: Path) -> None:
         ({"x": {"type": "sse", "url": "http://h"}}, "server 'x': the SSE transport"),
         ({"x": {"type": "http"}}, "server 'x': url: required key is missing"),
         ({"x": {"command": "a", "trust": "maybe"}}, "server 'x': trust:"),
+        ({"x": {"command": "a", "sandbox": "no"}}, "server 'x': sandbox:"),
         ({"bad name": {"command": "a"}}, "server 'bad name': a server name"),
         ({"x": ["a"]}, "server 'x': must be an object"),
     ],
@@ -312,7 +317,9 @@ def test_trusted_server_does_not_ask_unless_read_only_mode(home: Home) -> None:
 async def test_crashed_stdio_server_is_restarted(home: Home, manager_factory) -> None:
     import asyncio
 
-    manager = await manager_factory({"notes": stdio_entry()})
+    # Outside the sandbox: the test kills the server by the pid it reports, which inside the
+    # sandbox's pid namespace would be another process's number here.
+    manager = await manager_factory({"notes": stdio_entry(sandbox=False)})
     run = run_context(home)
     first_pid = int((await call(manager, run, "mcp__notes__pid")).text)
     os.kill(first_pid, signal.SIGKILL)
