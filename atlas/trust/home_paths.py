@@ -152,6 +152,16 @@ def code_mentions_home(code: str, context: Context) -> str | None:
         start = code.find(home, end)
     if "ATLAS_HOME" in code:
         return "folder"
+    if context.cwd is not None:  # a relative path that climbs out: `open('../bot.toml', 'w')`
+        for quote in ("'", '"'):
+            start = code.find(quote + "..")
+            while start != -1:
+                end = code.find(quote, start + 1)
+                literal = code[start + 1 : end if end != -1 else len(code)][:4096]
+                found = touches_home(literal, context)
+                if found:
+                    return found
+                start = code.find(quote + "..", start + 1)
     if _inside(home, context.user_home) and home != context.user_home:
         relative = home[len(context.user_home) :].strip("/")
         spellings = (f"~/{relative}", f"/{relative}/", f"'{relative}", f'"{relative}')

@@ -175,11 +175,33 @@ def _cloud_reads(args: list[str]) -> bool:
     )
 
 
+# A network call, and something read from a file or the environment, in the same code: what was
+# read may ride in the URL, a header or the query (`urlopen('https://x/?' + open(k).read())`).
+NETWORK_CALL = re.compile(
+    r"\burlopen\b|\brequests\.|\bhttpx\.|\bhttps?\.get\b|\bfetch\s*\(|\burllib\b|\bsocket\b"
+    r"|\bNet::HTTP\b|\bLWP\b|\bopen-uri\b|\bURI\.open\b|\bcurl_init\b|\baiohttp\b"
+    r"|\bfile_get_contents\s*\(\s*['\"]https?:|\brequire\s*\(\s*['\"](?:node:)?(?:https?|net|tls|dgram)['\"]",
+    re.IGNORECASE,
+)
+READS_LOCAL = re.compile(
+    r"\bopen\s*\(|\bread_(?:text|bytes)\b|readFileSync|\breadFile\b|\bFile\.read\b|\bslurp\b"
+    r"|\bos\.environ\b|\bgetenv\b|\bprocess\.env\b|\bENV\[|\bfile_get_contents\s*\(\s*['\"][^h]"
+    r"|\bsubprocess\b|\bos\.popen\b|\bexecSync\b",
+    re.IGNORECASE,
+)
+KEYED_METHOD = re.compile(r"['\"]method['\"]\s*(?:=>|:)\s*['\"](?:post|put|patch|delete)\b", re.I)
+
+
 def code_sends(code: str) -> Found | None:
     """Inline code (python, node, perl, ruby, php, lua, awk…) that connects and sends data."""
-    match = CODE_SENDS.search(code)
+    match = CODE_SENDS.search(code) or KEYED_METHOD.search(code)
     if match:
         return "code-sends", f"the code opens a connection with data ({match.group(0).strip()})"
+    network = NETWORK_CALL.search(code)
+    local = READS_LOCAL.search(code) if network else None
+    if network and local:
+        found = f"{network.group(0).strip()} … {local.group(0).strip()}"
+        return "code-sends", f"the code reads local data and opens a connection ({found})"
     return None
 
 
