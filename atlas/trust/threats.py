@@ -49,14 +49,16 @@ _HIDDEN = (
     r"(?:secretly|silently|quietly|covertly|without (?:telling|asking|informing|notifying|"
     r"mentioning)|(?:do not|don'?t) (?:tell|mention|inform))"
 )
-_GAP = r"[^.!?\n]{0,80}?"  # a bounded stretch within one sentence: linear time
+# A bounded stretch within one sentence (a dot inside a word, as in a URL, does not end it).
+_GAP = r"(?:[^.!?\n]|\.(?=\S)){0,80}?"
 
 # (why, pattern) on casefolded, NFKC-normalised text with whitespace collapsed. Every pattern
 # is linear: no back-references, and every repetition is bounded or over disjoint tokens.
 _SOURCES: list[tuple[str, str]] = [
     (
         "an instruction to ignore the rules",
-        rf"\b(?:ignore|disregard|forget|override|bypass|drop)\s+(?:\w+\s+){{0,3}}?{_WORDS}\s+"
+        r"\b(?:ignore|disregard|forget|override|bypass|drop|discard|abandon|set aside|"
+        rf"pay no attention to)\s+(?:\w+\s+){{0,3}}?{_WORDS}\s+"
         rf"(?:\w+\s+){{0,2}}?{_RULES}|"
         r"\b(?:ignore|disregard|forget)\s+(?:(?:all|everything|anything)\s+)?(?:(?:of\s+)?"
         r"(?:that|what)\s+(?:you\s+)?(?:were|was|have been|'ve been)?\s*(?:told|said|given)|"
@@ -77,7 +79,10 @@ _SOURCES: list[tuple[str, str]] = [
         "an instruction to reveal secrets",
         r"\b(?:reveal|print|show|output|leak|dump|disclose|exfiltrate|send|upload|post|"
         rf"share|echo|cat|e-?mail|forward)\s+(?:\w+\s+){{0,3}}?{_SECRETS}|"
-        rf"\b(?:whenever|when|if)\b{_GAP}{_SECRETS}{_GAP}\b{_SEND}\b",
+        rf"\b(?:whenever|when|if)\b{_GAP}{_SECRETS}{_GAP}\b{_SEND}\b|"
+        r"\b(?:reveal|print|show|output|leak|dump|disclose|exfiltrate|send|upload|post|share|"
+        rf"cat|e-?mail|forward)\b{_GAP}(?:~/\.ssh|\bid_rsa|\bid_ed25519|\.aws/credentials|"
+        r"/etc/shadow)",
     ),
     (
         "a standing order to send data out",
