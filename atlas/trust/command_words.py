@@ -64,13 +64,13 @@ def expand(word: str, context: Context) -> str:
     return clean(word) if word.startswith("/") else word
 
 
-def is_catastrophic_target(path: str, context: Context) -> bool:
+def is_catastrophic_target(path: str, context: Context, *, glob: bool = True) -> bool:
     """`/`, a system folder or the person's home; a glob counts when it could match one
     (`/u*`, `/[u]sr`, `/???`, `/ho*/ali*`), compared segment by segment."""
     catastrophic = {"/", *SYSTEM_DIRS, context.user_home}
     if path in catastrophic or path == "/*":
         return True
-    if not path.startswith("/") or not any(char in path for char in "*?["):
+    if not glob or not path.startswith("/") or not any(char in path for char in "*?["):
         return False
     pattern = [s for s in path.split("/") if s]
     for target in catastrophic:
@@ -80,6 +80,16 @@ def is_catastrophic_target(path: str, context: Context) -> bool:
         ):
             return True
     return False
+
+
+def quoted_globs(part: Part) -> set[str]:
+    """Words whose `*?[` were quoted (the parser's `Part.globbed` lists the unquoted ones):
+    they name a file literally and match nothing."""
+    globbed = getattr(part, "globbed", None)
+    if globbed is None:
+        return set()
+    words = part.words
+    return {w for i, w in enumerate(words) if i not in globbed and any(c in w for c in "*?[")}
 
 
 def is_system_path(path: str) -> bool:

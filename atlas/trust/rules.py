@@ -24,6 +24,7 @@ from atlas.trust.command_words import (
     is_redirect,
     is_system_path,
     path_words,
+    quoted_globs,
     script_argument,
     sensitive_write,
     shebang_language,
@@ -217,11 +218,12 @@ def _hardline(part: Part, context: Context) -> Verdict | None:
 
     if head == "rm":
         recursive = "r" in short_flags(part).lower() or "--recursive" in words
-        targets = [expand(w, context) for w in arguments(part)]
+        literal = quoted_globs(part)
+        targets = [(expand(w, context), w not in literal) for w in arguments(part)]
         if recursive and "--no-preserve-root" in words:
             return block("rm-root", "rm --no-preserve-root is never run")
-        for target in targets:
-            if recursive and is_catastrophic_target(target, context):
+        for target, glob in targets:
+            if recursive and is_catastrophic_target(target, context, glob=glob):
                 return block("rm-root", f"recursive delete of {target}: the system or home folder")
     target = _wiped_tree(part, context)
     if target:

@@ -386,3 +386,10 @@ def test_long_commands_are_judged_in_linear_time() -> None:
         start = time.perf_counter()
         classify(text, home=ATLAS_HOME, user_home=USER_HOME)
         assert time.perf_counter() - start < 2.0, text[:20]
+
+
+@NEEDS_PARSER
+def test_a_quoted_glob_is_a_literal_name() -> None:
+    # `'/u*'` names a file called "u*" at the root, not /usr: a recursive delete, not the hardline.
+    assert judge("rm -rf '/u*'").rule == "dangerous:recursive-delete"
+    assert judge("rm -rf /u*").rule == "hardline:rm-root"
