@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Literal
 
 from atlas.config import TrustSettings  # noqa: F401  (re-exported: the [trust] table)
 from atlas.trust.command_words import (
@@ -23,7 +22,6 @@ from atlas.trust.command_words import (
     is_catastrophic_target,
     is_redirect,
     is_system_path,
-    path_words,
     quoted_globs,
     script_argument,
     sensitive_write,
@@ -31,7 +29,7 @@ from atlas.trust.command_words import (
     short_flags,
     written_paths,
 )
-from atlas.trust.home_paths import code_mentions_home, touches_home, works_through_trees
+from atlas.trust.home_paths import code_mentions_home
 from atlas.trust.normalise import (
     SUBSTITUTION,
     Analysis,
@@ -41,41 +39,27 @@ from atlas.trust.normalise import (
     inline_code,
     interpreter_of,
 )
-from atlas.trust.outside import code_sends, metadata_address, sends_out
+from atlas.trust.outside import code_sends, metadata_address
+from atlas.trust.reach import home_verdict, outside_verdict
 from atlas.trust.subcommands import (
-    cloud_read_only,
     destructive_sql,
     find_exec_deletes,
-    gh_write,
     git_danger,
 )
+from atlas.trust.verdict import Verdict
+from atlas.trust.verdict import worst as _worst
 
-VerdictKind = Literal["block", "ask", "guardian", "allow"]
-SEVERITY: dict[str, int] = {"allow": 0, "guardian": 1, "ask": 2, "block": 3}
-# Bytes of a script read through; a larger script is not judged, it goes to the guardian.
+# Bytes of a script read through; a larger script cannot be judged, and is asked.
 SCRIPT_LIMIT = 256 * 1024
 SCRIPT_DEPTH = 3  # scripts running scripts, followed this deep
 
 FORMATTERS = {"mkfs", "mke2fs", "mkswap", "wipefs"}  # and mkfs.<type>: mkfs.ext4, mkfs.xfs…
 ROOT_WRAPPERS = {"sudo", "doas", "su", "runuser", "pkexec", "run0"}
 FANOUT_WRAPPERS = {"xargs", "parallel", "find"}  # run a command once per name they are given
-# Commands that only print or test their words: a path among them is not touched.
-NO_FILE_HEADS = {"echo", "printf", "true", "false", ":", "which", "type", "command", "cd",
-                 "pushd", "popd", "test", "[", "export", "unset", "alias", "hash"}  # fmt: skip
 RAW_DEVICE = re.compile(r"^/dev/(sd|hd|vd|xvd|nvme|mmcblk|disk|rdisk|md|dm-|mapper/|loop|sr)\w*")
 POWER = {"shutdown", "reboot", "halt", "poweroff"}
 SYSTEMCTL_POWER = {"poweroff", "reboot", "halt", "kexec", "emergency", "rescue", "soft-reboot"}
 SQL_CLIENTS = {"psql", "mysql", "mariadb", "sqlite3", "duckdb", "sqlcmd", "clickhouse-client"}
-
-
-@dataclass(frozen=True)
-class Verdict:
-    verdict: VerdictKind
-    rule: str
-    reason: str
-
-
-ALLOW = Verdict("allow", "ordinary", "no rule matched")
 
 
 def classify(
@@ -122,14 +106,6 @@ def _judge(command: str, context: Context, depth: int) -> Verdict:
             written |= written_paths(part, here)
             here = _after_cd(part, here)
     return _worst(found)
-
-
-def _worst(verdicts: list[Verdict | None]) -> Verdict:
-    worst = ALLOW
-    for verdict in verdicts:
-        if verdict and SEVERITY[verdict.verdict] > SEVERITY[worst.verdict]:
-            worst = verdict
-    return worst
 
 
 def _opaque(analysis: Analysis) -> list[Verdict]:
@@ -200,7 +176,7 @@ def _after_cd(part: Part, context: Context) -> Context:
 
 
 def _judge_part(part: Part, context: Context) -> Verdict | None:
-    for step in (_hardline, _denied, _outside, _home, _unreadable, _dangerous):
+    for step in (_hardline, _denied, outside_verdict, home_verdict, _unreadable, _dangerous):
         verdict = step(part, context)
         if verdict:
             return verdict
@@ -290,86 +266,6 @@ def _denied(part: Part, context: Context) -> Verdict | None:
         if fnmatch.fnmatchcase(text, glob):
             return Verdict("block", f"deny:{glob}", f"matches the deny-list entry {glob!r}")
     return None
-
-
-# ---------------------------------------------------------------- outside the machine
-
-
-def _outside(part: Part, context: Context) -> Verdict | None:
-    head, args = part.head, arguments(part)
-
-    def ask(rule: str, reason: str) -> Verdict:
-        return Verdict("ask", f"outside:{rule}", reason)
-
-    if head == "gh":
-        reason = gh_write(part)
-        if reason:
-            return ask("gh", reason)
-    if head == "gcloud":
-        if any("print-access-token" in w or "print-identity-token" in w for w in args):
-            return ask("token", "prints a gcloud token")
-        if not cloud_read_only(args):
-            return ask("gcloud", "gcloud can change cloud resources")
-    if head == "gws":
-        if (
-            any(w in ("token", "export-token", "print-token") for w in args)
-            or "--show-token" in part.words
-        ):
-            return ask("token", "prints a Google Workspace token")
-        if not cloud_read_only(args):
-            return ask("gws", "gws can change Google Workspace data")
-    if head == "atlas" and args[:2] in (["plugins", "enable"], ["plugin", "enable"]):
-        return ask("plugins", "enables a plugin")
-    found = sends_out(part)
-    if found is None and interpreter_of(head) not in (None, "shell"):
-        code = _code_of(part)
-        found = code_sends(code) if code else None
-    if found:
-        return ask(*found)
-    return None
-
-
-def _atlas_cli(part: Part) -> str | None:
-    """`atlas` itself changes the home (bots, routines, plugins…), except what only reads."""
-    if part.head != "atlas":
-        return None
-    args = arguments(part)
-    reads = (["trust", "check"], ["trust", "log"], ["search"], ["doctor"], ["version"])
-    if not args or any(args[: len(r)] == r for r in reads) or "--help" in part.words:
-        return None
-    return "cli"
-
-
-def _code_of(part: Part) -> str | None:
-    """The code an interpreter part runs inline: `-c`/`-e` code, or a heredoc fed to it."""
-    code = inline_code(part)
-    return code if code is not None else part.heredoc
-
-
-# ---------------------------------------------------------------- the Atlas home
-
-
-def _home(part: Part, context: Context) -> Verdict | None:
-    """Any path the part reads or writes inside the Atlas home, outside the bot's workspace."""
-    if part.head in NO_FILE_HEADS and not any(is_redirect(w) for w in part.words):
-        return None
-    tree = works_through_trees(part.head, short_flags(part), part.words)
-    found = _atlas_cli(part)
-    for word in [] if found else path_words(part):
-        found = touches_home(word, context, tree=tree)
-        if found:
-            break
-    if found is None and context.cwd is not None:  # working inside the home itself
-        found = touches_home(str(context.cwd), context)
-    if found is None and interpreter_of(part.head) not in (None, "shell"):
-        code = _code_of(part)
-        found = code_mentions_home(code, context) if code else None
-    if found is None:
-        return None
-    where = "a folder holding the Atlas home" if found == "above" else "the Atlas home"
-    return Verdict(
-        "ask", f"home:{found}", f"{part.head} reaches into {where}, outside this bot's workspace"
-    )
 
 
 # ---------------------------------------------------------------- unreadable

@@ -1,0 +1,101 @@
+"""Where a command reaches: outside the machine (asked every time) and the Atlas home outside
+the bot's workspace (asked every time), as verdicts for the command rules (rules.py)."""
+
+from __future__ import annotations
+
+from atlas.trust.command_words import (
+    Context,
+    arguments,
+    is_redirect,
+    path_words,
+    short_flags,
+)
+from atlas.trust.home_paths import code_mentions_home, touches_home, works_through_trees
+from atlas.trust.normalise import Part, inline_code, interpreter_of
+from atlas.trust.outside import code_sends, sends_out
+from atlas.trust.subcommands import cloud_read_only, gh_write
+from atlas.trust.verdict import Verdict
+
+# Commands that only print or test their words: a path among them is not touched.
+NO_FILE_HEADS = {"echo", "printf", "true", "false", ":", "which", "type", "command", "cd",
+                 "pushd", "popd", "test", "[", "export", "unset", "alias", "hash"}  # fmt: skip
+
+
+# ---------------------------------------------------------------- outside the machine
+
+
+def outside_verdict(part: Part, context: Context) -> Verdict | None:
+    head, args = part.head, arguments(part)
+
+    def ask(rule: str, reason: str) -> Verdict:
+        return Verdict("ask", f"outside:{rule}", reason)
+
+    if head == "gh":
+        reason = gh_write(part)
+        if reason:
+            return ask("gh", reason)
+    if head == "gcloud":
+        if any("print-access-token" in w or "print-identity-token" in w for w in args):
+            return ask("token", "prints a gcloud token")
+        if not cloud_read_only(args):
+            return ask("gcloud", "gcloud can change cloud resources")
+    if head == "gws":
+        if (
+            any(w in ("token", "export-token", "print-token") for w in args)
+            or "--show-token" in part.words
+        ):
+            return ask("token", "prints a Google Workspace token")
+        if not cloud_read_only(args):
+            return ask("gws", "gws can change Google Workspace data")
+    if head == "atlas" and args[:2] in (["plugins", "enable"], ["plugin", "enable"]):
+        return ask("plugins", "enables a plugin")
+    found = sends_out(part)
+    if found is None and interpreter_of(head) not in (None, "shell"):
+        code = code_of(part)
+        found = code_sends(code) if code else None
+    if found:
+        return ask(*found)
+    return None
+
+
+def _atlas_cli(part: Part) -> str | None:
+    """`atlas` itself changes the home (bots, routines, plugins…), except what only reads."""
+    if part.head != "atlas":
+        return None
+    args = arguments(part)
+    reads = (["trust", "check"], ["trust", "log"], ["search"], ["doctor"], ["version"])
+    if not args or any(args[: len(r)] == r for r in reads) or "--help" in part.words:
+        return None
+    return "cli"
+
+
+def code_of(part: Part) -> str | None:
+    """The code an interpreter part runs inline: `-c`/`-e` code, or a heredoc fed to it."""
+    code = inline_code(part)
+    return code if code is not None else part.heredoc
+
+
+# ---------------------------------------------------------------- the Atlas home
+
+
+def home_verdict(part: Part, context: Context) -> Verdict | None:
+    """Any path the part reads or writes inside the Atlas home, outside the bot's workspace."""
+    if part.head in NO_FILE_HEADS and not any(is_redirect(w) for w in part.words):
+        return None
+    tree = works_through_trees(part.head, short_flags(part), part.words)
+    found = _atlas_cli(part)
+    for word in [] if found else path_words(part):
+        found = touches_home(word, context, tree=tree)
+        if found:
+            break
+    if found is None and context.cwd is not None:  # working inside the home itself
+        found = touches_home(str(context.cwd), context)
+    if found is None and interpreter_of(part.head) not in (None, "shell"):
+        code = code_of(part)
+        found = code_mentions_home(code, context) if code else None
+    if found is None:
+        return None
+    where = "a folder holding the Atlas home" if found == "above" else "the Atlas home"
+    return Verdict(
+        "ask", f"home:{found}", f"{part.head} reaches into {where}, outside this bot's workspace"
+    )
