@@ -393,3 +393,18 @@ def test_a_quoted_glob_is_a_literal_name() -> None:
     # `'/u*'` names a file called "u*" at the root, not /usr: a recursive delete, not the hardline.
     assert judge("rm -rf '/u*'").rule == "dangerous:recursive-delete"
     assert judge("rm -rf /u*").rule == "hardline:rm-root"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "python3 -c \"import json; print(json.load(open('package.json'))['name'])\"",
+        "python3 -c \"import requests; print(requests.get('https://pypi.org/pypi/x/json').json())\"",
+        "python3 -c \"import sqlite3; print(sqlite3.connect('app.db').execute('select 1'))\"",
+        "python3 -c \"import os; data = os.listdir('.'); print(data)\"",
+        "node -e \"console.log(require('./package.json').version)\"",
+        "node -e \"fetch('https://example.com').then(r => r.text()).then(console.log)\"",
+    ],
+)
+def test_inline_code_that_sends_nothing_is_only_the_guardians(command: str) -> None:
+    assert in_workspace(command, False).rule == "dangerous:inline-code"
