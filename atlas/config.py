@@ -126,6 +126,29 @@ class TrustSettings(Strict):
     ask_timeout: float = Field(120.0, gt=0)  # seconds a person has to answer; silence denies
 
 
+def _default_domains() -> list[str]:
+    from atlas.sandbox.proxy import DEFAULT_ALLOWED_DOMAINS  # late: the proxy imports the web tools
+
+    return list(DEFAULT_ALLOWED_DOMAINS)
+
+
+class SandboxSettings(Strict):
+    """The sandbox every command runs in (docs/sandbox.md). Only the person writes config.toml."""
+
+    enabled: bool = True  # false: commands run unsandboxed, as before the sandbox existed
+    allowed_domains: list[str] = Field(default_factory=_default_domains)  # reached via the proxy
+    hidden: list[str] = Field(default_factory=list)  # more paths no command may see
+    env: dict[str, str] = Field(default_factory=dict)  # variables set inside every sandbox
+
+
+class BotSandboxSettings(Strict):
+    """A bot's own sandbox grants (bot.toml [sandbox])."""
+
+    writable: list[str] = Field(default_factory=list)  # writable besides the workspace
+    hidden: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+
+
 ModelName = Annotated[str, Field(pattern=MODEL_PATTERN)]
 
 
@@ -144,6 +167,7 @@ class Settings(Strict):
     routines: RoutineSettings = RoutineSettings()
     agents: AgentSettings = AgentSettings()
     mcp: McpSettings = McpSettings()
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
 
     @field_validator("timezone")
     @classmethod
@@ -179,6 +203,7 @@ class BotSettings(Strict):
     # ask: the gate asks the guardian and the person; auto: skips the guardian only;
     # read-only: no write_file/edit_file, and commands that are not clearly read-only ask.
     mode: Literal["ask", "auto", "read-only"] = "ask"
+    sandbox: BotSandboxSettings = Field(default_factory=BotSandboxSettings)
 
 
 _KEY_PART = r"""(?:"[^"]*"|'[^']*'|[A-Za-z0-9_-]+)"""

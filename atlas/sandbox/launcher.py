@@ -1,0 +1,239 @@
+"""The bubblewrap sandbox every command runs in (docs/sandbox.md).
+
+`sandbox_argv(argv, policy)` puts `bwrap` and its options in front of a command. Inside: the
+root filesystem read-only, a minimal /dev, its own /proc and a private /tmp; only the workspace
+(unless read-only) and granted paths writable; the Atlas home, the vault and the person's
+credential folders replaced by empty ones; its own pid, ipc, uts and network namespaces (no route
+out: the network is reached only through Atlas's proxy, bridged in by socat); an environment made
+only of what the policy lists. When bwrap's process dies, everything inside dies with it: the
+pid namespace ends with its first process.
+
+What works depends on where Atlas runs (root or not, inside a container or another sandbox), so
+the variants are probed once per process, strongest first. Where none starts: SandboxUnavailable
+(fail closed).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from atlas.errors import ToolError
+
+log = logging.getLogger(__name__)
+
+PROXY_PORT = 3128
+PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
+PROXY_SOCKET_INSIDE = "/tmp/.atlas-proxy.sock"  # in the sandbox's private /tmp
+PROXY_ENV_NAMES = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+)
+PROBE_SECONDS = 10.0
+FIX = (
+    "install bubblewrap (`apt-get install bubblewrap`) on Linux with user namespaces allowed, "
+    "or set `[sandbox] enabled = false` in config.toml (only the person can: commands then run "
+    "unsandboxed)"
+)
+
+
+class SandboxUnavailable(ToolError):
+    """No sandbox can start here; commands are refused rather than run uncontained."""
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    workspace: Path  # writable unless read_only
+    writable: tuple[Path, ...] = ()  # extra granted paths (bot.toml [sandbox] writable)
+    hidden: tuple[Path, ...] = ()  # replaced by an empty folder (or an empty file)
+    read_only: bool = False  # nothing writable, not even the workspace (private /tmp only)
+    env: Mapping[str, str] = field(default_factory=dict)  # the complete environment inside
+    proxy_socket: Path | None = None  # Unix socket of the egress proxy; None = no network at all
+    cwd: Path | None = None
+    # Visible read-only although under /tmp (which is private inside): the person's home when it
+    # lives there (tests, throwaway accounts), so that what is hidden inside it stays meaningful.
+    readable: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of starting bwrap that works on this machine."""
+
+    user_ns: bool  # --unshare-user (not needed as root, refused in some nested setups)
+    proc: bool  # a fresh /proc; False: an empty one (a nested userns may not mount proc)
+
+    def options(self) -> list[str]:
+        user = ["--unshare-user"] if self.user_ns else []
+        proc = ["--proc", "/proc"] if self.proc else ["--tmpfs", "/proc"]
+        return [*NAMESPACES, *user, "--ro-bind", "/", "/", "--dev", "/dev", *proc]
+
+
+NAMESPACES = [
+    "--die-with-parent",
+    "--new-session",
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-net",
+]
+VARIANTS = (Variant(True, True), Variant(False, True), Variant(True, False), Variant(False, False))
+
+
+def _bwrap() -> str:
+    if not sys.platform.startswith("linux"):
+        raise SandboxUnavailable(f"the sandbox needs Linux (this is {sys.platform}); {FIX}")
+    found = shutil.which("bwrap")
+    if found is None:
+        raise SandboxUnavailable(f"bwrap (bubblewrap) is not installed; {FIX}")
+    return found
+
+
+def _starts(bwrap: str, variant: Variant) -> str | None:
+    """None when this variant runs a command; else bwrap's complaint."""
+    argv = [bwrap, *variant.options(), "--tmpfs", "/tmp", "--", "true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_SECONDS)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    return None if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
+
+
+@functools.cache
+def _probe() -> Variant | str:
+    try:
+        bwrap = _bwrap()
+    except SandboxUnavailable as exc:
+        return str(exc)
+    complaints = []
+    for variant in VARIANTS:
+        complaint = _starts(bwrap, variant)
+        if complaint is None:
+            log.info("sandbox: bwrap starts with %s", variant)
+            return variant
+        complaints.append(complaint)
+    return f"bwrap cannot start a sandbox here ({complaints[-1]}); {FIX}"
+
+
+def probe() -> Variant:
+    """The strongest variant that starts here (probed once per process); blocks ~10-40 ms."""
+    found = _probe()
+    if isinstance(found, str):
+        raise SandboxUnavailable(found)
+    return found
+
+
+def _under(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _real(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _mounts(policy: SandboxPolicy) -> tuple[list[tuple[Path, list[str]]], list[Path]]:
+    """Every mount after the root's, with the path it lands on; and the hidden folders to make
+    read-only once everything below them is mounted."""
+    tmp = _real(Path("/tmp"))
+    bound: list[tuple[Path, list[str]]] = []
+    workspace = _real(policy.workspace)
+    mode = "--ro-bind" if policy.read_only else "--bind"
+    bound.append((workspace, [mode, str(workspace), str(workspace)]))
+    for path in map(_real, policy.writable):
+        if path.exists():
+            bound.append((path, [mode, str(path), str(path)]))
+    for path in map(_real, policy.readable):
+        if path.is_dir():
+            bound.append((path, ["--ro-bind", str(path), str(path)]))
+    visible = [p for p, _ in bound]
+    mounts = list(bound)
+    hidden_dirs = []
+    for path in map(_real, policy.hidden):
+        if not path.exists() or (_under(path, tmp) and not any(_under(path, v) for v in visible)):
+            continue  # nothing there, or already out of sight behind the private /tmp
+        if path.is_dir():
+            mounts.append((path, ["--tmpfs", str(path)]))
+            hidden_dirs.append(path)
+        else:
+            mounts.append((path, ["--ro-bind", "/dev/null", str(path)]))
+    # A folder is mounted before what lies inside it: the home is hidden, then its workspace
+    # bound back; a granted folder is bound, then the credentials inside it hidden again.
+    mounts.sort(key=lambda item: len(item[0].parts))
+    return mounts, hidden_dirs
+
+
+def _proxy_options(policy: SandboxPolicy) -> list[str]:
+    if policy.proxy_socket is None:
+        return []
+    options = ["--bind", str(policy.proxy_socket), PROXY_SOCKET_INSIDE]
+    for name in PROXY_ENV_NAMES:
+        options += ["--setenv", name, PROXY_URL]
+    return [
+        *options,
+        "--setenv",
+        "NO_PROXY",
+        "localhost,127.0.0.1",
+        "--setenv",
+        "no_proxy",
+        "localhost,127.0.0.1",
+    ]
+
+
+# Started before the command inside the sandbox: socat forwards 127.0.0.1:3128 to the proxy's
+# socket. The command starts only once socat listens (read from /proc/net/tcp, or where /proc is
+# empty, by connecting), so its first request cannot race the bridge.
+BRIDGE = f"""
+socat TCP-LISTEN:{PROXY_PORT},bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:{PROXY_SOCKET_INSIDE} \
+  2>/dev/null &
+listening() {{
+  if [ -r /proc/net/tcp ]; then grep -q ' 0100007F:{PROXY_PORT:04X} 00000000:0000 0A' /proc/net/tcp
+  else (exec 3<>/dev/tcp/127.0.0.1/{PROXY_PORT}) 2>/dev/null; fi
+}}
+for _ in $(seq 1 1000); do listening && break; sleep 0.005; done
+exec "$@"
+"""
+
+
+def sandbox_argv(argv: Sequence[str], policy: SandboxPolicy) -> list[str]:
+    """bwrap and its options, then `argv`. Raises SandboxUnavailable where none can start."""
+    variant = probe()
+    command = [_bwrap(), *variant.options(), "--tmpfs", "/tmp"]
+    mounts, hidden_dirs = _mounts(policy)
+    for _, options in mounts:
+        command += options
+    for path in hidden_dirs:
+        command += ["--remount-ro", str(path)]
+    command += _proxy_options(policy)
+    command.append("--clearenv")
+    for name, value in policy.env.items():
+        command += ["--setenv", name, value]
+    command += ["--chdir", str(_real(policy.cwd or policy.workspace))]
+    if policy.proxy_socket is not None:
+        argv = ["bash", "-c", BRIDGE, "atlas-bridge", *argv]
+    return [*command, "--", *argv]
+
+
+# The standard policy of a bot lives next door; these names are part of this module's interface.
+from atlas.sandbox.policy import allowed_env, policy_for, sandbox_enabled  # noqa: E402
+
+__all__ = [
+    "PROXY_URL",
+    "SandboxPolicy",
+    "SandboxUnavailable",
+    "Variant",
+    "allowed_env",
+    "policy_for",
+    "probe",
+    "sandbox_argv",
+    "sandbox_enabled",
+]

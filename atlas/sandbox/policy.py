@@ -1,0 +1,99 @@
+"""The standard sandbox policy of a bot: what its commands may write, what they never see, and
+the environment they get (an allow-list: no secret the config names ever enters)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from atlas.sandbox.launcher import SandboxPolicy
+
+if TYPE_CHECKING:
+    from atlas.home import Bot, Home
+
+log = logging.getLogger(__name__)
+
+# The person's credentials, relative to their home folder.
+CREDENTIALS = (".ssh", ".aws", ".gnupg", ".config/gcloud", ".netrc", ".docker", ".kube")
+ALLOWED_NAMES = frozenset({"PATH", "HOME", "LANG", "TERM", "TZ", "USER"})
+ALLOWED_PATTERN = re.compile(r"LC_[A-Z_]+")
+
+
+def sandbox_enabled(home: Home) -> bool:
+    """config.toml's [sandbox] enabled (default true)."""
+    return home.settings.sandbox.enabled
+
+
+def _person_home(environ: Mapping[str, str] | None = None) -> Path:
+    value = (os.environ if environ is None else environ).get("HOME")
+    return Path(value) if value else Path.home()
+
+
+def allowed_env(home: Home, bot: Bot, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """PATH HOME LANG LC_* TERM TZ USER from Atlas's environment, then [sandbox] env of
+    config.toml and of bot.toml; a variable the config names as a secret never passes."""
+    from atlas.secrets import secret_env_names
+
+    source = os.environ if environ is None else environ
+    env = {
+        name: value
+        for name, value in source.items()
+        if name in ALLOWED_NAMES or ALLOWED_PATTERN.fullmatch(name)
+    }
+    env |= home.settings.sandbox.env | bot.settings.sandbox.env
+    for name in secret_env_names(home) & env.keys():
+        del env[name]
+    return env
+
+
+def _expand(raw: str, base: Path, person: Path) -> Path:
+    if raw == "~" or raw.startswith("~/"):
+        return person / raw[2:]
+    path = Path(raw)
+    return path if path.is_absolute() else base / path
+
+
+def _granted(home: Home, bot: Bot, vault: Path, person: Path) -> tuple[Path, ...]:
+    """bot.toml's writable paths, less any inside the Atlas home or the vault (those stay
+    hidden whatever a bot.toml says: it would undo the sandbox)."""
+    granted = []
+    root, workspace = home.root.resolve(), bot.workspace.resolve()
+    for raw in bot.settings.sandbox.writable:
+        path = _expand(raw, workspace, person).resolve()
+        inside = [f for f in (root, vault) if path == f or f in path.parents or path in f.parents]
+        if inside and not (path == workspace or workspace in path.parents):
+            log.warning(
+                "sandbox: %s of bot %s is not granted: it holds Atlas's files", raw, bot.name
+            )
+            continue
+        granted.append(path)
+    return tuple(granted)
+
+
+def policy_for(
+    home: Home, bot: Bot, *, read_only: bool = False, proxy_socket: Path | None = None
+) -> SandboxPolicy:
+    """The workspace, [sandbox] writable/hidden/env, the home and the credentials hidden."""
+    from atlas.tools.fences import vault_of
+
+    person = _person_home()
+    vault = vault_of(home)
+    hidden = [home.root.resolve(), vault, *(person / name for name in CREDENTIALS)]
+    for raw in (*home.settings.sandbox.hidden, *bot.settings.sandbox.hidden):
+        hidden.append(_expand(raw, person, person))
+    tmp = Path(os.path.realpath("/tmp"))
+    real_person = Path(os.path.realpath(person))
+    readable = (real_person,) if tmp in real_person.parents else ()
+    return SandboxPolicy(
+        workspace=bot.workspace,
+        writable=_granted(home, bot, vault, person),
+        hidden=tuple(hidden),
+        read_only=read_only,
+        env=allowed_env(home, bot),
+        proxy_socket=proxy_socket,
+        readable=readable,
+    )
