@@ -1,7 +1,8 @@
 """run_command: bash in the bot's workspace, in the foreground or as a background job.
 
-Every command runs in its own process group, so a timeout, a cancelled turn or `stop` kills
-the whole tree it started, not just the shell.
+Every command runs in the bot's sandbox (atlas/sandbox/), in its own process group: a timeout, a
+cancelled turn or `stop` kills bwrap, and the end of the sandbox's pid namespace ends everything
+the command started, even what left the process group (setsid, nohup, a double fork).
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from typing import TYPE_CHECKING, Annotated, BinaryIO
 from pydantic import Field
 
 from atlas.errors import ToolError
+from atlas.sandbox.commands import Launch, launch, with_hint
 from atlas.tools.registry import Notifier, RunContext, Tool, tool
 
 if TYPE_CHECKING:
     from atlas.home import Home
-from atlas.secrets import command_env
 
 log = logging.getLogger(__name__)
 
@@ -47,15 +48,11 @@ QUIET_ENV = {
 }
 
 
-async def _spawn(
-    command: str, cwd: Path, stdout: int, env: dict[str, str]
-) -> asyncio.subprocess.Process:
+async def _spawn(launch: Launch, stdout: int) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        "bash",
-        "-c",
-        command,
-        cwd=cwd,
-        env={**env, **QUIET_ENV},
+        *launch.argv,
+        cwd=launch.cwd,
+        env=launch.env,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=stdout,
         stderr=asyncio.subprocess.STDOUT,
@@ -121,11 +118,11 @@ def _open_pipe() -> tuple[BinaryIO, int]:
     return open(read_fd, "rb", buffering=0), write_fd
 
 
-async def _run_foreground(command: str, cwd: Path, time_limit: int, env: dict[str, str]) -> str:
+async def _run_foreground(launch: Launch, time_limit: int) -> str:
     loop = asyncio.get_running_loop()
     reader, write_fd = _open_pipe()
     try:
-        process = await _spawn(command, cwd, stdout=write_fd, env=env)
+        process = await _spawn(launch, stdout=write_fd)
     except BaseException:
         reader.close()
         raise
@@ -172,6 +169,7 @@ class Job:
     outcome: str | None = None  # the log's final line, once the job has ended
     stop_requested: bool = False
     task: asyncio.Task[None] | None = None
+    cleanup: contextlib.AsyncExitStack | None = None  # closed when the job ends (its proxy channel)
 
     @property
     def running(self) -> bool:
@@ -220,22 +218,21 @@ class JobTable:
 
     async def start(
         self,
-        command: str,
-        cwd: Path,
+        launch: Launch,
         jobs_dir: Path,
         *,
         bot: str,
         time_limit: int | None = None,
         notify: Notifier | None = None,
-        env: dict[str, str] | None = None,
+        cleanup: contextlib.AsyncExitStack | None = None,
     ) -> Job:
-        """Start `command` detached from the turn, its output going to `jobs_dir/<id>.log`."""
+        """Start a command detached from the turn, its output going to `jobs_dir/<id>.log`;
+        `cleanup` is closed when it ends."""
         job_id, log_path = _new_log(jobs_dir)
         with log_path.open("wb") as log_file:
-            process = await _spawn(
-                command, cwd, stdout=log_file.fileno(), env=dict(os.environ) if env is None else env
-            )
-        job = Job(job_id, bot, command, log_path, process, time_limit, notify)
+            process = await _spawn(launch, stdout=log_file.fileno())
+        job = Job(job_id, bot, launch.command, log_path, process, time_limit, notify)
+        job.cleanup = cleanup
         job.task = asyncio.create_task(self._supervise(job), name=f"job {job_id}")
         self._jobs[job_id] = job
         return job
@@ -256,6 +253,13 @@ class JobTable:
         await asyncio.gather(*(j.task for j in self._jobs.values() if j.task))
 
     async def _supervise(self, job: Job) -> None:
+        try:
+            await self._watch(job)
+        finally:
+            if job.cleanup is not None:
+                await job.cleanup.aclose()
+
+    async def _watch(self, job: Job) -> None:
         timed_out = False
         try:
             async with asyncio.timeout(job.timeout):
@@ -329,6 +333,28 @@ async def _stop_job(run: RunContext, job_id: str) -> str:
     )
 
 
+async def _start_job(
+    run: RunContext,
+    command: str,
+    workdir: Path,
+    sandbox: bool,
+    time_limit: int | None,
+    notify: Notifier | None,
+) -> Job:
+    """A background job, its sandbox's proxy channel held open until the job ends."""
+    async with contextlib.AsyncExitStack() as stack:
+        how = await stack.enter_async_context(launch(run, command, workdir, sandbox=sandbox))
+        job = await jobs_for(run.home).start(
+            how,
+            run.home.jobs_dir,
+            bot=run.bot.name,
+            time_limit=time_limit,
+            notify=notify,
+            cleanup=stack.pop_all(),
+        )
+    return job
+
+
 @tool()
 async def run_command(
     run: RunContext,
@@ -342,9 +368,17 @@ async def run_command(
         bool, Field(description="Background only: tell this chat when it ends")
     ] = False,
     stop: Annotated[str | None, Field(description="Job id to stop (no command)")] = None,
+    sandbox: Annotated[
+        bool,
+        Field(
+            description="Set false only to retry a command that failed because of the sandbox; "
+            "the person is asked every time"
+        ),
+    ] = True,
 ) -> str:
     """Run a bash command; returns its output (stdout+stderr) and exit code.
 
+    Runs in a sandbox: only the workspace is writable, network only via a proxy.
     No stdin or terminal: use non-interactive flags. Timeout kills the command and its children.
     For servers and long jobs use background=true: returns at once with a job id and a log file
     (read_file it; its last line tells how the job ended).
@@ -361,20 +395,10 @@ async def run_command(
         raise ToolError("notify_on_complete needs background=true")
     workdir = _resolve_cwd(run, cwd)
     if not background:
-        return await _run_foreground(
-            command, workdir, timeout or DEFAULT_TIMEOUT, command_env(run.home)
-        )
-
+        async with launch(run, command, workdir, sandbox=sandbox) as how:
+            return with_hint(await _run_foreground(how, timeout or DEFAULT_TIMEOUT), how)
     notify = run.notify if notify_on_complete else None
-    job = await jobs_for(run.home).start(
-        command,
-        workdir,
-        run.home.jobs_dir,
-        bot=run.bot.name,
-        time_limit=timeout,
-        notify=notify,
-        env=command_env(run.home),
-    )
+    job = await _start_job(run, command, workdir, sandbox, timeout, notify)
     notice = ""
     if notify_on_complete:
         notice = (

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import secrets
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,11 +17,19 @@ from atlas.home import Home
 from atlas.tools import shell
 from atlas.tools.registry import RunContext, ToolResult
 from atlas.tools.shell import SHELL_TOOLS, jobs_for, run_command
-from tests.helpers import run_context
+from tests.helpers import BASE_CONFIG, make_home, run_context
 
-# Writes the shell's pid (= its process group id) where the test can see it, then starts a
-# child in the background and one in the foreground: a tree of three processes.
-TREE = "echo $$ > pgid; echo started; sleep 100 & sleep 100; wait"
+
+def tree(marker: str) -> str:
+    """A tree of three processes: the shell, a child in the background and one in the
+    foreground, both `sleep <marker>` so the test can find them from outside the sandbox (whose
+    pids differ)."""
+    return f"echo started; sleep {marker} & sleep {marker}; wait"
+
+
+@pytest.fixture
+def marker() -> str:
+    return f"100.{secrets.randbelow(10**9):09d}"
 
 
 @pytest.fixture
@@ -29,45 +38,38 @@ async def run(home: Home) -> AsyncIterator[RunContext]:
     await jobs_for(home).shutdown()  # no test leaves a job running
 
 
-def live_members(pgid: int) -> list[int]:
-    """Processes of a group that are still alive (zombies are dead: nothing may reap them here)."""
+def live_with(marker: str) -> list[int]:
+    """Processes whose command line holds `marker`, still alive (zombies are dead)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue  # exited while we looked
-        state, _ppid, pgrp = stat.rsplit(")", 1)[1].split()[:3]
-        if int(pgrp) == pgid and state != "Z":
+        if marker.encode() in cmdline.split(b"\0") and state != "Z":
             pids.append(int(entry.name))
     return pids
 
 
-async def assert_tree_gone(pgid: int) -> None:
+async def assert_tree_gone(marker: str) -> None:
     """Signals are delivered at once, but a killed process takes a moment to finish exiting
     (longer on a loaded machine: up to 10 s is allowed; a passing run takes milliseconds)."""
     for _ in range(500):
-        if not live_members(pgid):
+        if not live_with(marker):
             return
         await asyncio.sleep(0.02)
-    raise AssertionError(f"processes of group {pgid} survived: {live_members(pgid)}")
+    raise AssertionError(f"processes of {marker} survived: {live_with(marker)}")
 
 
-async def wait_for_pgid(run: RunContext) -> int:
-    pgid_file = run.bot.workspace / "pgid"
-    for _ in range(500):
-        text = pgid_file.read_text().strip() if pgid_file.exists() else ""
-        if text:
-            pgid = int(text)
-            for _ in range(500):  # until both sleeps have started
-                if len(live_members(pgid)) >= 3:
-                    return pgid
-                await asyncio.sleep(0.02)
-            raise AssertionError(f"the tree of {pgid} never grew: {live_members(pgid)}")
+async def wait_for_tree(marker: str, size: int = 2) -> None:
+    for _ in range(500):  # until both sleeps have started
+        if len(live_with(marker)) >= size:
+            return
         await asyncio.sleep(0.02)
-    raise AssertionError("the command never wrote its pgid")
+    raise AssertionError(f"the tree of {marker} never grew: {live_with(marker)}")
 
 
 async def call(run: RunContext, **arguments: object) -> ToolResult:
@@ -157,20 +159,19 @@ async def test_refusals(run: RunContext, arguments: dict[str, object], message: 
     assert message in result.text
 
 
-async def test_timeout_kills_the_whole_tree(run: RunContext) -> None:
-    result = await call(run, command=TREE, timeout=1)
+async def test_timeout_kills_the_whole_tree(run: RunContext, marker: str) -> None:
+    result = await call(run, command=tree(marker), timeout=1)
     assert result.text == "started\n[killed after timeout 1s]"
-    pgid = int((run.bot.workspace / "pgid").read_text())
-    await assert_tree_gone(pgid)
+    await assert_tree_gone(marker)
 
 
-async def test_cancellation_kills_the_whole_tree(run: RunContext) -> None:
-    task = asyncio.create_task(call(run, command=TREE))
-    pgid = await wait_for_pgid(run)
+async def test_cancellation_kills_the_whole_tree(run: RunContext, marker: str) -> None:
+    task = asyncio.create_task(call(run, command=tree(marker)))
+    await wait_for_tree(marker)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await assert_tree_gone(pgid)
+    await assert_tree_gone(marker)
 
 
 async def test_output_is_capped(run: RunContext, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -192,13 +193,13 @@ async def test_background_job_logs_how_it_ended(run: RunContext) -> None:
     assert re.fullmatch(r"\[exit code 3 after \d+\.\ds\]", lines[-1])
 
 
-async def test_background_job_has_no_timeout_unless_given(run: RunContext) -> None:
+async def test_background_job_has_no_timeout_unless_given(run: RunContext, marker: str) -> None:
     job_id = job_id_of((await call(run, command="sleep 1.5; echo late", background=True)).text)
     lines = await finished_log(run, job_id)
     assert lines[0] == "late"  # outlived nothing: no default timeout in the background
-    timed = job_id_of((await call(run, command=TREE, background=True, timeout=1)).text)
+    timed = job_id_of((await call(run, command=tree(marker), background=True, timeout=1)).text)
     assert (await finished_log(run, timed))[-1] == "[killed after timeout 1s]"
-    await assert_tree_gone(int((run.bot.workspace / "pgid").read_text()))
+    await assert_tree_gone(marker)
 
 
 async def test_notify_on_complete(run: RunContext) -> None:
@@ -219,22 +220,22 @@ async def test_notify_on_complete(run: RunContext) -> None:
     assert "line10\n" not in notice  # only the last 20 lines
 
 
-async def test_stop_by_id(run: RunContext) -> None:
+async def test_stop_by_id(run: RunContext, marker: str) -> None:
     notices: list[str] = []
 
     async def collect(text: str) -> None:
         notices.append(text)
 
     run.notify = collect
-    answer = (await call(run, command=TREE, background=True, notify_on_complete=True)).text
+    answer = (await call(run, command=tree(marker), background=True, notify_on_complete=True)).text
     job_id = job_id_of(answer)
-    pgid = await wait_for_pgid(run)
+    await wait_for_tree(marker)
     result = await call(run, stop=job_id)
     assert not result.is_error
     assert f"Job {job_id} stopped: [stopped]" in result.text
     assert "started" in result.text
     assert (run.home.jobs_dir / f"{job_id}.log").read_text().splitlines()[-1] == "[stopped]"
-    await assert_tree_gone(pgid)
+    await assert_tree_gone(marker)
     assert notices == []  # `stop` answered already; no second notice
     again = await call(run, stop=job_id)
     assert "had already ended: [stopped]" in again.text
@@ -249,29 +250,42 @@ async def test_unknown_job_id_lists_running_ones(run: RunContext) -> None:
 
 async def test_shutdown_kills_running_jobs(run: RunContext) -> None:
     table = jobs_for(run.home)
-    ids = [job_id_of((await call(run, command=TREE, background=True)).text) for _ in range(2)]
-    await wait_for_pgid(run)
-    jobs = [table.get(i) for i in ids]
-    pgids = [job.process.pid for job in jobs if job]
-    assert all(live_members(p) for p in pgids)
+    markers = [f"100.{secrets.randbelow(10**9):09d}" for _ in range(2)]
+    ids = [job_id_of((await call(run, command=tree(m), background=True)).text) for m in markers]
+    for m in markers:
+        await wait_for_tree(m)
     await table.shutdown()
     assert table.running() == []
-    for job_id, pgid in zip(ids, pgids, strict=True):
+    for job_id, m in zip(ids, markers, strict=True):
         assert (run.home.jobs_dir / f"{job_id}.log").read_text().splitlines()[-1] == "[stopped]"
-        await assert_tree_gone(pgid)
+        await assert_tree_gone(m)
 
 
-async def test_leftover_background_process_does_not_block(
-    run: RunContext, monkeypatch: pytest.MonkeyPatch
+async def test_escaped_children_end_with_their_command(run: RunContext, marker: str) -> None:
+    """setsid, nohup and a double fork leave the process group, not the sandbox."""
+    command = (
+        f"setsid sleep {marker} & nohup sleep {marker} >/dev/null 2>&1 & "
+        f"(sleep {marker} &) ; sleep 0.3; echo hi"
+    )
+    result = await call(run, command=command, timeout=10)
+    assert result.text == "hi\n[exit code 0]"  # nothing holds the output: they are gone
+    await assert_tree_gone(marker)
+
+
+async def test_unsandboxed_leftover_background_process_does_not_block(
+    home_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str
 ) -> None:
+    """With `[sandbox] enabled = false` commands run as before: `cmd &` keeps running."""
+    config = BASE_CONFIG.format(base_url="http://127.0.0.1:9/v1") + "\n[sandbox]\nenabled = false\n"
+    run = run_context(make_home(home_path, config=config))
     monkeypatch.setattr(shell, "DRAIN_SECONDS", 0.2)
-    result = await call(run, command="echo $$ > pgid; sleep 100 & echo hi", timeout=10)
+    result = await call(run, command=f"echo $$ > pgid; sleep {marker} & echo hi", timeout=10)
     pgid = int((run.bot.workspace / "pgid").read_text())
     try:
         lines = result.text.splitlines()
         assert lines[0] == "hi"
         assert "still holds the output" in lines[1]
         assert lines[-1] == "[exit code 0]"
-        assert live_members(pgid)  # left running on purpose: `cmd &` means "keep it going"
+        assert live_with(marker)  # left running on purpose: `cmd &` means "keep it going"
     finally:
         os.killpg(pgid, signal.SIGKILL)

@@ -1,0 +1,126 @@
+"""How run_command starts a command: inside the bot's sandbox (with its own proxy channel), or,
+when the person said so, outside it. Also the hint added when the sandbox stopped something."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import shutil
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from atlas.errors import ToolError
+from atlas.sandbox.launcher import SandboxPolicy, policy_for, probe, sandbox_argv, sandbox_enabled
+from atlas.secrets import command_env
+from atlas.tools.registry import RunContext, effective_mode
+
+log = logging.getLogger(__name__)
+
+DOMAINS_KEY = "sandbox_domains"  # run.state.tool_state: domains the person let commands reach
+ALLOW, DENY = "Allow for this conversation", "Deny"
+# What a command prints when the sandbox, not the command, is why it failed.
+BLOCKED = re.compile(
+    r"Read-only file system|Network is unreachable|Could not resolve host|"
+    r"Temporary failure in name resolution|Name or service not known|blocked by Atlas|"
+    r"bwrap: Can't chdir"
+)
+HINT = (
+    "\n[the sandbox stopped this (it lets commands write only in the workspace and reach the "
+    "network only through Atlas's proxy); if the command really needs more, run it again with "
+    "sandbox=false: the person is asked every time]"
+)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What to execute for one command: argv, environment, and where."""
+
+    command: str
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    sandboxed: bool
+
+
+def domain_asker(run: RunContext):  # type: ignore[no-untyped-def]  # -> DomainAsker
+    """Asks the person whether commands may reach a domain; a yes holds for the conversation.
+    Nobody to ask: no."""
+    allowed: set[str] = run.state.tool_state.setdefault(DOMAINS_KEY, set())
+
+    async def ask(host: str) -> bool:
+        if host in allowed:
+            return True
+        if run.ask is None:
+            return False
+        question = (
+            f"A command of {run.bot.name} wants to reach {host}, which is not on the sandbox's "
+            "allowed domains. Let commands in this conversation reach it?"
+        )
+        if await run.ask(question, [ALLOW, DENY]) != ALLOW:
+            return False
+        allowed.add(host)
+        return True
+
+    return ask
+
+
+@contextlib.asynccontextmanager
+async def _proxy_channel(run: RunContext) -> AsyncIterator[Path | None]:
+    """A proxy socket for one command, or None (no network) when socat cannot bridge it."""
+    if shutil.which("socat") is None:
+        log.warning("sandbox: socat is not installed; commands get no network at all")
+        yield None
+        return
+    from atlas.sandbox.proxy import proxy_for
+
+    proxy = await proxy_for(run.home)
+    async with proxy.channel(domain_asker(run)) as socket:
+        yield socket
+
+
+def sandbox_policy(run: RunContext, workdir: Path, proxy_socket: Path | None) -> SandboxPolicy:
+    from atlas.tools.shell import QUIET_ENV
+
+    read_only = effective_mode(run) == "read-only"
+    policy = policy_for(run.home, run.bot, read_only=read_only, proxy_socket=proxy_socket)
+    return replace(policy, cwd=workdir, env={**policy.env, **QUIET_ENV})
+
+
+@contextlib.asynccontextmanager
+async def launch(
+    run: RunContext, command: str, workdir: Path, *, sandbox: bool = True
+) -> AsyncIterator[Launch]:
+    """The launch of `command`, valid while the context lasts (its proxy channel with it)."""
+    from atlas.tools.shell import QUIET_ENV
+
+    argv = ["bash", "-c", command]
+    if not sandbox_enabled(run.home):
+        yield Launch(command, argv, {**command_env(run.home), **QUIET_ENV}, workdir, False)
+        return
+    if not sandbox:
+        if run.ask is None:  # the gate asks the person for this; without one it cannot happen
+            raise ToolError(
+                "running outside the sandbox needs the person's yes; nobody can be asked here"
+            )
+        yield Launch(command, argv, {**command_env(run.home), **QUIET_ENV}, workdir, False)
+        return
+    await _probe_off_loop()
+    async with _proxy_channel(run) as socket:
+        policy = sandbox_policy(run, workdir, socket)
+        yield Launch(command, sandbox_argv(argv, policy), dict(policy.env), Path("/"), True)
+
+
+async def _probe_off_loop() -> None:
+    """The first probe starts bwrap a few times: not on the event loop."""
+    import asyncio
+
+    await asyncio.to_thread(probe)
+
+
+def with_hint(output: str, launch: Launch) -> str:
+    """The output, and a hint when it shows the sandbox stopping the command."""
+    if launch.sandboxed and BLOCKED.search(output):
+        return output + HINT
+    return output
