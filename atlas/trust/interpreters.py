@@ -1,0 +1,294 @@
+"""Interpreters and the inline code they run: which program is an interpreter, where its inline
+code is, and what that code would do, as shell-like Parts (`shutil.rmtree('x')` → `rm -r x`).
+
+Code is read with linear scans: no pattern here back-references or nests quantifiers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from atlas.trust.parse_types import SUBSTITUTION, Part
+
+SHELLS = {"bash", "sh", "zsh", "dash", "ksh", "ash", "fish", "mksh", "yash", "rbash"}
+INTERPRETERS = {
+    "python": "python", "pypy": "python", "perl": "perl", "node": "node", "nodejs": "node",
+    "ruby": "ruby", "deno": "node", "bun": "node", "php": "php", "lua": "lua", "luajit": "lua",
+    "awk": "awk", "gawk": "awk", "mawk": "awk", "nawk": "awk",
+}  # fmt: skip
+INLINE_FLAGS = {
+    "python": {"-c"}, "perl": {"-e", "-E"}, "ruby": {"-e"}, "php": {"-r", "-R", "-B", "-E"},
+    "node": {"-e", "--eval", "-p", "--print"}, "lua": {"-e"},
+}  # fmt: skip
+SHELL_VALUED = {"-o", "+o", "-O", "+O", "--rcfile", "--init-file"}
+AWK_VALUED = {"-F", "-v", "--field-separator", "--assign", "-i", "--include", "-l", "--load"}
+VERSION = re.compile(r"[\d.]+$")  # only ever run on one word
+
+
+# Programs whose inline code is read, but which are not "interpreters" to the rules: their
+# first operand is a subcommand (`bun install`, `deno run`) or a program text (awk), not a script.
+CODE_ONLY = {"awk", "gawk", "mawk", "nawk", "deno", "bun"}
+
+
+def interpreter_of(head: str) -> str | None:
+    """`python3.12` → "python", `bash` → "shell"; None for other commands (see `language_of`)."""
+    if head in CODE_ONLY:
+        return None
+    return language_of(head)
+
+
+def language_of(head: str) -> str | None:
+    """Like `interpreter_of`, and also awk, deno and bun, whose inline code is read too."""
+    if head in SHELLS:
+        return "shell"
+    base = VERSION.sub("", head[:64]) if head[:1].isalpha() else head
+    return INTERPRETERS.get(base)
+
+
+def inline_code(part: Part, every: bool = False) -> str | None:
+    """The code of `python -c CODE`, `bash -e -c CODE`, `perl -ne CODE`…, if the part has one;
+    with `every`, also `deno eval CODE`, `bun -e CODE` and awk's program."""
+    language = language_of(part.head) if every else interpreter_of(part.head)
+    words = part.words
+    if language is None:
+        return None
+    if language == "shell":
+        return _shell_code(words)
+    if language == "awk":
+        return _awk_program(words)
+    if part.head == "deno" and len(words) > 1:
+        rest = [w for w in words[1:] if not w.startswith("-")]
+        return rest[1] if rest[:1] == ["eval"] and len(rest) > 1 else None
+    if part.head == "bun" and words[1:2] == ["eval"] and len(words) > 2:
+        return words[2]
+    flags = INLINE_FLAGS[language]
+    for index, word in enumerate(words[1:], start=1):
+        if index + 1 >= len(words):
+            break
+        if word == "--":
+            return None
+        if word in flags:
+            return words[index + 1]
+        for flag in flags:
+            if flag.startswith("--") and word.startswith(flag + "="):
+                return word.split("=", 1)[1]
+        # combined short flags: `python -Ic CODE`, `perl -lane CODE`, `ruby -ne CODE`
+        if re.fullmatch(r"-[a-zA-Z]{1,8}", word) and "-" + word[-1] in flags:
+            return words[index + 1]
+        if not word.startswith("-") and language != "perl":
+            return None  # a script file: what follows are its arguments
+    return None
+
+
+def _shell_code(words: list[str]) -> str | None:
+    """`bash [options] -c CODE`: with `c` in any option cluster, the first operand is the code."""
+    has_c = False
+    index = 1
+    while index < len(words):
+        word = words[index]
+        if word == "--" or word == "-":
+            index += 1
+            break
+        if word in SHELL_VALUED:
+            index += 2
+            continue
+        if word.startswith("--"):
+            index += 1
+            continue
+        if word[:1] in "-+" and len(word) > 1:
+            has_c |= "c" in word[1:]
+            index += 1
+            continue
+        break
+    return words[index] if has_c and index < len(words) else None
+
+
+def _awk_program(words: list[str]) -> str | None:
+    index = 1
+    while index < len(words):
+        word = words[index]
+        if word in ("-f", "--file") or word.startswith("-f"):
+            return None  # the program is in a file
+        if word in ("-e", "--source"):
+            return words[index + 1] if index + 1 < len(words) else None
+        if word in AWK_VALUED:
+            index += 2
+            continue
+        if word == "--":
+            index += 1
+            break
+        if word.startswith("-") and len(word) > 1:
+            index += 1
+            continue
+        break
+    return words[index] if index < len(words) else None
+
+
+# ---------------------------------------------------------------- reading code
+
+
+def string_literal(text: str, start: int) -> tuple[str, int] | None:
+    """The string literal at `start` (after optional r/b/u/f prefixes): (value, end index)."""
+    index = start
+    while index < len(text) and text[index] in " \t\n(":
+        index += 1
+    while index < len(text) and text[index] in "rbufRBUF" and index - start < 3:
+        index += 1
+    if index >= len(text) or text[index] not in "'\"`":
+        return None
+    quote = text[index]
+    value: list[str] = []
+    index += 1
+    while index < len(text) and text[index] != quote:
+        if text[index] == "\\" and index + 1 < len(text):
+            value.append(text[index + 1])
+            index += 2
+            continue
+        value.append(text[index])
+        index += 1
+    return "".join(value), index + 1
+
+
+def string_list(text: str, start: int) -> tuple[list[str], int] | None:
+    """`["rm", "-rf", x]` at `start`: its string items (a non-literal item → $SUBSTITUTION)."""
+    index = start
+    while index < len(text) and text[index] in " \t\n(,":
+        index += 1
+    if index >= len(text) or text[index] not in "[{":
+        return None
+    closer = "]" if text[index] == "[" else "}"
+    items: list[str] = []
+    index += 1
+    while index < len(text) and text[index] != closer and len(items) < 256:
+        literal = string_literal(text, index)
+        if literal is not None:
+            items.append(literal[0])
+            index = literal[1]
+        elif text[index] not in " \t\n,":
+            items.append(SUBSTITUTION)
+            while index < len(text) and text[index] not in ",]}":
+                index += 1
+            continue
+        index += 1
+    return items, index + 1
+
+
+Analyse = Callable[[str, int], list[Part]]
+
+
+def _run_call(code: str, start: int, analyse: Analyse, depth: int) -> list[Part]:
+    """A call that runs a command: a list of words, a program and its argument list, or a
+    string the shell runs. Anything computed → a $SUBSTITUTION part."""
+    listed = string_list(code, start)
+    if listed is not None:
+        return [Part(listed[0] or [SUBSTITUTION])]
+    literal = string_literal(code, start)
+    if literal is None:
+        return [Part([SUBSTITUTION])]
+    arguments = string_list(code, literal[1])
+    if arguments is not None and code[literal[1] : arguments[1]].lstrip(" \t\n")[:1] == ",":
+        return [Part([literal[0], *arguments[0]])]  # spawn("rm", ["-rf", "/"])
+    return analyse(literal[0], depth + 1) or [Part([SUBSTITUTION])]
+
+
+def _delete_call(recursive: bool) -> Callable[[str, int, Analyse, int], list[Part]]:
+    def make(code: str, start: int, analyse: Analyse, depth: int) -> list[Part]:
+        literal = string_literal(code, start)
+        target = literal[0] if literal else SUBSTITUTION
+        tail = code[start : start + 200]
+        forced = recursive or "recursive" in tail and "true" in tail.lower()
+        return [Part(["rm", "-r" if forced else "-f", target])]
+
+    return make
+
+
+def _shell_string(code: str, start: int, analyse: Analyse, depth: int) -> list[Part]:
+    """A string the shell runs: a backtick `…` or awk's `| "cmd"` / `"cmd" | getline`."""
+    literal = string_literal(code, start)
+    return analyse(literal[0], depth + 1) if literal else [Part([SUBSTITUTION])]
+
+
+def _file_write(code: str, start: int, analyse: Analyse, depth: int) -> list[Part]:
+    literal = string_literal(code, start)
+    return [Part(["tee", literal[0] if literal else SUBSTITUTION])]
+
+
+RUN, RM, RMTREE = _run_call, _delete_call(False), _delete_call(True)
+NODE_RULES = [
+    (r"\b(?:rmSync|rmdirSync|promises\.rm|fs\.rm|fs\.rmdir|Deno\.remove|removeSync)\b", RM),
+    (r"\b(?:unlinkSync|fs\.unlink)\b", RM),
+    (r"\b(?:execSync|exec|spawnSync|execFileSync|execFile|spawn|Bun\.spawn|Bun\.spawnSync)\b", RUN),
+    (r"\bDeno\.(?:Command|run)\b", RUN),
+]
+CODE_RULES: dict[str, list[tuple[str, Callable[[str, int, Analyse, int], list[Part]]]]] = {
+    "python": [
+        (r"\b(?:shutil\.)?rmtree\b", RMTREE),
+        (r"\bos\.(?:remove|unlink|rmdir|removedirs)\b", RM),
+        (r"\bPath(?=\([^)\n]{0,300}\)\.(?:unlink|rmdir)\b)", RM),
+        (r"\b(?:os\.system|os\.popen|subprocess\.\w+|os\.exec\w*|os\.spawn\w*|pty\.spawn)\b", RUN),
+        (r"\b(?:check_output|check_call|Popen|getoutput|getstatusoutput)\b", RUN),
+    ],
+    "node": NODE_RULES,
+    "perl": [
+        (r"\b(?:rmtree|remove_tree)\b", RMTREE),
+        (r"\bunlink\b", RM),
+        (r"\b(?:system|exec)\b", RUN),
+        (r"(?:qx)?(?=`)", _shell_string),
+    ],
+    "ruby": [
+        (r"\bFileUtils\.(?:rm_rf|rm_r|remove_dir|remove_entry\w*)", RMTREE),
+        (r"\b(?:File\.delete|File\.unlink|FileUtils\.rm|FileUtils\.rm_f)\b", RM),
+        (r"\b(?:system|exec|spawn|IO\.popen|Open3\.\w+)\b", RUN),
+        (r"(?=`)", _shell_string),
+    ],
+    "php": [
+        (r"\b(?:system|exec|shell_exec|passthru|popen|proc_open|pcntl_exec)\b", RUN),
+        (r"\b(?:unlink|rmdir)\b", RM),
+        (r"(?=`)", _shell_string),
+    ],
+    "lua": [(r"\b(?:os\.execute|io\.popen)\b", RUN), (r"\bos\.remove\b", RM)],
+    "awk": [
+        (r"\bsystem\b", RUN),
+        (r"\|&?(?=\s*\")", _shell_string),  # print … | "cmd"
+        (r"(?=\"[^\"\n]{0,500}\"\s*\|\s*getline)", _shell_string),  # "cmd" | getline
+        (r"[^|]>>?(?=\s*\")", _file_write),  # print > "/path"
+    ],
+}
+COMPILED = {
+    language: [(re.compile(pattern), make) for pattern, make in rules]
+    for language, rules in CODE_RULES.items()
+}
+COMPILED["node"].append((re.compile(r"(?:\bBun\.\$|\$)(?=`)"), _shell_string))  # Bun.$`…`, zx
+OPAQUE_MARKERS = {
+    "python": re.compile(r"\b(?:exec|eval|compile|b64decode|a85decode|"
+                         r"b32decode|fromhex|unhexlify|marshal|pickle|codecs\.decode)\s*\("),
+    "node": re.compile(r"\b(?:eval|Function|atob|fromCharCode)\s*\(|['\"]base64['\"]"),
+    "perl": re.compile(r"\b(?:eval|decode_base64|pack)\b"),
+    "ruby": re.compile(r"\b(?:eval|instance_eval|send|unpack1?|decode64)\b"),
+    "php": re.compile(r"\b(?:eval|assert|base64_decode|create_function|call_user_func\w*)\s*\("),
+    "lua": re.compile(r"\b(?:load|loadstring|dofile)\s*\("),
+}  # fmt: skip
+
+
+def code_parts(language: str, code: str, analyse: Analyse, depth: int = 0) -> list[Part]:
+    """What a piece of python, perl, node, ruby, php, lua or awk code would do, as shell parts."""
+    parts: list[Part] = []
+    for pattern, make in COMPILED.get(language, []):
+        for match in pattern.finditer(code):
+            parts.extend(make(code, match.end(), analyse, depth))
+            if len(parts) > 256:
+                break
+    for part in parts:
+        part.origin = language if part.origin == "shell" else part.origin
+    return parts
+
+
+def opaque_reason(language: str, code: str) -> str | None:
+    """Why code in this language cannot be read before it runs (it builds and runs code)."""
+    marker = OPAQUE_MARKERS.get(language)
+    if marker is not None:
+        found = marker.search(code)
+        if found:
+            return f"opaque-code: {language} code runs code it builds ({found.group(0).strip()}…)"
+    return None

@@ -1,0 +1,403 @@
+"""One simple command, judged: its words and redirects, aliases replaced, wrappers unwrapped, and
+everything it runs besides followed (inline code, `eval`, here-docs fed to a shell, `find -exec`,
+`git -c core.pager=…`, tar's exec actions, vim's `:!`, `rsync -e`).
+
+What cannot be read before it runs is written to `Analysis.unresolved` ("key: why").
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from tree_sitter import Node
+
+from atlas.trust.interpreters import (
+    code_parts,
+    inline_code,
+    interpreter_of,
+    language_of,
+    opaque_reason,
+)
+from atlas.trust.parse_extras import code_strings, exec_commands
+from atlas.trust.parse_types import SUBSTITUTION, Part, Word
+from atlas.trust.wrappers import name_of, unwrap
+
+if TYPE_CHECKING:
+    from atlas.trust.parse import Upstream, Walker
+
+FETCHERS = {"curl", "wget", "fetch", "aria2c", "http", "https", "xh", "lwp-request", "GET",
+            "nc", "ncat", "netcat", "socat", "ftp", "tftp"}  # fmt: skip
+DECOMPRESSORS = {"uudecode", "gunzip", "zcat", "bunzip2", "bzcat", "xzcat", "unxz", "zstdcat",
+                 "unzstd", "rev", "tr", "lzcat"}  # fmt: skip
+# Variables whose value a program runs as a command (`GIT_SSH_COMMAND="rm -rf ~" git fetch`).
+CODE_VARIABLES = {"GIT_SSH_COMMAND", "GIT_SSH", "GIT_PAGER", "PAGER", "GIT_EDITOR", "EDITOR",
+                  "VISUAL", "GIT_ASKPASS", "SSH_ASKPASS", "PROMPT_COMMAND", "BASH_ENV", "ENV",
+                  "GIT_EXTERNAL_DIFF", "LESSOPEN", "MANPAGER"}  # fmt: skip
+REASONS = {
+    "fetched": "fetched-code: {who} runs code downloaded from the network",
+    "decoded": "decoded-payload: {who} runs a payload decoded from base64/hex/escapes",
+    "computed": "computed-code: {who} runs code built only when the line runs",
+    "unknown": "computed-code: {who} runs code held in a variable not set on this line",
+    "procsub": "piped-code: {who} runs code produced by a process substitution",
+}
+
+
+def is_decoder(words: list[str]) -> bool:
+    """base64 -d, xxd -r, openssl … -d, printf '\\x..', echo -e '\\x..', gunzip, rev, tr…"""
+    head = name_of(words[0]) if words else ""
+    rest = words[1:]
+    flags = "".join(w[1:] for w in rest if w.startswith("-") and not w.startswith("--"))
+    if head in ("base64", "base32", "basenc", "b64"):
+        return "d" in flags or "D" in flags or "--decode" in rest
+    if head == "xxd":
+        return "r" in flags or "--revert" in rest
+    if head == "openssl":
+        return "d" in flags or "-base64" in rest or "base64" in rest
+    if head in ("gzip", "bzip2", "xz", "zstd", "lz4"):
+        return "d" in flags or "--decompress" in rest
+    if head in ("printf", "echo"):
+        escaped = any("\\x" in w or "\\0" in w or "\\u" in w for w in rest)
+        return escaped and (head == "printf" or "e" in flags)
+    return head in DECOMPRESSORS
+
+
+class CommandJudge:
+    def __init__(self, walker: Walker) -> None:
+        self.walker = walker
+        self.analysis = walker.analysis
+
+    # ------------------------------------------------------------ words and redirects
+
+    def command(self, node: Node, extra_redirects: list[Node]) -> None:
+        walker = self.walker
+        upstream, walker.upstream = walker.upstream, None
+        argv: list[Word] = []
+        redirects: list[Node] = []
+        assignments: list[tuple[str, list[Word]]] = []
+        word_nodes: list[Node] = []
+        for child in node.named_children:
+            if child.type == "variable_assignment":
+                name = child.child_by_field_name("name")
+                value = child.child_by_field_name("value")
+                words = walker.word_fields(value, split=False) if value is not None else []
+                assignments.append(((name.text or b"").decode() if name else "", words))
+            elif child.type in ("file_redirect", "herestring_redirect", "heredoc_redirect"):
+                redirects.append(child)
+            elif child.type == "command_name":
+                word_nodes.extend(child.named_children)
+            elif child.is_named:
+                word_nodes.append(child)
+        for word_node in _rejoined(word_nodes):
+            argv.extend(walker.word_fields(word_node))
+        redirect_words, heredoc, fed = self.redirect_words(redirects + extra_redirects)
+        if not argv:
+            for name, words in assignments:
+                taint = set().union(*(w.taint for w in words)) if words else set()
+                value = " ".join(w.text for w in words)
+                known = not (taint & {"computed", "unknown"})
+                walker.scope.variables[name] = value if known else None
+        for name, words in assignments:
+            if name in CODE_VARIABLES and words:
+                walker.sub_shell(" ".join(w.text for w in words), walker.wrappers + [name])
+        if argv:
+            argv = self._alias(argv)
+            self.run(argv, walker.wrappers, redirect_words, heredoc, fed, upstream)
+        walker.continuations(redirects + extra_redirects)
+
+    def redirect_words(self, redirects: list[Node]) -> tuple[list[Word], str | None, Word | None]:
+        """Redirect operators and targets as words; the heredoc body or here-string fed."""
+        words: list[Word] = []
+        heredoc: str | None = None
+        fed: Word | None = None
+        for redirect in redirects:
+            if redirect.type == "heredoc_redirect":
+                for child in redirect.named_children:
+                    if child.type == "heredoc_body":
+                        heredoc = (child.text or b"").decode("utf-8", "replace")
+                        for inner in child.named_children:
+                            if inner.type in ("command_substitution", "process_substitution"):
+                                self.walker.word_fields(inner)
+                heredoc = heredoc if heredoc is not None else ""
+                continue
+            operator = "".join(
+                (c.text or b"").decode() for c in redirect.children if not c.is_named
+            ) or ("<<<" if redirect.type == "herestring_redirect" else ">")
+            descriptor = [c for c in redirect.named_children if c.type == "file_descriptor"]
+            prefix = (descriptor[0].text or b"").decode() if descriptor else ""
+            targets: list[Word] = []
+            for child in redirect.named_children:
+                if child.type != "file_descriptor":
+                    targets.extend(self.walker.word_fields(child, split=False))
+            target = targets[0] if targets else Word("")
+            if operator in (">&", "<&") and (target.text.isdigit() or target.text == "-"):
+                words.append(Word(prefix + operator + target.text))
+                continue
+            words += [Word(prefix + ("&>" if operator == ">&" else operator)), target]
+            if redirect.type == "herestring_redirect":
+                fed = target
+                heredoc = target.text
+        return words, heredoc, fed
+
+    def _alias(self, argv: list[Word]) -> list[Word]:
+        value = self.walker.scope.aliases.get(argv[0].text)
+        if value is None:
+            return argv
+        return [Word(piece) for piece in value.split()] + argv[1:]
+
+    # ------------------------------------------------------------ the command itself
+
+    def run(
+        self,
+        argv: list[Word],
+        wrappers: list[str],
+        redirect_words: list[Word],
+        heredoc: str | None,
+        fed: Word | None,
+        upstream: Upstream | None,
+    ) -> Part | None:
+        walker, analysis = self.walker, self.analysis
+        unwrapped = unwrap(argv)
+        all_wrappers = wrappers + unwrapped.wrappers
+        for code in unwrapped.code:
+            walker.sub_shell(code, all_wrappers)
+        words = unwrapped.words
+        if unwrapped.reads_stdin:
+            self._feeds_shell(unwrapped.reads_stdin, "shell", heredoc, fed, upstream, all_wrappers)
+        if not words:
+            walker.last_output = self._output(None, argv, upstream)
+            return None
+        head = words[0]
+        if head.text.startswith("/") and name_of(head.text) and _named_binary(head.text):
+            words = [Word(name_of(head.text), head.glob, head.taint), *words[1:]]
+        if head.taint & {"computed", "unknown"} or head.text.startswith("$"):
+            reason = "fetched-code" if "fetched" in head.taint else "computed-command"
+            analysis.note(f"{reason}: the command's name is only known when the line runs")
+        everything = words + redirect_words
+        part = Part(
+            [w.text for w in everything],
+            list(all_wrappers),
+            upstream.head if upstream else None,
+            heredoc,
+            function=walker.function,
+            globbed={i for i, w in enumerate(everything) if w.glob},
+        )
+        walker.scope.parts_left -= 1
+        analysis.parts.append(part)
+        self._define(words)
+        self._follow(part, words, heredoc, fed, upstream)
+        walker.last_output = self._output(part, words, upstream)
+        return part
+
+    def _define(self, words: list[Word]) -> None:
+        """`alias x='…'` and `read X` change what later words mean."""
+        head = words[0].text
+        if head == "alias":
+            for word in words[1:]:
+                name, equals, value = word.text.partition("=")
+                if equals:
+                    self.walker.scope.aliases[name] = value
+                    self.walker.sub_shell(value, self.walker.wrappers)
+        elif head in ("read", "mapfile", "readarray", "getopts", "printf"):
+            texts = [w.text for w in words[1:]]
+            for index, text in enumerate(texts):
+                if head == "printf" and not (index and texts[index - 1] == "-v"):
+                    continue
+                if not text.startswith("-") and text.replace("_", "a").isalnum():
+                    self.walker.scope.variables[text] = None
+
+    def _follow(
+        self,
+        part: Part,
+        words: list[Word],
+        heredoc: str | None,
+        fed: Word | None,
+        upstream: Upstream | None,
+    ) -> None:
+        """What this command runs besides itself."""
+        walker = self.walker
+        head = part.head
+        wrappers = part.wrappers
+        for command in exec_commands(words):  # find -exec, and the like
+            self.run(command, wrappers + [head], [], None, None, None)
+        for code in code_strings(part.words):  # git -c core.pager=…, tar exec=, vim :!, rsync -e
+            walker.sub_shell(code, wrappers + [head])
+        language = language_of(head)
+        if head == "eval":
+            self._runs_words(words[1:], "eval", wrappers + ["eval"])
+            return
+        if head in ("source", ".") and len(words) > 1:
+            if words[1].text in ("/dev/stdin", "-", "/dev/fd/0"):
+                self._feeds_shell(head, "shell", heredoc, fed, upstream, wrappers)
+            elif words[1].taint:
+                self._taint_note(words[1].taint, head)
+            return
+        if language is None:
+            return
+        if interpreter_of(head) is None and inline_code(part, every=True) is None:
+            return  # `bun install`, `deno run x.ts`, awk -f prog: no code on the line
+        code = inline_code(part, every=True)
+        if code is not None:
+            index = part.words.index(code) if code in part.words else -1
+            taint = words[index].taint if 0 <= index < len(words) else frozenset()
+            self._taint_note(taint, head)
+            self._code(language, code, wrappers)
+            return
+        operands = _operands(part.words)
+        if operands and operands[0] not in ("-", "/dev/stdin"):
+            index = part.words.index(operands[0])
+            if index < len(words) and words[index].taint:
+                self._taint_note(words[index].taint, head)  # bash <(curl …)
+            return
+        self._feeds_shell(head, language, heredoc, fed, upstream, wrappers)
+
+    def _feeds_shell(
+        self,
+        who: str,
+        language: str,
+        heredoc: str | None,
+        fed: Word | None,
+        upstream: Upstream | None,
+        wrappers: list[str],
+    ) -> None:
+        """A shell or interpreter that runs what comes on stdin: a heredoc, a here-string, a pipe."""
+        if fed is not None and fed.taint:
+            self._taint_note(fed.taint, who)
+        if heredoc is not None:
+            self._code(language, heredoc, wrappers)
+            return
+        if upstream is None:
+            return
+        if upstream.taint:
+            self._taint_note(upstream.taint, who)
+        elif upstream.echoed is not None:
+            self._code(language, upstream.echoed, wrappers)
+        else:
+            self.analysis.note(f"piped-code: {who} runs code piped from {upstream.head}")
+
+    def _code(self, language: str, code: str, wrappers: list[str]) -> None:
+        if language == "shell":
+            self.walker.sub_shell(code, wrappers)
+            return
+        start = len(self.analysis.parts)
+        derived = code_parts(language, code, self._analyse_for_code, self.walker.depth)
+        for part in derived:
+            part.wrappers = wrappers + part.wrappers
+            part.function = self.walker.function
+            if part.head == SUBSTITUTION:
+                self.analysis.note(f"opaque-code: {language} code runs a command built at run time")
+        self.analysis.parts[start:start] = derived
+        reason = opaque_reason(language, code)
+        if reason:
+            self.analysis.note(reason)
+
+    def _analyse_for_code(self, code: str, depth: int) -> list[Part]:
+        from atlas.trust.normalise import analyse
+
+        inner = analyse(code, depth)
+        for reason in inner.unresolved:
+            self.analysis.note(reason)
+        self.analysis.process_substitution |= inner.process_substitution
+        return inner.parts
+
+    def _runs_words(self, words: list[Word], who: str, wrappers: list[str]) -> None:
+        """`eval WORDS`: the words joined are a shell line."""
+        taint = frozenset().union(*(w.taint for w in words)) if words else frozenset()
+        if taint:
+            self._taint_note(taint, who)
+            if not taint & {"fetched", "decoded"}:
+                self.analysis.note(f"eval: {who} runs a string only known when the line runs")
+        self.walker.sub_shell(" ".join(w.text for w in words), wrappers)
+
+    def _taint_note(self, taint: frozenset[str], who: str) -> None:
+        for key in ("fetched", "decoded", "procsub", "computed", "unknown"):
+            if key in taint:
+                self.analysis.note(REASONS[key].format(who=who))
+                return
+
+    # ------------------------------------------------------------ output
+
+    def output_taint(self, part: Part) -> set[str]:
+        taint: set[str] = set()
+        if part.head in FETCHERS:
+            taint.add("fetched")
+        if is_decoder(part.words):
+            taint.add("decoded")
+        return taint
+
+    def _output(self, part: Part | None, words: list[Word], upstream: Upstream | None) -> Upstream:
+        taint = set().union(*(w.taint for w in words)) if words else set()
+        taint.discard("unknown")
+        if part is not None:
+            taint |= self.output_taint(part)
+        if upstream is not None and not (part is not None and interpreter_of(part.head)):
+            taint |= upstream.taint
+        echoed = None
+        texts = [w.text for w in words]
+        if part is not None and part.head in ("echo", "printf") and not taint:
+            arguments = [t for t in texts[1:] if t not in ("-n", "-e", "-E")]
+            echoed = " ".join(arguments) if "%" not in " ".join(arguments) else None
+        elif part is not None and part.head == "cat" and len(texts) == 1 and part.heredoc:
+            echoed = part.heredoc  # cat <<EOF | sh
+        head = part.head if part is not None else (name_of(texts[0]) if texts else "")
+        return _upstream(head, frozenset(taint), echoed)
+
+
+SIMPLE_EXPANSION = re.compile(rb"\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _rejoined(nodes: list[Node]) -> list[Node]:
+    """Words tree-sitter split in two (`rm$IFS-rf$IFS/` ends in a lone `$`), parsed again whole:
+    two word nodes that touch are one shell word."""
+    from atlas.trust.parse import PARSER
+
+    groups: list[list[Node]] = []
+    for node in nodes:
+        if groups and groups[-1][-1].end_byte == node.start_byte:
+            groups[-1].append(node)
+        else:
+            groups.append([node])
+    result: list[Node] = []
+    for group in groups:
+        if len(group) == 1:
+            result.append(group[0])
+            continue
+        text = SIMPLE_EXPANSION.sub(rb"${\1}", b"".join(n.text or b"" for n in group))
+        command = PARSER.parse(b": " + text).root_node.named_children
+        arguments = command[0].children_by_field_name("argument") if command else []
+        result.extend(arguments or group)
+    return result
+
+
+def _upstream(head: str, taint: frozenset[str], echoed: str | None) -> Upstream:
+    from atlas.trust.parse import Upstream
+
+    return Upstream(head, taint, echoed)
+
+
+def _named_binary(word: str) -> bool:
+    """`/usr/bin/rm` is `rm`; `./x.sh` stays a path (it is a script to read)."""
+    return word.startswith(("/bin/", "/usr/bin/", "/sbin/", "/usr/sbin/", "/usr/local/bin/"))
+
+
+VALUED = {"-W", "-X", "-r", "--require", "--import", "--loader", "-I", "-o", "-O", "--rcfile",
+          "--init-file", "-m", "-f", "-F", "-v"}  # fmt: skip
+
+
+def _operands(words: list[str]) -> list[str]:
+    """An interpreter's operands (a script, `-` for stdin), redirects left out."""
+    operands: list[str] = []
+    index = 1
+    while index < len(words):
+        word = words[index]
+        if word in ("<<<", "<", ">", ">>", "2>", "&>", "2>>") or word[:1] in "<>":
+            index += 2
+            continue
+        if word == "-m" or word == "--":
+            return ["-m"] if word == "-m" else words[index + 1 : index + 2]
+        if word.startswith("-") and word != "-":
+            index += 2 if word in VALUED else 1
+            continue
+        operands.append(word)
+        index += 1
+    return operands
