@@ -24,7 +24,7 @@ ALLOW, DENY = "Allow for this conversation", "Deny"
 BLOCKED = re.compile(
     r"Read-only file system|Network is unreachable|Could not resolve host|"
     r"Temporary failure in name resolution|Name or service not known|blocked by Atlas|"
-    r"bwrap: Can't chdir"
+    r"bwrap: Can't chdir|Failed to connect to (?!127\.0\.0\.1|localhost|\[?::1)"
 )
 HINT = (
     "\n[the sandbox stopped this (it lets commands write only in the workspace and reach the "
