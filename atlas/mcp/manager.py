@@ -29,6 +29,7 @@ from atlas.mcp.config import (
     load_mcp_config,
     mcp_config_path,
 )
+from atlas.mcp.launch import stdio_parameters
 from atlas.mcp.tools import McpTool, make_tool, registry_with_mcp, to_tool_result
 from atlas.tools.registry import RunContext, Tool, ToolRegistry, ToolResult
 
@@ -376,15 +377,15 @@ class McpManager:
             ):
                 yield streams
             return
-        from mcp.client.stdio import StdioServerParameters, stdio_client
+        from mcp.client.stdio import stdio_client
 
-        params = StdioServerParameters(
-            command=server.command, args=server.args, env=server.env or None, cwd=server.cwd
-        )
         # The server's stderr goes to a file: in `atlas chat` it would write over the terminal.
         errlog = await asyncio.to_thread(self._open_log, server.name)
         try:
-            async with stdio_client(params, errlog=errlog) as streams:
+            async with (
+                stdio_parameters(self.home, server) as params,  # in the sandbox, unless opted out
+                stdio_client(params, errlog=errlog) as streams,
+            ):
                 yield streams
         finally:
             errlog.close()

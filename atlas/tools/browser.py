@@ -1,6 +1,13 @@
 """browser_exec: Python that drives the home's own Chromium, run in a worker process kept alive
 per home and bot (browser_worker.py), so tabs, cookies and the workspace last across calls.
 
+The worker runs in the bubblewrap sandbox (atlas/sandbox/launcher.py) unless `[sandbox] enabled =
+false`: the bot's workspace and its browser folder `<home>/browser/<bot>/` (the profile) are
+writable, the rest of the home is hidden, it gets the allow-listed environment, and it has no
+network but the egress proxy, which lets its pages reach any public host and no private,
+loopback or link-local address. Its pages also pass the fence of browser_fence.py. Sandboxed,
+the browser is headless (no display inside).
+
 The runtime calls `close_browsers(home)` at shutdown: each worker closes its browser and ends.
 """
 
@@ -9,11 +16,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
 import os
 import re
+import shutil
 import signal
 import sys
 import time
@@ -39,6 +48,7 @@ CHROME_RECHECK_SECONDS = 60
 CLOSE_GRACE = 10.0  # seconds a worker has to close its browser before it is killed
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
+SANDBOX_PROXY = "http://127.0.0.1:3128"  # the egress proxy's bridge inside the sandbox
 _SHOT_PATH = re.compile(r"(/[^\s'\"<>|]+\.(?:png|jpe?g))", re.IGNORECASE)
 
 
@@ -65,6 +75,7 @@ class _Worker:
     process: asyncio.subprocess.Process
     mode: Mode
     log_path: Path
+    exits: contextlib.AsyncExitStack  # its egress channel, closed when it ends
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     next_id: int = 0
     abandoned: set[int] = field(default_factory=set)  # calls cancelled; their replies are dropped
@@ -93,9 +104,11 @@ def _display_available() -> bool:
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
-def _worker_config(run: RunContext, mode: Mode) -> tuple[dict[str, Any], Path, Path]:
+def _worker_config(
+    run: RunContext, mode: Mode, sandboxed: bool
+) -> tuple[dict[str, Any], Path, Path]:
     """The worker's config, its workspace and its log file (folders made)."""
-    folder = run.home.root / "browser" / run.bot.name
+    folder = browser_folder(run)
     folder.mkdir(parents=True, exist_ok=True)
     workspace = run.bot.workspace / "browser"
     workspace.mkdir(parents=True, exist_ok=True)
@@ -103,32 +116,86 @@ def _worker_config(run: RunContext, mode: Mode) -> tuple[dict[str, Any], Path, P
     config = {
         "chrome": str(Path(settings.chrome).expanduser()),
         "mode": mode,
-        # Only "profile" and "clean" show a window, and only where there is a screen to show it.
-        "headless": mode == "headless" or not _display_available(),
+        # Only "profile" and "clean" show a window, and only where there is a screen to show it
+        # (there is none in the sandbox).
+        "headless": mode == "headless" or sandboxed or not _display_available(),
         "profile_dir": str(folder / "profile"),
         "workspace": str(workspace),
         "extra_args": list(settings.extra_args),
+        "allow_private": list(run.settings.web.allow_private),
+        "proxy": SANDBOX_PROXY if sandboxed else None,
     }
     return config, workspace, folder / "worker.log"
 
 
+def browser_folder(run: RunContext) -> Path:
+    """The bot's browser folder in the home: its profile (logins) and the worker's log."""
+    return run.home.root / "browser" / run.bot.name
+
+
+async def _public_web(host: str) -> bool:
+    """The egress proxy's question for the browser: any public host may be reached, like
+    web_fetch (the proxy's address fence still refuses private and loopback addresses)."""
+    return True
+
+
+async def _launch(
+    run: RunContext, config: dict[str, Any], workspace: Path, exits: contextlib.AsyncExitStack
+) -> tuple[list[str], dict[str, str]]:
+    """The worker's command line and environment: in the sandbox unless it is off."""
+    from atlas.sandbox.launcher import allowed_env, policy_for, probe, sandbox_argv
+
+    argv = [sys.executable, "-m", "atlas.tools.browser_worker", json.dumps(config)]
+    env = {**allowed_env(run.home, run.bot), "BH_AGENT_WORKSPACE": str(workspace)}
+    if not config["proxy"]:  # [sandbox] enabled = false: a window where there is a screen
+        return argv, {**env, **_display_env()}
+    from atlas.sandbox.proxy import proxy_for
+
+    await asyncio.to_thread(probe)  # the first probe starts bwrap a few times: off the loop
+    socket = None
+    if shutil.which("socat") is None:  # it bridges the proxy into the sandbox
+        log.warning("sandbox: socat is not installed; the browser reaches no page at all")
+    else:
+        proxy = await proxy_for(run.home)
+        socket = await exits.enter_async_context(proxy.channel(_public_web))
+    policy = policy_for(run.home, run.bot, proxy_socket=socket)
+    policy = dataclasses.replace(
+        policy,
+        writable=(*policy.writable, browser_folder(run)),
+        env={**policy.env, "BH_AGENT_WORKSPACE": str(workspace)},
+        cwd=workspace,
+    )
+    return sandbox_argv(argv, policy), env
+
+
+def _display_env() -> dict[str, str]:
+    names = ("DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "XDG_RUNTIME_DIR")
+    return {name: os.environ[name] for name in names if name in os.environ}
+
+
 async def _start_worker(run: RunContext, mode: Mode) -> _Worker:
-    config, workspace, log_path = _worker_config(run, mode)
-    with log_path.open("ab") as log_file:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "atlas.tools.browser_worker",
-            json.dumps(config),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=log_file,
-            cwd=workspace,
-            env={**os.environ, "BH_AGENT_WORKSPACE": str(workspace)},
-            start_new_session=True,  # its own process group: a stuck worker is killed whole
-            limit=64 * 2**20,  # a reply is one JSON line, output included
-        )
-    worker = _Worker(process, mode, log_path)
+    from atlas.sandbox.launcher import sandbox_enabled
+
+    sandboxed = sandbox_enabled(run.home)
+    config, workspace, log_path = _worker_config(run, mode, sandboxed)
+    exits = contextlib.AsyncExitStack()
+    try:
+        argv, env = await _launch(run, config, workspace, exits)
+        with log_path.open("ab") as log_file:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=log_file,
+                cwd=workspace,
+                env=env,
+                start_new_session=True,  # its own process group: a stuck worker is killed whole
+                limit=64 * 2**20,  # a reply is one JSON line, output included
+            )
+    except BaseException:
+        await exits.aclose()
+        raise
+    worker = _Worker(process, mode, log_path, exits)
     try:
         async with asyncio.timeout(START_TIMEOUT):
             hello = await worker.receive()
@@ -168,13 +235,15 @@ async def _kill(worker: _Worker) -> None:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace):
                 await worker.process.wait()
-                return
+                break
     await worker.process.wait()
+    await worker.exits.aclose()
 
 
 async def _close(worker: _Worker) -> None:
     """Ask the worker to close its browser and end; kill it if it does not."""
     if not worker.alive:
+        await worker.exits.aclose()
         return
     with contextlib.suppress(ConnectionError):
         worker.send({"op": "close"})
@@ -185,6 +254,7 @@ async def _close(worker: _Worker) -> None:
             await worker.process.wait()
     except TimeoutError:
         await _kill(worker)
+    await worker.exits.aclose()
 
 
 async def close_browsers(home: Home | None = None) -> None:

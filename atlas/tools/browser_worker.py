@@ -28,8 +28,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from atlas.tools.browser_fence import PageFence
+
 CHROMIUM_FLAGS = [
-    "--no-sandbox",
+    "--no-sandbox",  # Chromium's own sandbox cannot nest in bubblewrap's; bubblewrap contains it
+    "--disable-dev-shm-usage",  # shared memory files go to the private /tmp
     "--disable-gpu",
     "--disable-quic",
     "--no-first-run",
@@ -54,6 +57,8 @@ class Browser:
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
         self.workspace = Path(config["workspace"])
+        # Behind the egress proxy there is no DNS here: the proxy checks names, we check literals.
+        self.fence = PageFence(config.get("allow_private", []), resolve=not config.get("proxy"))
         self._playwright: Any = None
         self._browser: Any = None
         self.context: Any = None
@@ -69,15 +74,19 @@ class Browser:
             "args": [*CHROMIUM_FLAGS, *self.config.get("extra_args", [])],
             "chromium_sandbox": False,
         }
+        if self.config.get("proxy"):  # every page goes through the egress proxy, loopback too
+            options["proxy"] = {"server": self.config["proxy"]}
+        context_options = {"service_workers": "block"}  # their requests would escape routing
         chromium = self._playwright.chromium
         if self.config["mode"] == "profile":  # logins and cookies kept in the home
             self.context = await chromium.launch_persistent_context(
-                self.config["profile_dir"], **options
+                self.config["profile_dir"], **options, **context_options
             )
         else:
             self._browser = await chromium.launch(**options)
-            self.context = await self._browser.new_context()
+            self.context = await self._browser.new_context(**context_options)
         self.context.set_default_timeout(ACTION_TIMEOUT_MS)
+        await self.fence.install(self.context)
 
     async def close(self) -> None:
         if self.context is not None:
@@ -98,12 +107,15 @@ class Browser:
         return await self.page_info()
 
     async def new_tab(self, url: str | None = None) -> dict[str, Any]:
+        if url:
+            await self.fence.check(url)
         self.page = await self.context.new_page()
         if url:
             await self.page.goto(url, wait_until="load")
         return await self.page_info()
 
     async def goto_url(self, url: str) -> dict[str, Any]:
+        await self.fence.check(url)
         await self.ensure_real_tab()
         await self.page.goto(url, wait_until="load")
         return await self.page_info()

@@ -1,4 +1,5 @@
-"""browser_exec in the system Chromium against a form served by aiohttp on 127.0.0.1."""
+"""browser_exec in the system Chromium against a form served by aiohttp on 127.0.0.1 (which the
+home's `[web] allow_private` lets the browser reach, as a person would allow a local site)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,16 @@ async def form_site() -> AsyncIterator[tuple[str, list[str]]]:
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     yield f"http://127.0.0.1:{port}/form", names
     await runner.cleanup()
+
+
+LOCAL_SITES = '\n[web]\nallow_private = ["127.0.0.1"]\n'
+
+
+@pytest.fixture
+def home(home_path: Path) -> Home:
+    return make_home(
+        home_path, config=BASE_CONFIG.format(base_url="http://127.0.0.1:9/v1") + LOCAL_SITES
+    )
 
 
 @pytest.fixture
