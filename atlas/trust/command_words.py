@@ -85,10 +85,7 @@ def is_catastrophic_target(path: str, context: Context, *, glob: bool = True) ->
 def quoted_globs(part: Part) -> set[str]:
     """Words whose `*?[` were quoted (the parser's `Part.globbed` lists the unquoted ones):
     they name a file literally and match nothing."""
-    globbed = getattr(part, "globbed", None)
-    if globbed is None:
-        return set()
-    words = part.words
+    globbed, words = part.globbed, part.words
     return {w for i, w in enumerate(words) if i not in globbed and any(c in w for c in "*?[")}
 
 

@@ -111,7 +111,7 @@ def _judge(command: str, context: Context, depth: int) -> Verdict:
 def _opaque(analysis: Analysis) -> list[Verdict]:
     """What the parser could not resolve is asked, in every mode: "key: why" → opaque:key."""
     verdicts = []
-    for reason in getattr(analysis, "unresolved", []):
+    for reason in analysis.unresolved:
         key, _, text = reason.partition(": ")
         if not text or not re.fullmatch(r"[a-z0-9-]{1,40}", key):
             key, text = "unresolved", reason
@@ -143,13 +143,14 @@ FUNCTION_DEFINITION = re.compile(r"(?<![\w:.\-])([\w:.\-]{1,64})\(\)\{")
 
 
 def _fork_bomb(command: str, analysis: Analysis) -> Verdict | None:
-    """A function whose body runs itself piped or twice (`:(){ :|:& };:`, `b(){ b|b& };b`)."""
+    """A function whose body runs itself in a pipe or twice (`:(){ :|:& };:`, `b(){ b; b; }`).
+    Found from the parse (Part.function); a textual check stays for lines that do not parse."""
     bomb = Verdict("block", "hardline:fork-bomb", "a fork bomb exhausts the machine")
     calls: dict[str, int] = {}
     for part in analysis.parts:
-        function = getattr(part, "function", None)
+        function = part.function
         if function and part.head == function:
-            if part.piped_from == function:
+            if part.piped_from is not None:  # each call a new process in a pipeline
                 return bomb
             calls[function] = calls.get(function, 0) + 1
     if any(count >= 2 for count in calls.values()):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from atlas.trust.check import check_main
-from atlas.trust.normalise import Analysis, normalise
+from atlas.trust.normalise import normalise
 from atlas.trust.rules import TrustSettings, Verdict, classify
 from tests.unit.trust_corpus import (
     DISGUISED_HARDLINE,
@@ -31,13 +31,6 @@ WORKSPACE = ATLAS_HOME / "bots" / "main" / "workspace"
 
 def judge(command: str, **options: object) -> Verdict:
     return classify(command, home=ATLAS_HOME, user_home=USER_HOME, **options)  # type: ignore[arg-type]
-
-
-# The disguises below need the tree-sitter parser (helper C1's normalise.py, which adds
-# Analysis.unresolved); until it lands they are expected to fail, after it they must pass.
-NEEDS_PARSER = pytest.mark.xfail(
-    not hasattr(Analysis(), "unresolved"), reason="needs the tree-sitter parser", strict=False
-)
 
 
 def in_workspace(command: str, auto: bool) -> Verdict:
@@ -236,7 +229,6 @@ def test_globs_and_rm_by_another_name_block_in_every_mode(command: str) -> None:
         assert verdict.verdict == "block" and verdict.rule.startswith("hardline:"), (auto, verdict)
 
 
-@NEEDS_PARSER
 @pytest.mark.parametrize("command", DISGUISED_HARDLINE)
 def test_disguised_destruction_blocks_in_every_mode(command: str) -> None:
     for auto in (False, True):
@@ -244,7 +236,6 @@ def test_disguised_destruction_blocks_in_every_mode(command: str) -> None:
         assert verdict.verdict == "block" and verdict.rule.startswith("hardline:"), (auto, verdict)
 
 
-@NEEDS_PARSER
 @pytest.mark.parametrize("command", NEVER_ALLOWED)
 def test_other_disguises_are_never_allowed(command: str) -> None:
     for auto in (False, True):
@@ -388,7 +379,6 @@ def test_long_commands_are_judged_in_linear_time() -> None:
         assert time.perf_counter() - start < 2.0, text[:20]
 
 
-@NEEDS_PARSER
 def test_a_quoted_glob_is_a_literal_name() -> None:
     # `'/u*'` names a file called "u*" at the root, not /usr: a recursive delete, not the hardline.
     assert judge("rm -rf '/u*'").rule == "dangerous:recursive-delete"
@@ -408,3 +398,22 @@ def test_a_quoted_glob_is_a_literal_name() -> None:
 )
 def test_inline_code_that_sends_nothing_is_only_the_guardians(command: str) -> None:
     assert in_workspace(command, False).rule == "dangerous:inline-code"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "b(){ b; b; }; b",
+        "function b { b | b & }; b",
+        "b() {\n  b &\n  b\n}\nb",
+        "x(){ echo | x; }; x",
+    ],
+)
+def test_fork_bombs_are_found_by_parse_in_every_spelling(command: str) -> None:
+    assert judge(command, auto=True).rule == "hardline:fork-bomb"
+
+
+def test_a_function_that_calls_another_is_not_a_fork_bomb() -> None:
+    assert judge("build(){ make; }; test_all(){ build; pytest; }; test_all", auto=True).verdict == (
+        "allow"
+    )

@@ -557,7 +557,7 @@ OPAQUE = [
     "bash not-written-yet.sh",
 ]
 
-# Disguises of destructive commands (issue #18): blocked in every mode, they need C1's parser.
+# Disguises of destructive commands (issue #18): blocked in every mode.
 DISGUISED_HARDLINE = [
     "setsid poweroff",
     "nohup setsid reboot &",
