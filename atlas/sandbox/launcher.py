@@ -213,10 +213,10 @@ def sandbox_argv(argv: Sequence[str], policy: SandboxPolicy) -> list[str]:
         command += options
     for path in hidden_dirs:
         command += ["--remount-ro", str(path)]
-    command += _proxy_options(policy)
-    command.append("--clearenv")
+    command.append("--clearenv")  # before every --setenv: it clears what came earlier too
     for name, value in policy.env.items():
         command += ["--setenv", name, value]
+    command += _proxy_options(policy)
     command += ["--chdir", str(_real(policy.cwd or policy.workspace))]
     if policy.proxy_socket is not None:
         argv = ["bash", "-c", BRIDGE, "atlas-bridge", *argv]
