@@ -165,6 +165,7 @@ def string_list(text: str, start: int) -> tuple[list[str], int] | None:
         if literal is not None:
             items.append(literal[0])
             index = literal[1]
+            continue
         elif text[index] not in " \t\n,":
             items.append(SUBSTITUTION)
             while index < len(text) and text[index] not in ",]}":
@@ -186,9 +187,13 @@ def _run_call(code: str, start: int, analyse: Analyse, depth: int) -> list[Part]
     literal = string_literal(code, start)
     if literal is None:
         return [Part([SUBSTITUTION])]
-    arguments = string_list(code, literal[1])
-    if arguments is not None and code[literal[1] : arguments[1]].lstrip(" \t\n")[:1] == ",":
-        return [Part([literal[0], *arguments[0]])]  # spawn("rm", ["-rf", "/"])
+    after = code[literal[1] : literal[1] + 300].lstrip(" \t\n")
+    if after[:1] == ",":  # spawn("rm", ["-rf", "/"]), Deno.Command("rm", {args: [...]})
+        closing = after.find(")")
+        opening = after.find("[")
+        if 0 <= opening < (closing if closing >= 0 else len(after)):
+            arguments = string_list(after, opening)
+            return [Part([literal[0], *(arguments[0] if arguments else [SUBSTITUTION])])]
     return analyse(literal[0], depth + 1) or [Part([SUBSTITUTION])]
 
 

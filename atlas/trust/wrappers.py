@@ -275,8 +275,13 @@ def _parallel(words: list[Word], result: Unwrapped) -> Unwrapped:
             result.code.append(" ".join(command))
         return result
     for value in inputs or [""]:
-        line = " ".join(command).replace("{}", value) if "{}" in command else " ".join(command)
-        result.code.append(line if "{}" in command or not command else f"{line} {value}")
+        line = " ".join(command)
+        if not command:
+            result.code.append(value)  # each input is a command
+        elif "{}" in line:
+            result.code.append(line.replace("{}", value))
+        else:
+            result.code.append(f"{line} {value}")
     result.words = []
     return result
 
