@@ -51,6 +51,8 @@ class Site:
     async def serve(self, request: web.Request) -> web.Response:
         self.hits.append(request.path)
         other = f"http://127.0.0.2:{self.ports['127.0.0.2']}"
+        if request.path == "/redirect":
+            raise web.HTTPFound(f"{other}/redirected")
         page = f'<title>Local page</title><img src="{other}/image.png"><p id=t>hello</p>'
         return web.Response(text=page, content_type="text/html")
 
@@ -177,6 +179,10 @@ async def test_sandboxed_worker_sees_no_home_and_no_loopback(open_run, site: Sit
     assert (run.bot.workspace / "made.txt").read_text() == "ok"
     # The page itself, through the egress proxy (which honours [web] allow_private), loads.
     assert await browse(run, f"goto_url({site.url()!r})['title']") == "'Local page'"
+    # A redirect to a refused address: Playwright routes only a chain's first URL, but the
+    # proxy checks every request.
+    await browse(run, attempt(f"goto_url({site.url('redirect')!r})"))
+    assert site.hits == ["/page", "/redirect"]
 
 
 async def test_unsandboxed_worker_still_fences_pages(open_run, site: Site) -> None:  # type: ignore[no-untyped-def]
@@ -185,3 +191,14 @@ async def test_unsandboxed_worker_still_fences_pages(open_run, site: Site) -> No
     assert output.startswith("refused blocked by Atlas") and site.hits == []
     output = await browse(run, attempt("goto_url('file:///etc/passwd')"))
     assert output.startswith("refused blocked by Atlas")
+
+
+async def test_no_sandbox_means_no_browser(open_run, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    from atlas.sandbox import launcher
+
+    def unavailable(argv: object, policy: object) -> list[str]:
+        raise launcher.SandboxUnavailable("bwrap is not installed; apt-get install bubblewrap")
+
+    monkeypatch.setattr(launcher, "sandbox_argv", unavailable)
+    result = await browser_exec.invoke(open_run(), {"code": "1 + 1", "mode": "headless"})
+    assert result.is_error and "apt-get install bubblewrap" in result.text
