@@ -53,15 +53,39 @@ def clean(path: str) -> str:
     return normal
 
 
+# `${NAME}`, `${NAME:-default}`, `${NAME:+alternate}`…, and `$NAME` (linear: no nesting).
+BRACED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-=?+])([^}]*)|[^}]*)\}")
+BARE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _parameter(known: dict[str, str], match: re.Match[str]) -> str:
+    name, operator, word = match.group(1), match.group(2) or "", match.group(3) or ""
+    value = known.get(name)
+    if operator.endswith("+"):
+        return word if value else ""
+    if value is None:  # unknown: its default if one is given, else (as far as we know) empty
+        return word if operator and not operator.endswith("?") else match.group(0)
+    return value
+
+
 def expand(word: str, context: Context) -> str:
-    """A word as the path it names: `~`, `$HOME`, `${HOME}` and $ATLAS_HOME spelled out."""
-    for name, value in (("HOME", context.user_home), ("ATLAS_HOME", context.atlas_home)):
-        word = re.sub(rf"\$\{{{name}\}}|\${name}\b", value, word)
+    """A word as the path it names: `~`, `$HOME`, `${HOME}`, `${HOME:-x}` and $ATLAS_HOME spelled
+    out (other variables the parser could not resolve are left as they are)."""
+    known = {"HOME": context.user_home, "ATLAS_HOME": context.atlas_home}
+    if "$" in word:
+        word = BRACED.sub(lambda m: _parameter(known, m), word)
+        word = BARE.sub(lambda m: known.get(m.group(1), m.group(0)), word)
     if word == "~" or word.startswith("~/"):
         word = context.user_home + word[1:]
     if context.cwd is not None and word and not word.startswith(("/", "-", "$")):
         word = str(context.cwd / word)
     return clean(word) if word.startswith("/") else word
+
+
+def without_unknowns(word: str) -> str:
+    """The word with every variable (and `$(…)` placeholder) still unresolved taken as empty."""
+    word = BRACED.sub(lambda m: m.group(3) if (m.group(2) or "").endswith("-") else "", word)
+    return BARE.sub("", word)
 
 
 def is_catastrophic_target(path: str, context: Context, *, glob: bool = True) -> bool:
@@ -223,6 +247,24 @@ def written_paths(part: Part, context: Context) -> set[str]:
         targets += [given] if given else [Path(a).name for a in args if "://" in a]
     targets += [w[3:] for w in words if w.startswith("of=")]
     return {expand(t, context) for t in targets if t}
+
+
+# Files a build or test tool reads and runs code from, by the program that runs them.
+BUILD_FILES = {
+    "make": ("Makefile", "makefile", "GNUmakefile"), "just": ("justfile", "Justfile"),
+    "npm": ("package.json",), "yarn": ("package.json",), "pnpm": ("package.json",),
+    "bun": ("package.json",), "npx": ("package.json",), "pytest": ("conftest.py", "pytest.ini"),
+    "tox": ("tox.ini",), "cargo": ("build.rs", "Cargo.toml"), "pip": ("setup.py", "pyproject.toml"),
+    "task": ("Taskfile.yml",), "rake": ("Rakefile",), "gradle": ("build.gradle",),
+}  # fmt: skip
+
+
+def build_files(part: Part) -> list[str]:
+    """The files (relative to the working folder, or given with -f) a build tool runs code from."""
+    given = option_value(part.words, ("-f", "--file", "--makefile"))
+    if part.head in ("make", "just", "task", "rake") and given:
+        return [given]
+    return list(BUILD_FILES.get(part.head, ()))
 
 
 def path_words(part: Part) -> list[str]:

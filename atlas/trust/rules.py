@@ -17,6 +17,7 @@ from atlas.config import TrustSettings  # noqa: F401  (re-exported: the [trust] 
 from atlas.trust.command_words import (
     Context,
     arguments,
+    build_files,
     clean,
     expand,
     is_catastrophic_target,
@@ -27,6 +28,7 @@ from atlas.trust.command_words import (
     sensitive_write,
     shebang_language,
     short_flags,
+    without_unknowns,
     written_paths,
 )
 from atlas.trust.home_paths import code_mentions_home
@@ -103,6 +105,7 @@ def _judge(command: str, context: Context, depth: int) -> Verdict:
         if part.words:
             found.append(_judge_part(part, here))
             found.append(_judge_script(part, here, depth, written))
+            found.append(_written_build_file(part, here, written))
             written |= written_paths(part, here)
             here = _after_cd(part, here)
     return _worst(found)
@@ -291,6 +294,13 @@ def _unreadable(part: Part, context: Context) -> Verdict | None:
         return ask("piped-code", f"{head} runs code it reads from a pipe")
     if head == "eval" and any("$" in word for word in args):
         return ask("eval", "eval runs a string only known at run time")
+    recursive = head == "rm" and ("r" in short_flags(part).lower() or "--recursive" in part.words)
+    for arg in args if recursive else []:
+        emptied = without_unknowns(arg)
+        if emptied != arg and is_catastrophic_target(expand(emptied, context), context):
+            return ask("unset-variable", f"rm -r {arg} deletes / or a home folder if it is empty")
+    if head in ("make", "just", "task", "rake") and set(args) & {"/dev/stdin", "-"}:
+        return ask("piped-code", f"{head} runs recipes it reads from a pipe")
     return None
 
 
@@ -383,6 +393,14 @@ def _judge_script(part: Part, context: Context, depth: int, written: set[str]) -
     if verdict.verdict == "allow":
         return None
     return Verdict(verdict.verdict, verdict.rule, f"{name}: {verdict.reason}")
+
+
+def _written_build_file(part: Part, context: Context, written: set[str]) -> Verdict | None:
+    """`printf 'x:\\n\\trm -rf ~' > Makefile && make`: a build file the line writes, then runs."""
+    for name in build_files(part) if written else []:
+        if expand(name, context) in written:
+            return _unjudged("script-written", f"{name} is written by this same command line")
+    return None
 
 
 def _unjudged(key: str, reason: str) -> Verdict:
