@@ -87,6 +87,20 @@ def build_server() -> MCPServer:
         return "connected"
 
     @server.tool(annotations=READ_ONLY)
+    def fetch(url: str) -> str:
+        """GET a URL (through $HTTP_PROXY when set): the body, or why not (sandbox tests)."""
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                return answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return f"cannot fetch: HTTP {exc.code} {exc.read().decode(errors='replace')}"
+        except OSError as exc:
+            return f"cannot fetch: {exc}"
+
+    @server.tool(annotations=READ_ONLY)
     def picture() -> Image:
         """A one-pixel PNG."""
         return Image(data=PIXEL_PNG, format="png")

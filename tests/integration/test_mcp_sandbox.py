@@ -110,6 +110,42 @@ async def test_sandboxed_server_reaches_no_loopback_listener(home: Home, start: 
         listener.close()
 
 
+async def test_sandboxed_server_reaches_only_allowed_domains_through_the_proxy(
+    home_path: Path, start: Any
+) -> None:
+    """127.0.0.2 stands in for a listed domain, 127.0.0.3 for another (both reachable past the
+    address fence by [web] allow_private, as a public host would be)."""
+    from aiohttp import web
+
+    async def hello(request: web.Request) -> web.Response:
+        return web.Response(text=f"hello from {request.host}")
+
+    runners, urls = [], {}
+    for host in ("127.0.0.2", "127.0.0.3"):
+        app = web.Application()
+        app.router.add_get("/", hello)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, host, 0)
+        await site.start()
+        urls[host] = f"http://{host}:{site._server.sockets[0].getsockname()[1]}/"  # type: ignore[union-attr]
+        runners.append(runner)
+    config = BASE_CONFIG.format(base_url="http://127.0.0.1:9/v1") + (
+        '\n[web]\nallow_private = ["127.0.0.2", "127.0.0.3"]\n'
+        '\n[sandbox]\nallowed_domains = ["127.0.0.2"]\n'
+    )
+    home = make_home(home_path, config=config)
+    try:
+        manager = await start({"notes": entry()}, for_home=home)
+        listed = await call(manager, home, "mcp__notes__fetch", url=urls["127.0.0.2"])
+        assert listed.startswith("hello from 127.0.0.2"), listed
+        other = await call(manager, home, "mcp__notes__fetch", url=urls["127.0.0.3"])
+        assert other.startswith("cannot fetch: HTTP 403") and "no one to ask" in other, other
+    finally:
+        for runner in runners:
+            await runner.cleanup()
+
+
 async def test_sandbox_false_runs_the_server_outside(home: Home, start: Any) -> None:
     manager = await start({"notes": entry(sandbox=False)})
     text = await call(manager, home, "mcp__notes__read", path=str(home.config_path))
