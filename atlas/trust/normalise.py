@@ -39,7 +39,10 @@ def analyse(command: str, depth: int = 0) -> Analysis:
         result.parts.append(Part([SUBSTITUTION]))
         result.note("too-deep: commands nested too deeply to follow")
         return result
-    Walker(result, Scope(), depth, []).run(command)
+    try:
+        Walker(result, Scope(), depth, []).run(command)
+    except RecursionError:  # the walk is bounded; this is the last line of defence
+        result.note("too-deep: commands nested too deeply to follow")
     return result
 
 

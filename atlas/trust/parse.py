@@ -28,6 +28,7 @@ LANGUAGE = Language(tree_sitter_bash.language())
 PARSER = Parser(LANGUAGE)
 MAX_DEPTH = 6  # nested `bash -c` / `$(…)` levels followed; deeper is judged as opaque
 MAX_PARTS = 2000  # simple commands judged on one line; more is judged as opaque
+MAX_NESTING = 60  # `( ( ( … ) ) )` deeper than this is judged as opaque
 MAX_LOOP_VALUES = 8  # a `for` body is walked once per value, for this many values
 # Variables whose value is a path the rules spell out themselves (`$HOME`): not "computed".
 KNOWN_ENV = {"HOME", "PWD", "OLDPWD", "USER", "LOGNAME", "TMPDIR", "ATLAS_HOME", "VIRTUAL_ENV",
@@ -69,6 +70,7 @@ class Walker:
         self.function: str | None = function
         self.upstream: Upstream | None = None  # set for the next command that reads a pipe
         self.last_output: Upstream | None = None
+        self.nesting = 0  # groups, subshells and bodies entered; bounded (Python's stack is)
         self.judge = CommandJudge(self)
 
     # ------------------------------------------------------------ entry points
@@ -90,11 +92,22 @@ class Walker:
             self.analysis.note("too-deep: commands nested too deeply to follow")
             return
         inner = Walker(self.analysis, self.scope, self.depth + 1, wrappers, self.function)
+        inner.nesting = self.nesting
         inner.run(code)
 
     # ------------------------------------------------------------ statements
 
     def walk(self, node: Node) -> None:
+        if self.nesting >= MAX_NESTING:
+            self.analysis.note("too-deep: commands nested too deeply to follow")
+            return
+        self.nesting += 1
+        try:
+            self._walk(node)
+        finally:
+            self.nesting -= 1
+
+    def _walk(self, node: Node) -> None:
         kind = node.type
         if self.scope.parts_left <= 0 or kind in IGNORED_STATEMENTS:
             if self.scope.parts_left <= 0:
@@ -226,6 +239,17 @@ class Walker:
         return words
 
     def _append(self, node: Node, out: _FieldBuilder, in_quotes: bool) -> None:
+        self.nesting += 1
+        try:
+            if self.nesting >= MAX_NESTING:
+                self.analysis.note("too-deep: a word nested too deeply to follow")
+                out.taint.add("computed")
+                return
+            self._append_node(node, out, in_quotes)
+        finally:
+            self.nesting -= 1
+
+    def _append_node(self, node: Node, out: _FieldBuilder, in_quotes: bool) -> None:
         kind, text = node.type, (node.text or b"").decode("utf-8", "replace")
         if kind == "word" or kind == "number" or kind == "brace_expression":
             out.add(quoted(text) if in_quotes else unquoted(text))
@@ -300,6 +324,7 @@ class Walker:
             self.analysis.note("too-deep: commands nested too deeply to follow")
             return {"computed"}
         inner = Walker(self.analysis, self.scope, self.depth + 1, self.wrappers, self.function)
+        inner.nesting = self.nesting
         start = len(self.analysis.parts)
         for child in node.named_children:
             inner.walk(child)

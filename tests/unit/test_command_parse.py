@@ -147,6 +147,17 @@ HIDDEN_DELETES = [
     "vim -c ':!rm -rf ~' -c ':q'",
     "vi +'!rm -rf ~'",
     "rsync -e 'rm -rf ~' a b:",
+    # more spellings
+    "npx -c 'rm -rf ~'",
+    "uvx --from x rimraf ~",
+    "env --split-string='rm -rf ~'",
+    "exec -a name rm -rf ~",
+    ". /dev/stdin <<< 'rm -rf ~'",
+    "X='rm -rf ~'; bash <<< \"$X\"",
+    "X='rm -rf ~'; bash -c \"$X\"",
+    "printf 'rm -rf ~' | sh",
+    'echo "`rm -rf ~`"',
+    "sudo -s rm -rf ~",
 ]
 
 
@@ -243,6 +254,12 @@ OPAQUE = [
 def test_what_cannot_be_read_is_unresolved(command: str, key: str) -> None:
     reasons = analyse(command).unresolved
     assert any(r.startswith(key + ": ") for r in reasons), reasons
+
+
+def test_deep_nesting_is_opaque_not_a_crash() -> None:
+    analysis = analyse("( " * 2400 + "ls" + " )" * 2400)
+    assert any(r.startswith("too-deep: ") for r in analysis.unresolved)
+    assert deletes_home(analyse("( " * 20 + "rm -rf ~" + " )" * 20))
 
 
 def test_an_over_long_line_is_not_parsed() -> None:
