@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import sysconfig
 from dataclasses import dataclass
@@ -63,6 +64,16 @@ async def _provider_check(home) -> Check:  # type: ignore[no-untyped-def]
     )
 
 
+def _sandbox_check(home) -> Check:  # type: ignore[no-untyped-def]
+    from atlas.sandbox.selfcheck import check_sandbox
+
+    if home is not None and not home.settings.sandbox.enabled:
+        return Check("sandbox", True, "off ([sandbox] enabled = false): commands run unsandboxed")
+    ok, detail = check_sandbox()
+    fix = "`apt-get install bubblewrap socat`, or `[sandbox] enabled = false` in config.toml"
+    return Check("sandbox", ok, detail, fix)
+
+
 async def run_checks(root: Path, *, offline: bool = False) -> list[Check]:
     from atlas.home import Home
 
@@ -94,6 +105,7 @@ async def run_checks(root: Path, *, offline: bool = False) -> list[Check]:
             "reinstall Atlas (`uv sync`): the ripgrep==14.1.0 wheel ships rg",
         )
     )
+    checks.append(await asyncio.to_thread(_sandbox_check, home))  # starts bwrap a few times
     chromium = find_chromium()
     checks.append(
         Check(

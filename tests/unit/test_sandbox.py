@@ -184,3 +184,21 @@ async def test_domain_answers_are_kept_for_the_conversation(home: Home) -> None:
     assert not await ask("no.example") and not await ask("no.example")
     assert await domain_asker(run)("yes.example")  # a new command, the same conversation
     assert len(questions) == 3  # a yes is remembered; a no is asked again next time
+
+
+def test_doctor_check_starts_a_real_sandbox() -> None:
+    from atlas.sandbox.selfcheck import check_sandbox
+
+    ok, detail = check_sandbox()
+    assert ok, detail
+    assert "writes contained, no network" in detail
+
+
+def test_doctor_check_fails_where_no_sandbox_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from atlas.sandbox import selfcheck
+
+    def unavailable() -> Variant:
+        raise SandboxUnavailable("bwrap (bubblewrap) is not installed; install it")
+
+    monkeypatch.setattr(selfcheck, "probe", unavailable)
+    assert selfcheck.check_sandbox() == (False, "bwrap (bubblewrap) is not installed; install it")
