@@ -12,7 +12,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from atlas.errors import ToolError
-from atlas.sandbox.launcher import SandboxPolicy, policy_for, probe, sandbox_argv, sandbox_enabled
+from atlas.sandbox.launcher import (
+    SandboxPolicy,
+    policy_for,
+    probe,
+    probed,
+    sandbox_argv,
+    sandbox_enabled,
+)
 from atlas.secrets import command_env
 from atlas.tools.registry import RunContext, effective_mode
 
@@ -42,6 +49,7 @@ class Launch:
     env: dict[str, str]
     cwd: Path
     sandboxed: bool
+    hidden: tuple[str, ...] = ()  # what the sandbox hides: a command failing on one was stopped
 
 
 def domain_asker(run: RunContext):  # type: ignore[no-untyped-def]  # -> DomainAsker
@@ -107,20 +115,34 @@ async def launch(
         yield Launch(command, argv, {**command_env(run.home), **QUIET_ENV}, workdir, False)
         return
     await _probe_off_loop()
+    run.bot.workspace.mkdir(parents=True, exist_ok=True)  # bound into the sandbox: must exist
     async with _proxy_channel(run) as socket:
         policy = sandbox_policy(run, workdir, socket)
-        yield Launch(command, sandbox_argv(argv, policy), dict(policy.env), Path("/"), True)
+        hidden = tuple(str(path) for path in policy.hidden)
+        argv = sandbox_argv(argv, policy)
+        yield Launch(command, argv, dict(policy.env), Path("/"), True, hidden)
 
 
 async def _probe_off_loop() -> None:
     """The first probe starts bwrap a few times: not on the event loop."""
     import asyncio
 
-    await asyncio.to_thread(probe)
+    if not probed():
+        await asyncio.to_thread(probe)
 
 
 def with_hint(output: str, launch: Launch) -> str:
     """The output, and a hint when it shows the sandbox stopping the command."""
-    if launch.sandboxed and BLOCKED.search(output):
+    if not launch.sandboxed:
+        return output
+    if BLOCKED.search(output) or _hidden_missing(output, launch.hidden):
         return output + HINT
     return output
+
+
+def _hidden_missing(output: str, hidden: tuple[str, ...]) -> bool:
+    """A line saying a hidden path (or one inside it) does not exist."""
+    for line in output.splitlines():
+        if "No such file or directory" in line and any(path in line for path in hidden):
+            return True
+    return False

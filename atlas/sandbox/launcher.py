@@ -125,6 +125,12 @@ def _probe() -> Variant | str:
     return f"bwrap cannot start a sandbox here ({complaints[-1]}); {FIX}"
 
 
+def probed() -> bool:
+    """Whether this process has probed already (then `probe` returns at once)."""
+    cache_info = getattr(_probe, "cache_info", None)  # absent when a test stands in for it
+    return cache_info is not None and cache_info().currsize > 0
+
+
 def probe() -> Variant:
     """The strongest variant that starts here (probed once per process); blocks ~10-40 ms."""
     found = _probe()
@@ -234,6 +240,7 @@ __all__ = [
     "allowed_env",
     "policy_for",
     "probe",
+    "probed",
     "sandbox_argv",
     "sandbox_enabled",
 ]

@@ -8,6 +8,7 @@ A fake "outside" site on 127.0.0.1 stands in for a listed domain ("localhost"); 
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -85,6 +86,16 @@ async def test_a_listed_domain_passes_through_the_proxy(home: Home, origin: int)
     run = run_context(home)
     output = await sh(run, curl(f"http://localhost:{origin}/"))
     assert output.startswith(f"hello from localhost:{origin}"), output
+
+
+async def test_a_background_job_keeps_its_channel_while_it_runs(home: Home, origin: int) -> None:
+    run = run_context(home)
+    command = "sleep 0.5; " + curl(f"http://localhost:{origin}/")
+    answer = await sh(run, command, background=True)
+    job = jobs_for(home).running()[0]
+    assert job.id in answer and job.task is not None
+    await asyncio.wait_for(job.task, 20)
+    assert f"hello from localhost:{origin}" in job.log_path.read_text()
 
 
 async def test_another_domain_is_asked_and_the_yes_remembered(home: Home, origin: int) -> None:

@@ -167,6 +167,10 @@ def test_the_hint_only_when_the_sandbox_stopped_it() -> None:
     assert with_hint(blocked, outside) == blocked
     assert with_hint("curl: (6) Could not resolve host: example.com", inside).endswith(HINT)
     assert with_hint("fine\n[exit code 0]", inside) == "fine\n[exit code 0]"
+    hiding = Launch("x", [], {}, Path("/"), sandboxed=True, hidden=("/home/p/.ssh",))
+    missing = "cat: /home/p/.ssh/id_rsa: No such file or directory\n[exit code 1]"
+    assert with_hint(missing, hiding).endswith(HINT)
+    assert with_hint("cat: nope: No such file or directory", hiding).endswith("directory")
 
 
 async def test_domain_answers_are_kept_for_the_conversation(home: Home) -> None:
