@@ -10,6 +10,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,31 @@ def test_the_sandbox_starts_inside_another(tmp_path: Path, uid: int, masked: boo
     assert not alive_with(marker)
     if not report["variant"][1]:  # no fresh /proc could be mounted: an empty one, not the host's
         assert report["out"].count("\n") <= 2, report["out"]
+
+
+AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def test_the_sandbox_starts_for_an_ordinary_user() -> None:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root to become an ordinary user")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    python_ok = subprocess.run([*AS_NOBODY, sys.executable, "-c", "import atlas"], env=env, cwd="/")
+    if python_ok.returncode != 0:
+        pytest.skip("this Python is not readable by an ordinary user")
+    root = Path(tempfile.mkdtemp(prefix="atlas-nobody-", dir="/tmp"))
+    try:
+        (root / "workspace").mkdir()
+        for path in (root, root / "workspace"):
+            path.chmod(0o777)
+        (root / "helper.py").write_text(HELPER)
+        marker = f"100.{secrets.randbelow(10**9):09d}"
+        argv = [*AS_NOBODY, sys.executable, str(root / "helper.py"), str(root), marker]
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd="/", timeout=60)
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout.splitlines()[-1])
+        assert (root / "workspace" / "made").stat().st_uid == 65534
+        assert not (root / "outside").exists() and "Read-only file system" in report["out"]
+        assert "NETWORK" not in report["out"] and not alive_with(marker)
+    finally:
+        shutil.rmtree(root)
