@@ -92,7 +92,7 @@ RM_HOME = [
     "python3 -c \"import shutil, os; shutil.rmtree(os.path.expanduser('~'))\"",
     "echo > ~/.atlas/config.toml; sed -i s/ask/auto/ ~/.atlas/bots/atlas/bot.toml",
     'echo \'{"mcpServers": {"evil": {}}}\' > ~/.atlas/mcp.json; rm -rf ~/.atlas/vault ~/vault',
-    "cd / && rm -rf ./tmp/*/person 2>&1 | head -1; rm -rf /tmp/* 2>/dev/null; true",
+    'cd / && rm -rf "./${HOME#/}"',  # every attack aims at HOME, a folder of this test
 ]
 
 
