@@ -1,19 +1,21 @@
-"""Where a command reaches: outside the machine (asked every time) and the Atlas home outside
-the bot's workspace (asked every time), as verdicts for the command rules (rules.py)."""
+"""Where a command reaches: outside the machine, the Atlas home outside the bot's workspace, and
+what it destroys outside the workspace (each asked every time), as verdicts for rules.py."""
 
 from __future__ import annotations
 
 from atlas.trust.command_words import (
     Context,
     arguments,
+    expand,
     is_redirect,
+    is_system_path,
     path_words,
     short_flags,
 )
 from atlas.trust.home_paths import code_mentions_home, touches_home, works_through_trees
 from atlas.trust.normalise import Part, inline_code, interpreter_of
 from atlas.trust.outside import code_sends, sends_out
-from atlas.trust.subcommands import cloud_read_only, gh_write
+from atlas.trust.subcommands import cloud_read_only, find_exec_deletes, gh_write
 from atlas.trust.verdict import Verdict
 
 # Commands that only print or test their words: a path among them is not touched.
@@ -99,3 +101,54 @@ def home_verdict(part: Part, context: Context) -> Verdict | None:
     return Verdict(
         "ask", f"home:{found}", f"{part.head} reaches into {where}, outside this bot's workspace"
     )
+
+
+# ---------------------------------------------------------------- destroying outside the workspace
+
+# Folders where deleting is routine: scratch space and the workspace (checked separately).
+SCRATCH = ("/tmp", "/var/tmp", "/dev/shm", "/dev/null")
+CREDENTIALS = (".ssh", ".gnupg", ".aws", ".kube", ".docker", ".netrc", ".config/gcloud",
+               ".password-store", ".git-credentials", ".pgpass")  # fmt: skip
+
+
+def destroy_verdict(part: Part, context: Context) -> Verdict | None:
+    """A delete, move or wipe of a system folder's contents, a whole folder of the person's home,
+    or their credentials: asked in every mode (auto mode would otherwise let it through)."""
+    for target, recursive in _destroyed(part, context):
+        if _inside_any(target, SCRATCH) or (
+            context.workspace and _inside_any(target, (context.workspace,))
+        ):
+            continue
+        if any(_inside_any(target, (f"{context.user_home}/{c}",)) for c in CREDENTIALS):
+            return Verdict("ask", "destroy:credentials", f"{part.head} destroys {target}")
+        if not recursive:
+            continue
+        if is_system_path(target) and not _inside_any(target, (context.user_home,)):
+            return Verdict("ask", "destroy:system", f"{part.head} destroys {target}")
+        if target.rsplit("/", 1)[0] == context.user_home:
+            return Verdict("ask", "destroy:home-folder", f"{part.head} destroys {target}")
+    return None
+
+
+def _inside_any(path: str, roots: tuple[str, ...]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def _destroyed(part: Part, context: Context) -> list[tuple[str, bool]]:
+    """(path, whole tree?) for what the part deletes, moves away, truncates or overwrites."""
+    head, words, args = part.head, part.words, arguments(part)
+    recursive = "r" in short_flags(part).lower() or "--recursive" in words
+    found: list[tuple[str, bool]] = []
+    if head in ("rm", "shred", "unlink", "truncate", "srm", "wipe"):
+        found = [(a, recursive) for a in args]
+    elif head == "mv" and len(args) >= 2:
+        found = [(a, True) for a in args[:-1]]
+    elif head == "rsync" and any(w.startswith("--delete") for w in words) and len(args) >= 2:
+        found = [(args[-1], True)]
+    elif head == "find" and ("-delete" in words or find_exec_deletes(words)):
+        roots = [w for w in words[1:] if not w.startswith(("-", "(", "!"))][:1]
+        found = [(r, True) for r in roots or ["."]]
+    found += [(w[3:], False) for w in words if w.startswith("of=")]
+    redirects = [words[i] for i in range(1, len(words)) if words[i - 1] in (">", ">|", "&>")]
+    found += [(w, False) for w in redirects]
+    return [(expand(path, context), tree) for path, tree in found if path]

@@ -42,7 +42,7 @@ from atlas.trust.normalise import (
     interpreter_of,
 )
 from atlas.trust.outside import code_sends, metadata_address
-from atlas.trust.reach import home_verdict, outside_verdict
+from atlas.trust.reach import destroy_verdict, home_verdict, outside_verdict
 from atlas.trust.subcommands import (
     destructive_sql,
     find_exec_deletes,
@@ -180,7 +180,15 @@ def _after_cd(part: Part, context: Context) -> Context:
 
 
 def _judge_part(part: Part, context: Context) -> Verdict | None:
-    for step in (_hardline, _denied, outside_verdict, home_verdict, _unreadable, _dangerous):
+    for step in (
+        _hardline,
+        _denied,
+        outside_verdict,
+        home_verdict,
+        destroy_verdict,
+        _unreadable,
+        _dangerous,
+    ):
         verdict = step(part, context)
         if verdict:
             return verdict

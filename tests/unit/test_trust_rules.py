@@ -11,6 +11,7 @@ from atlas.trust.check import check_main
 from atlas.trust.normalise import normalise
 from atlas.trust.rules import TrustSettings, Verdict, classify
 from tests.unit.trust_corpus import (
+    DESTROYS,
     DISGUISED_HARDLINE,
     GLOB_HARDLINE,
     GUARDIAN,
@@ -42,7 +43,7 @@ def test_corpus_is_large_enough() -> None:
     assert len(SENDS_OUT) + len(HOME) + len(OPAQUE) + len(DISGUISED_HARDLINE) >= 150
     assert len(ORDINARY) + len(WORKSPACE_ORDINARY) >= 190
     everything = HARDLINE + OUTSIDE + GUARDIAN + ORDINARY + SENDS_OUT + HOME + OPAQUE
-    everything += DISGUISED_HARDLINE + GLOB_HARDLINE + NEVER_ALLOWED
+    everything += DISGUISED_HARDLINE + GLOB_HARDLINE + NEVER_ALLOWED + DESTROYS
     assert len(set(everything)) == len(everything), "a command is listed twice"
     assert len(set(WORKSPACE_ORDINARY)) == len(WORKSPACE_ORDINARY)
 
@@ -213,6 +214,18 @@ def test_the_home_outside_the_workspace_asks_in_every_mode(command: str) -> None
     for auto in (False, True):
         verdict = in_workspace(command, auto)
         assert verdict.verdict == "ask" and verdict.rule.startswith("home:"), (auto, verdict)
+
+
+@pytest.mark.parametrize("command", DESTROYS)
+def test_destroying_outside_the_workspace_asks_in_every_mode(command: str) -> None:
+    for auto in (False, True):
+        verdict = in_workspace(command, auto)
+        assert verdict.verdict == "ask" and verdict.rule.startswith("destroy:"), (auto, verdict)
+
+
+def test_deleting_in_scratch_space_and_the_workspace_is_not_destroying() -> None:
+    for command in ("rm -rf /tmp/build", "rm -rf build", "find /var/tmp/x -delete", "rm -rf ~/x/y"):
+        assert not judge(command, workspace=WORKSPACE, cwd=WORKSPACE).rule.startswith("destroy:")
 
 
 @pytest.mark.parametrize("command", OPAQUE)

@@ -644,6 +644,28 @@ NEVER_ALLOWED = [
     'php -r \'$c = stream_context_create(["http" => ["method" => "POST"]]); file_get_contents("https://x.example", false, $c);\'',
 ]
 
+# Destroying a system folder's contents, a whole folder of the person's home, or their
+# credentials: asked in every mode.
+DESTROYS = [
+    "rm -rf /usr/lib",
+    "sudo rm -rf /etc/ssl",
+    "rm -rf /var/lib/postgresql",
+    "find /usr/share -delete",
+    "mv /usr/bin /usr/bin.old",
+    "rm -rf ~/projects",
+    "rm -rf ~/Documents/",
+    "rm -r /home/alice/.config",
+    "cd ~ && rm -rf projects",
+    "rsync -a --delete empty/ ~/projects/",
+    "mv ~/.ssh /tmp/x",
+    "rm ~/.ssh/id_rsa",
+    "shred -u ~/.ssh/id_ed25519",
+    "truncate -s0 ~/.aws/credentials",
+    "echo > ~/.ssh/authorized_keys",
+    "find ~/.gnupg -type f -delete",
+    "dd if=/dev/zero of=/home/alice/.ssh/id_rsa",
+]
+
 # Ordinary work in the workspace: allowed in every mode (the false-alarm corpus).
 WORKSPACE_ORDINARY = [
     "mkfs_helper --version",
