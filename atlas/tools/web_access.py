@@ -67,11 +67,11 @@ class AccessPolicy:
         ip: IPAddress = ipaddress.ip_address(address.split("%")[0])
         if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
             ip = ip.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
-        if (
-            ip.is_global
-            and not ip.is_multicast
-            and all(inner.is_global for inner in embedded_ipv4(ip))
-        ):
+        inner = embedded_ipv4(ip)
+        # An address that carries an IPv4 one is judged by it: Python before 3.11.10 calls every
+        # 6to4 address (2002::/16) non-global, even one wrapping a public address.
+        outer_global = ip.is_global or bool(inner)
+        if outer_global and not ip.is_multicast and all(address.is_global for address in inner):
             return None
         if host.lower().rstrip(".") in self.hosts or any(ip in net for net in self.networks):
             return None
