@@ -40,6 +40,15 @@ CARRIERS = {"curl", "wget", "dig", "nslookup", "host", "drill", "ping", "ping6",
             "whois", *HTTPIE}  # fmt: skip
 CLOUD_READS = ("ls", "list", "describe", "get", "help", "--help", "--version", "version",
                "lsd", "lsf", "lsl", "size", "cat", "show", "info", "whoami")  # fmt: skip
+# Infrastructure tools whose these subcommands act on a remote cluster or cloud account.
+REMOTE_CHANGERS = {
+    "kubectl": {"apply", "create", "delete", "edit", "patch", "replace", "scale", "cp", "exec",
+                "run", "rollout", "set", "label", "annotate", "drain", "cordon", "expose"},
+    "terraform": {"apply", "destroy", "import", "taint", "untaint"},
+    "tofu": {"apply", "destroy", "import", "taint", "untaint"},
+    "helm": {"install", "upgrade", "uninstall", "delete", "rollback", "push"},
+    "pulumi": {"up", "destroy", "import", "refresh"},
+}  # fmt: skip
 CLOUD_CLIS = {"aws", "gsutil", "rclone", "az", "s3cmd", "azcopy"}
 
 METADATA_NAMES = {"metadata.google.internal", "metadata", "instance-data",
@@ -92,6 +101,8 @@ def sends_out(part: Part) -> Found | None:
         return "publish", f"{head} {args[0]} sends a package or image out"
     if head in CLOUD_CLIS and not _cloud_reads(args):
         return "cloud", f"{head} can copy data to, or change, cloud storage"
+    if head in REMOTE_CHANGERS and args[:1] and args[0] in REMOTE_CHANGERS[head]:
+        return "cloud", f"{head} {args[0]} changes remote resources or copies data to them"
     return None
 
 
