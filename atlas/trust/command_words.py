@@ -249,6 +249,21 @@ def written_paths(part: Part, context: Context) -> set[str]:
     return {expand(t, context) for t in targets if t}
 
 
+def created_venvs(part: Part, context: Context) -> set[str]:
+    """Folders a line makes into a virtual environment (`python -m venv .venv`, `uv venv`,
+    `virtualenv env`): the scripts in them are written by Python itself, not by the line."""
+    words, head = part.words, part.head
+    rest: list[str] | None = None
+    if interpreter_of(head) == "python" and words[1:3] in (["-m", "venv"], ["-m", "virtualenv"]):
+        rest = words[3:]
+    elif head == "virtualenv" or (head == "uv" and words[1:2] == ["venv"]):
+        rest = words[1:] if head == "virtualenv" else words[2:]
+    if rest is None:
+        return set()
+    folders = [w for w in rest if not w.startswith("-")] or [".venv"]
+    return {expand(folders[0], context)}
+
+
 # Files a build or test tool reads and runs code from, by the program that runs them.
 BUILD_FILES = {
     "make": ("Makefile", "makefile", "GNUmakefile"), "just": ("justfile", "Justfile"),

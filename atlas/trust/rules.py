@@ -19,6 +19,7 @@ from atlas.trust.command_words import (
     arguments,
     build_files,
     clean,
+    created_venvs,
     expand,
     is_catastrophic_target,
     is_redirect,
@@ -100,13 +101,15 @@ def _judge(command: str, context: Context, depth: int) -> Verdict:
     analysis = analyse(command)
     found = [_raw_rules(command, analysis), _fork_bomb(command, analysis), *_opaque(analysis)]
     written: set[str] = set()
+    venvs: set[str] = set()  # made on this line: their bin/ scripts come from Python itself
     here = context
     for part in analysis.parts:
         if part.words:
             found.append(_judge_part(part, here))
-            found.append(_judge_script(part, here, depth, written))
+            found.append(_judge_script(part, here, depth, written, venvs))
             found.append(_written_build_file(part, here, written))
             written |= written_paths(part, here)
+            venvs |= created_venvs(part, here)
             here = _after_cd(part, here)
     return _worst(found)
 
@@ -371,7 +374,9 @@ def _dangerous(part: Part, context: Context) -> Verdict | None:
 # ---------------------------------------------------------------- scripts
 
 
-def _judge_script(part: Part, context: Context, depth: int, written: set[str]) -> Verdict | None:
+def _judge_script(
+    part: Part, context: Context, depth: int, written: set[str], venvs: set[str]
+) -> Verdict | None:
     """Read the script a part runs and judge it by the same rules. A script that cannot be
     read, or that this same line writes before running it, cannot be judged: it is asked."""
     name = script_argument(part)
@@ -380,6 +385,8 @@ def _judge_script(part: Part, context: Context, depth: int, written: set[str]) -
     expanded = expand(name, context)
     if not expanded.startswith("/"):
         return None  # relative and no working folder: judged by its command line only
+    if any(expanded.startswith(venv + "/bin/") for venv in venvs) and expanded not in written:
+        return None  # `python -m venv .venv && . .venv/bin/activate`: written by Python
     if expanded in written:
         return _unjudged("script-written", f"{name} is written by this same command line")
     path = Path(expanded)
