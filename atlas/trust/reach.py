@@ -13,7 +13,8 @@ from atlas.trust.command_words import (
     short_flags,
 )
 from atlas.trust.home_paths import code_mentions_home, touches_home, works_through_trees
-from atlas.trust.normalise import Part, inline_code, interpreter_of
+from atlas.trust.interpreters import inline_code, language_of
+from atlas.trust.normalise import Part
 from atlas.trust.outside import code_sends, sends_out
 from atlas.trust.subcommands import cloud_read_only, find_exec_deletes, gh_write
 from atlas.trust.verdict import Verdict
@@ -52,7 +53,7 @@ def outside_verdict(part: Part, context: Context) -> Verdict | None:
     if head == "atlas" and args[:2] in (["plugins", "enable"], ["plugin", "enable"]):
         return ask("plugins", "enables a plugin")
     found = sends_out(part)
-    if found is None and interpreter_of(head) not in (None, "shell"):
+    if found is None and language_of(head) not in (None, "shell"):
         code = code_of(part)
         found = code_sends(code) if code else None
     if found:
@@ -73,7 +74,7 @@ def _atlas_cli(part: Part) -> str | None:
 
 def code_of(part: Part) -> str | None:
     """The code an interpreter part runs inline: `-c`/`-e` code, or a heredoc fed to it."""
-    code = inline_code(part)
+    code = inline_code(part, every=True)
     return code if code is not None else part.heredoc
 
 
@@ -92,7 +93,7 @@ def home_verdict(part: Part, context: Context) -> Verdict | None:
             break
     if found is None and context.cwd is not None:  # working inside the home itself
         found = touches_home(str(context.cwd), context)
-    if found is None and interpreter_of(part.head) not in (None, "shell"):
+    if found is None and language_of(part.head) not in (None, "shell"):
         code = code_of(part)
         found = code_mentions_home(code, context) if code else None
     if found is None:
