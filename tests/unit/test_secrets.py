@@ -32,7 +32,9 @@ async def test_run_command_cannot_print_the_keys(
     monkeypatch.setenv("HARMLESS_SETTING", "visible")
     home = make_home(home_path, config=CONFIG.format(base_url="http://127.0.0.1:9/v1"))
     result = await run_command.invoke(run_context(home), {"command": "env"})
-    assert "sk-very-secret-value" not in result.text and "HARMLESS_SETTING=visible" in result.text
+    assert "sk-very-secret-value" not in result.text and "PATH=" in result.text
+    # The sandbox's environment is an allow-list (docs/sandbox.md): other variables stay out too.
+    assert "HARMLESS_SETTING" not in result.text
 
 
 def test_logs_mask_secret_values(
