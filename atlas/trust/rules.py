@@ -111,7 +111,25 @@ def _judge(command: str, context: Context, depth: int) -> Verdict:
             written |= written_paths(part, here)
             venvs |= created_venvs(part, here)
             here = _after_cd(part, here)
+    if depth > 0:  # a script on disk: its variables are set by whoever runs it
+        found = [_soften(verdict) for verdict in found]
     return _worst(found)
+
+
+# In a script file (already on disk, read in full), these are ordinary shell: `$PY -m pytest`,
+# `"$ROOT/bin/tool"`. They go to the guardian there; hidden code (decoded, fetched, piped) is
+# still asked.
+SOFT_IN_SCRIPTS = {"computed-command", "computed-code", "eval", "parse-error", "too-deep",
+                   "unset-variable"}  # fmt: skip
+
+
+def _soften(verdict: Verdict | None) -> Verdict | None:
+    if verdict is None or verdict.verdict != "ask" or not verdict.rule.startswith("opaque:"):
+        return verdict
+    key = verdict.rule.removeprefix("opaque:")
+    if key not in SOFT_IN_SCRIPTS:
+        return verdict
+    return Verdict("guardian", f"dangerous:script-{key}", verdict.reason)
 
 
 def _opaque(analysis: Analysis) -> list[Verdict]:

@@ -430,3 +430,18 @@ def test_a_function_that_calls_another_is_not_a_fork_bomb() -> None:
     assert judge("build(){ make; }; test_all(){ build; pytest; }; test_all", auto=True).verdict == (
         "allow"
     )
+
+
+def test_a_scripts_own_variables_go_to_the_guardian_hidden_code_is_asked(tmp_path: Path) -> None:
+    write(
+        tmp_path / "test.sh",
+        'PY=${PYTHON:-python3}\ncd "$(dirname "$0")"\nexec $PY -m pytest "$@"\n',
+    )
+    write(tmp_path / "sneaky.sh", "echo cm0gLXJmIH4= | base64 -d | sh\n")
+    write(tmp_path / "wipe.sh", 'c=rm\n$c -rf "$HOME"\n')
+    verdict = judge("bash test.sh -q", cwd=tmp_path)
+    assert verdict.rule == "dangerous:script-computed-command"
+    assert judge("bash test.sh -q", cwd=tmp_path, auto=True).verdict == "allow"
+    for auto in (False, True):
+        assert judge("sh sneaky.sh", cwd=tmp_path, auto=auto).rule == "opaque:decoded-payload"
+        assert judge("sh wipe.sh", cwd=tmp_path, auto=auto).verdict == "block"
