@@ -90,6 +90,8 @@ def sends_out(part: Part) -> Found | None:
         return "rsync", "rsync copies to or from a remote host"
     if head in CARRIERS and any(SUBSTITUTION in w for w in words[1:]):
         return "upload", f"{head} puts a command's output into what it sends"
+    if head in ("curl", "wget", *HTTPIE) and _only_loopback(arguments(part)):
+        return None  # a local server (the sandbox has its own loopback): not off the machine
     if head == "curl" and (reason := _curl_sends(words)):
         return "upload", reason
     if head == "wget" and (reason := _wget_sends(words)):
@@ -104,6 +106,34 @@ def sends_out(part: Part) -> Found | None:
     if head in REMOTE_CHANGERS and args[:1] and args[0] in REMOTE_CHANGERS[head]:
         return "cloud", f"{head} {args[0]} changes remote resources or copies data to them"
     return None
+
+
+LOOPBACK_NAMES = {"localhost", "ip6-localhost", "0.0.0.0"}
+
+
+def _only_loopback(args: list[str]) -> bool:
+    """True when every URL-like argument names this machine (localhost, 127.x, [::1])."""
+    hosts = [_host_after(a.lower(), a.find("://") + 3) if "://" in a else "" for a in args]
+    hosts = [h for h in hosts if h]
+    if not hosts:
+        named = [
+            a
+            for a in args
+            if ("." in a or ":" in a) and " " not in a and not a.startswith(("@", "{", "["))
+        ]
+        bare = [a.lower().split("/", 1)[0].rsplit(":", 1)[0] for a in named]
+        hosts = [h for h in bare if h]
+    return bool(hosts) and all(_loopback(h) for h in hosts)
+
+
+def _loopback(host: str) -> bool:
+    host = host.strip("[]")
+    if host in LOOPBACK_NAMES or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _ssh_destination(words: list[str]) -> str | None:

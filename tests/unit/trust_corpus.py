@@ -726,4 +726,7 @@ WORKSPACE_ORDINARY = [
     "kubectl get pods -A",
     "terraform plan",
     "helm list",
+    "curl -X POST http://localhost:8000/api -d '{}'",
+    "curl -H 'Content-Type: application/json' -d @payload.json 127.0.0.1:8080/items",
+    "http POST http://[::1]:5000/x a=b",
 ]
