@@ -65,6 +65,8 @@ def touches_home(word: str, context: Context, *, tree: bool = False) -> str | No
     """The label when `word` names (or, for a globbing word, may name) a home path outside the
     workspace; with `tree`, a folder above the home counts too (it is worked through)."""
     path = expand(word, context)
+    if "$" in path:  # `$DIR/.atlas/config.toml` with DIR unknown: the home's own name counts
+        return _named_after_unknown(path, context)
     if not path.startswith("/"):
         return None
     homes, spaces = _roots(context)
@@ -77,6 +79,21 @@ def touches_home(word: str, context: Context, *, tree: bool = False) -> str | No
             if tree and _inside(home, candidate):
                 return "above"
     return None
+
+
+def _named_after_unknown(path: str, context: Context) -> str | None:
+    home = context.atlas_home
+    if not _inside(home, context.user_home) or home == context.user_home:
+        return None
+    relative = home[len(context.user_home) :].strip("/")  # ".atlas"
+    start = path.find(f"/{relative}")
+    end = start + len(relative) + 1
+    if start == -1 or (end < len(path) and path[end] != "/"):
+        return None
+    candidate = home + path[end:]
+    if context.workspace and _inside(candidate, context.workspace):
+        return None
+    return label(candidate, home, context)
 
 
 def _glob_touches(

@@ -90,6 +90,8 @@ def sends_out(part: Part) -> Found | None:
         return "rsync", "rsync copies to or from a remote host"
     if head in CARRIERS and any(SUBSTITUTION in w for w in words[1:]):
         return "upload", f"{head} puts a command's output into what it sends"
+    if head in CARRIERS and {"xargs", "parallel"} & set(part.wrappers):
+        return "upload", f"{head} puts what it is piped into what it sends"
     if head in ("curl", "wget", *HTTPIE) and _only_loopback(arguments(part)):
         return None  # a local server (the sandbox has its own loopback): not off the machine
     if head == "curl" and (reason := _curl_sends(words)):
