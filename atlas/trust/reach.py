@@ -7,6 +7,7 @@ from atlas.trust.command_words import (
     Context,
     arguments,
     expand,
+    is_catastrophic_target,
     is_redirect,
     is_system_path,
     path_words,
@@ -112,6 +113,9 @@ CREDENTIALS = (".ssh", ".gnupg", ".aws", ".kube", ".docker", ".netrc", ".config/
                ".password-store", ".git-credentials", ".pgpass")  # fmt: skip
 
 
+PERMISSIONS = {"chmod", "chown", "chgrp"}
+
+
 def destroy_verdict(part: Part, context: Context) -> Verdict | None:
     """A delete, move or wipe of a system folder's contents, a whole folder of the person's home,
     or their credentials: asked in every mode (auto mode would otherwise let it through)."""
@@ -124,6 +128,10 @@ def destroy_verdict(part: Part, context: Context) -> Verdict | None:
             return Verdict("ask", "destroy:credentials", f"{part.head} destroys {target}")
         if not recursive:
             continue
+        if part.head in PERMISSIONS and not is_catastrophic_target(target, context):
+            if target.rsplit("/", 1)[0] == context.user_home:
+                return Verdict("ask", "destroy:home-folder", f"{part.head} -R locks {target}")
+            continue  # `chown -R me /usr/local`: the guardian's
         if is_system_path(target) and not _inside_any(target, (context.user_home,)):
             return Verdict("ask", "destroy:system", f"{part.head} destroys {target}")
         if target.rsplit("/", 1)[0] == context.user_home:
@@ -144,6 +152,12 @@ def _destroyed(part: Part, context: Context) -> list[tuple[str, bool]]:
         found = [(a, recursive) for a in args]
     elif head == "mv" and len(args) >= 2:
         found = [(a, True) for a in args[:-1]]
+    elif head in PERMISSIONS and recursive and len(args) >= 2:
+        found = [(a, True) for a in args[1:]]  # locking a whole tree away is losing it
+    elif head in ("cp", "install") and len(args) >= 2:
+        found = [(args[-1], False)]  # overwritten
+    elif head == "tee" and "-a" not in words and "--append" not in words:
+        found = [(a, False) for a in args]
     elif head == "rsync" and any(w.startswith("--delete") for w in words) and len(args) >= 2:
         found = [(args[-1], True)]
     elif head == "find" and ("-delete" in words or find_exec_deletes(words)):

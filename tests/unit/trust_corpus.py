@@ -176,7 +176,6 @@ GUARDIAN = [
     "chmod -R 777 .",
     "chmod a+rwx script.sh",
     "chown -R alice /usr/local",
-    "sudo chown -R me:me /etc",
     "psql -c 'DROP TABLE users'",
     "psql -c 'drop database prod'",
     "mysql -e 'TRUNCATE orders'",
@@ -203,7 +202,6 @@ GUARDIAN = [
     "echo 'export X=1' >> ~/.bashrc",
     "echo alias >> ~/.zshrc",
     "echo key >> ~/.ssh/authorized_keys",
-    "cp id_rsa ~/.ssh/id_rsa",
     "mv config ~/.ssh/config",
     "echo 'SECRET=x' > .env",
     "echo x > app/.env.production",
@@ -675,6 +673,12 @@ DESTROYS = [
     "echo > ~/.ssh/authorized_keys",
     "find ~/.gnupg -type f -delete",
     "dd if=/dev/zero of=/home/alice/.ssh/id_rsa",
+    "chmod -R 000 ~/projects",
+    "sudo chown -R nobody /var",
+    "cp /dev/null ~/.ssh/id_rsa",
+    "echo x | tee ~/.ssh/config",
+    "sudo chown -R me:me /etc",
+    "cp id_rsa ~/.ssh/id_rsa",
 ]
 
 # Ordinary work in the workspace: allowed in every mode (the false-alarm corpus).
