@@ -2,7 +2,8 @@
 
     uv run python scripts/bench_sandbox.py [--runs 200] [--json]
 
-For each command (`bash -c true`, and a small real one: `git init` + `ls` in a fresh folder):
+For each command (`bash -c true`, a small real one: `git init` + `ls` in a fresh folder, and
+`bash -c true` with the socat bridge to the proxy, as run_command starts every command):
 p50 and p90 wall time from spawn to exit, unsandboxed (`bash -c`, as run_command did before)
 and sandboxed (the same through `sandbox_argv` with a bot's standard policy, no proxy), then
 the ratio and the milliseconds added at p50. Runs alternate, so load hits both alike. The probe
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import statistics
 import subprocess
 import sys
@@ -41,9 +43,13 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(int(len(ordered) * share), len(ordered) - 1)]
 
 
-def measure(command: str, runs: int, workspace: Path, env: dict[str, str]) -> dict[str, float]:
+def measure(
+    command: str, runs: int, workspace: Path, env: dict[str, str], proxy: Path | None = None
+) -> dict[str, float]:
     plain = ["bash", "-c", command]
-    policy = SandboxPolicy(workspace=workspace, env=env, hidden=(Path.home() / ".ssh",))
+    policy = SandboxPolicy(
+        workspace=workspace, env=env, hidden=(Path.home() / ".ssh",), proxy_socket=proxy
+    )
     boxed = sandbox_argv(plain, policy)
     times: dict[str, list[float]] = {"plain": [], "sandboxed": []}
     for _ in range(runs):
@@ -71,6 +77,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-sandbox-") as folder:
         for label, command in COMMANDS.items():
             results[label] = measure(command, args.runs, Path(folder), env)
+        # As run_command starts every command when socat is installed: the bridge to the proxy
+        # (a listening socket stands in for the proxy; nothing connects to it).
+        with socket.socket(socket.AF_UNIX) as listener:
+            listener.bind(str(Path(folder) / "proxy.sock"))
+            listener.listen()
+            proxy = Path(folder) / "proxy.sock"
+            results["true + bridge"] = measure("true", args.runs, Path(folder), env, proxy)
     if args.json:
         print(json.dumps({"variant": str(variant), "probe_ms": probe_ms, "results": results}))
         return

@@ -196,16 +196,15 @@ def _proxy_options(policy: SandboxPolicy) -> list[str]:
 
 
 # Started before the command inside the sandbox: socat forwards 127.0.0.1:3128 to the proxy's
-# socket. The command starts only once socat listens (read from /proc/net/tcp, or where /proc is
-# empty, by connecting), so its first request cannot race the bridge.
+# socket. The command starts only once socat says it listens (its notice, read from a pipe: no
+# polling, no race); the rest of socat's notices are drained in the background so it never blocks
+# on a full pipe. If socat cannot start, the pipe closes and the command runs without network.
 BRIDGE = f"""
-socat TCP-LISTEN:{PROXY_PORT},bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:{PROXY_SOCKET_INSIDE} \
-  2>/dev/null &
-listening() {{
-  if [ -r /proc/net/tcp ]; then grep -q ' 0100007F:{PROXY_PORT:04X} 00000000:0000 0A' /proc/net/tcp
-  else (exec 3<>/dev/tcp/127.0.0.1/{PROXY_PORT}) 2>/dev/null; fi
-}}
-for _ in $(seq 1 1000); do listening && break; sleep 0.005; done
+exec 3< <(exec socat -d -d TCP-LISTEN:{PROXY_PORT},bind=127.0.0.1,fork,reuseaddr \\
+  UNIX-CONNECT:{PROXY_SOCKET_INSIDE} 2>&1)
+while IFS= read -r -t 10 line <&3; do [[ $line == *" listening on "* ]] && break; done
+cat <&3 >/dev/null 3<&- &
+exec 3<&-
 exec "$@"
 """
 

@@ -75,7 +75,9 @@ def test_a_proxy_socket_is_bridged_and_named_in_the_environment(tmp_path: Path) 
     names = pairs(argv, "--setenv")
     assert {"HTTP_PROXY", "https_proxy", "ALL_PROXY"} <= set(names)
     assert argv[argv.index("--") + 1 : argv.index("--") + 3] == ["bash", "-c"]
-    assert argv[-1] == "true" and "socat TCP-LISTEN:3128" in argv[argv.index("--") + 3]
+    bridge = argv[argv.index("--") + 3]
+    assert argv[-1] == "true" and "TCP-LISTEN:3128,bind=127.0.0.1" in bridge
+    assert f"UNIX-CONNECT:{launcher.PROXY_SOCKET_INSIDE}" in bridge
 
 
 def test_the_probe_takes_the_strongest_variant_that_starts(
