@@ -34,6 +34,7 @@ from atlas.trust.command_words import (
 )
 from atlas.trust.home_paths import code_mentions_home
 from atlas.trust.normalise import (
+    MAX_COMMAND_CHARS,
     SUBSTITUTION,
     Analysis,
     Part,
@@ -43,6 +44,7 @@ from atlas.trust.normalise import (
     interpreter_of,
 )
 from atlas.trust.outside import code_sends, metadata_address
+from atlas.trust.parse import Scope, Walker
 from atlas.trust.reach import destroy_verdict, home_verdict, outside_verdict
 from atlas.trust.subcommands import (
     destructive_sql,
@@ -97,8 +99,8 @@ def classify(
     return verdict
 
 
-def _judge(command: str, context: Context, depth: int) -> Verdict:
-    analysis = analyse(command)
+def _judge(command: str, context: Context, depth: int, analysis: Analysis | None = None) -> Verdict:
+    analysis = analysis if analysis is not None else analyse(command)
     found = [_raw_rules(command, analysis), _fork_bomb(command, analysis), *_opaque(analysis)]
     written: set[str] = set()
     venvs: set[str] = set()  # made on this line: their bin/ scripts come from Python itself
@@ -420,7 +422,7 @@ def _judge_script(
     text = data.decode("utf-8", errors="replace")
     language = interpreter_of(part.head) or shebang_language(text, path)
     if language in (None, "shell"):
-        verdict = _judge(text, context, depth + 1)
+        verdict = _judge(text, context, depth + 1, _analyse_script(text))
     else:
         verdict = _judge_code(language, text, context)
     if verdict.verdict == "allow":
@@ -434,6 +436,19 @@ def _written_build_file(part: Part, context: Context, written: set[str]) -> Verd
         if expand(name, context) in written:
             return _unjudged("script-written", f"{name} is written by this same command line")
     return None
+
+
+def _analyse_script(text: str) -> Analysis:
+    """A script file is parsed whole up to SCRIPT_LIMIT (a command line stops at
+    MAX_COMMAND_CHARS): the parse is linear, and a long build script is ordinary."""
+    if len(text) <= MAX_COMMAND_CHARS:
+        return analyse(text)
+    result = Analysis()
+    try:
+        Walker(result, Scope(), 0, []).run(text)
+    except RecursionError:  # the walk is bounded; as in normalise.analyse
+        result.note("too-deep: commands nested too deeply to follow")
+    return result
 
 
 def _unjudged(key: str, reason: str) -> Verdict:

@@ -445,3 +445,12 @@ def test_a_scripts_own_variables_go_to_the_guardian_hidden_code_is_asked(tmp_pat
     for auto in (False, True):
         assert judge("sh sneaky.sh", cwd=tmp_path, auto=auto).rule == "opaque:decoded-payload"
         assert judge("sh wipe.sh", cwd=tmp_path, auto=auto).verdict == "block"
+
+
+def test_a_long_script_is_read_whole(tmp_path: Path) -> None:
+    body = "".join(f"mkdir -p build/out{i}\ncp src/f{i}.c build/\n" for i in range(600))
+    assert len(body) > 20_000  # longer than a command line may be
+    write(tmp_path / "build.sh", body)
+    write(tmp_path / "wipe.sh", body + "rm -rf ~\n")
+    assert judge("sh build.sh", cwd=tmp_path, auto=True).verdict == "allow"
+    assert judge("sh wipe.sh", cwd=tmp_path, auto=True).rule == "hardline:rm-root"
