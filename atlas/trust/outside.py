@@ -59,6 +59,11 @@ LINK_LOCAL_V4 = ipaddress.ip_network("169.254.0.0/16")
 # Dots an IDN-aware client reads as ".": ideographic, full-width (NFKC folds it) and half-width.
 DOTS = str.maketrans({"\u3002": ".", "\uff61": ".", "\uff0e": "."})
 HOST_TOKEN = re.compile(r"[0-9A-Za-z.:\[\]%_-]+")
+# An address spelled inside a name (`169.254.169.254.nip.io`, `169-254-169-254.sslip.io`): the
+# wildcard DNS services answer with it. Bounded pieces, so linear.
+EMBEDDED_V4 = re.compile(
+    r"(?<![0-9])([0-9]{1,3}[.-][0-9]{1,3}[.-][0-9]{1,3}[.-][0-9]{1,3})(?![0-9])"
+)
 
 # Inline code (any language) that opens a connection and sends something.
 CODE_SENDS = re.compile(
@@ -262,6 +267,9 @@ def metadata_address(text: str) -> str | None:
             if host in METADATA_NAMES or _metadata_ip(host):
                 return host
             start = lowered.find(marker, start + 1)
+    for match in EMBEDDED_V4.finditer(lowered):
+        if _metadata_ip(match.group(1).replace("-", ".")):
+            return match.group(1)
     names = METADATA_NAMES - {"metadata"}  # the bare name counts only as a URL's host
     for match in HOST_TOKEN.finditer(lowered):
         token = match.group(0)
