@@ -18,7 +18,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # The person's credentials, relative to their home folder.
-CREDENTIALS = (".ssh", ".aws", ".gnupg", ".config/gcloud", ".netrc", ".docker", ".kube")
+CREDENTIALS = (
+    ".ssh", ".aws", ".gnupg", ".config/gcloud", ".netrc", ".docker", ".kube",
+    ".git-credentials", ".config/gh", ".pypirc", ".npmrc", ".password-store",
+    ".local/share/keyrings",
+)  # fmt: skip
+# Unix sockets are not fenced by the network namespace: the Docker socket, the D-Bus buses and
+# the per-user agents (ssh, gpg) live under /run. A command has no business there.
+SYSTEM_HIDDEN = (Path("/run"),)
 ALLOWED_NAMES = frozenset({"PATH", "HOME", "LANG", "TERM", "TZ", "USER"})
 ALLOWED_PATTERN = re.compile(r"LC_[A-Z_]+")
 
@@ -83,6 +90,7 @@ def policy_for(
     person = _person_home()
     vault = vault_of(home)
     hidden = [home.root.resolve(), vault, *(person / name for name in CREDENTIALS)]
+    hidden += SYSTEM_HIDDEN
     for raw in (*home.settings.sandbox.hidden, *bot.settings.sandbox.hidden):
         hidden.append(_expand(raw, person, person))
     tmp = Path(os.path.realpath("/tmp"))

@@ -118,6 +118,12 @@ async def test_secrets_and_atlas_files_cannot_be_read(person: Home) -> None:
     assert "notes.txt" not in output  # ls ~/.atlas, ~/.ssh: empty
 
 
+async def test_no_unix_socket_of_the_machine_is_reachable(person: Home) -> None:
+    """The network namespace does not fence Unix sockets: /run (Docker, D-Bus, agents) is empty."""
+    output = await sh(run_context(person), "ls -A /run /var/run; echo end")
+    assert output == "/run:\n\n/var/run:\nend\n[exit code 0]"
+
+
 async def test_a_loopback_listener_gets_no_connection(person: Home) -> None:
     accepted: list[int] = []
 

@@ -289,3 +289,11 @@ async def test_unsandboxed_leftover_background_process_does_not_block(
         assert live_with(marker)  # left running on purpose: `cmd &` means "keep it going"
     finally:
         os.killpg(pgid, signal.SIGKILL)
+
+
+async def test_stopping_a_job_ends_what_escaped_it(run: RunContext, marker: str) -> None:
+    command = f"setsid sleep {marker} & nohup sleep {marker} >/dev/null 2>&1 & sleep {marker}"
+    job_id = job_id_of((await call(run, command=command, background=True)).text)
+    await wait_for_tree(marker, size=3)
+    await call(run, stop=job_id)
+    await assert_tree_gone(marker)
