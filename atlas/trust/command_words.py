@@ -296,6 +296,8 @@ def path_words(part: Part) -> list[str]:
             found.append(word[1:])
         if not word.startswith("-"):
             found.append(word)
+            if ":" in word and "://" not in word:  # `-v ~/.atlas:/a`, `host:path`
+                found.extend(word.split(":"))
         elif re.fullmatch(r"-[A-Za-z][/~.].*", word):  # -o/path, -f~/x
             found.append(word[2:])
     return [w for w in found if w]

@@ -3,6 +3,9 @@ what it destroys outside the workspace (each asked every time), as verdicts for 
 
 from __future__ import annotations
 
+import posixpath
+import re
+
 from atlas.trust.command_words import (
     Context,
     arguments,
@@ -20,9 +23,28 @@ from atlas.trust.outside import code_sends, sends_out
 from atlas.trust.subcommands import cloud_read_only, find_exec_deletes, gh_write
 from atlas.trust.verdict import Verdict
 
-# Commands that only print or test their words: a path among them is not touched.
-NO_FILE_HEADS = {"echo", "printf", "true", "false", ":", "which", "type", "command", "cd",
-                 "pushd", "popd", "test", "[", "export", "unset", "alias", "hash"}  # fmt: skip
+# Commands that touch no file: what they name is not read (`cd` moves the working folder,
+# which the rules follow instead).
+NO_FILE_HEADS = {"true", "false", ":", "which", "type", "command", "cd", "pushd", "popd", "hash"}
+# Where a line names a path outside any simple command (`for f in ~/.atlas/*`, `done < file`,
+# `exec 3< file`, `xargs -a file`): every word of the raw line that names the home's folder.
+RAW_TOKEN = re.compile(r"[^\s'\"`<>|;&()=,]+")
+
+
+def raw_home_verdict(command: str, context: Context) -> Verdict | None:
+    """The Atlas home named anywhere in the line, as a path (the parts' rules name the command)."""
+    home = context.atlas_home
+    markers = [posixpath.basename(home) or home, "ATLAS_HOME"]
+    if context.vault:
+        markers.append(posixpath.basename(context.vault) or context.vault)
+    for match in RAW_TOKEN.finditer(command):
+        token = match.group(0)
+        if len(token) > 4096 or not any(marker in token for marker in markers):
+            continue
+        found = touches_home(token.removeprefix("@"), context)
+        if found:
+            return Verdict("ask", f"home:{found}", f"the line names {token} in the Atlas home")
+    return None
 
 
 # ---------------------------------------------------------------- outside the machine

@@ -45,7 +45,7 @@ from atlas.trust.normalise import (
 )
 from atlas.trust.outside import code_sends, metadata_address
 from atlas.trust.parse import Scope, Walker
-from atlas.trust.reach import destroy_verdict, home_verdict, outside_verdict
+from atlas.trust.reach import destroy_verdict, home_verdict, outside_verdict, raw_home_verdict
 from atlas.trust.subcommands import (
     destructive_sql,
     find_exec_deletes,
@@ -113,6 +113,7 @@ def _judge(command: str, context: Context, depth: int, analysis: Analysis | None
             written |= written_paths(part, here)
             venvs |= created_venvs(part, here)
             here = _after_cd(part, here)
+    found.append(raw_home_verdict(command, context))  # after the parts: theirs name the command
     if depth > 0:  # a script on disk: its variables are set by whoever runs it
         found = [_soften(verdict) for verdict in found]
     return _worst(found)

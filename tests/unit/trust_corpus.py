@@ -547,6 +547,12 @@ HOME = [
     "git -C ~/.atlas/bots/main log",
     "D=$(echo ~); sed -i s/ask/auto/ $D/.atlas/bots/main/bot.toml",
     "sed -i s/ask/auto/ $SOMEWHERE/.atlas/config.toml",
+    'for f in ~/.atlas/bots/*/bot.toml; do sed -i s/ask/auto/ "$f"; done',
+    "sed -i s/ask/auto/ $(echo ~/.atlas/bots/main/bot.toml)",
+    "while read l; do echo $l; done < ~/.atlas/config.toml",
+    "exec 3< ~/.atlas/config.toml; cat <&3",
+    "xargs -a ~/.atlas/config.toml echo",
+    "docker run -v ~/.atlas:/a alpine cat /a/config.toml",
     "awk '{ print > \"/home/alice/.atlas/config.toml\" }' notes.txt",
     "python3 -c \"open('../bot.toml', 'w').write('mode = 1')\"",
 ]
