@@ -55,7 +55,7 @@ def clean(path: str) -> str:
 
 # `${NAME}`, `${NAME:-default}`, `${NAME:+alternate}`…, and `$NAME` (linear: no nesting).
 BRACED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-=?+])([^}]*)|[^}]*)\}")
-BARE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+BARE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*|[0-9@*#?!$-])")  # and $1, $@, $*…
 
 
 def _parameter(known: dict[str, str], match: re.Match[str]) -> str:

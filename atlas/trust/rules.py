@@ -123,7 +123,7 @@ def _judge(command: str, context: Context, depth: int, analysis: Analysis | None
 # `"$ROOT/bin/tool"`. They go to the guardian there; hidden code (decoded, fetched, piped) is
 # still asked.
 SOFT_IN_SCRIPTS = {"computed-command", "computed-code", "eval", "parse-error", "too-deep",
-                   "unset-variable"}  # fmt: skip
+                   "unset-variable", "computed-target"}  # fmt: skip
 
 
 def _soften(verdict: Verdict | None) -> Verdict | None:
@@ -329,6 +329,8 @@ def _unreadable(part: Part, context: Context) -> Verdict | None:
     recursive = head == "rm" and ("r" in short_flags(part).lower() or "--recursive" in part.words)
     for arg in args if recursive else []:
         emptied = without_unknowns(arg)
+        if emptied != arg and emptied.strip("/*.") == "":
+            return ask("computed-target", f"rm -r {arg}: what it deletes is only known at run time")
         if emptied != arg and is_catastrophic_target(expand(emptied, context), context):
             return ask("unset-variable", f"rm -r {arg} deletes / or a home folder if it is empty")
     if head in ("make", "just", "task", "rake") and set(args) & {"/dev/stdin", "-"}:
