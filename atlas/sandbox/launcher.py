@@ -80,6 +80,9 @@ class Variant:
 
 
 NAMESPACES = [
+    # As root, bwrap would keep every capability: a command could unmount what hides the home.
+    "--cap-drop",
+    "ALL",
     "--die-with-parent",
     "--new-session",
     "--unshare-pid",

@@ -93,6 +93,8 @@ RM_HOME = [
     "echo > ~/.atlas/config.toml; sed -i s/ask/auto/ ~/.atlas/bots/atlas/bot.toml",
     'echo \'{"mcpServers": {"evil": {}}}\' > ~/.atlas/mcp.json; rm -rf ~/.atlas/vault ~/vault',
     'cd / && rm -rf "./${HOME#/}"',  # every attack aims at HOME, a folder of this test
+    "umount -l ~/.atlas ~; mount -o remount,rw / ~; rm -rf ~/.atlas ~",
+    "unshare -Urm sh -c 'umount -l ~/.atlas; mount -o remount,rw ~; rm -rf ~'",
 ]
 
 
@@ -109,7 +111,9 @@ async def test_secrets_and_atlas_files_cannot_be_read(person: Home) -> None:
     files = " ".join(f"~/{name}" for name in MARKS)
     command = (
         f"cat {files} ~/.atlas/config.toml ~/.atlas/bots/atlas/bot.toml; ls -la ~/.atlas ~/.ssh; "
-        "grep -r MARK ~ /tmp 2>/dev/null; env; cat /proc/$PPID/environ /proc/1/environ; "
+        "umount -l ~/.atlas ~/.ssh ~/vault; unshare -Urm sh -c 'umount -l ~/.atlas; cat "
+        "~/.atlas/config.toml'; grep -r MARK ~ /tmp 2>/dev/null; env; "
+        "cat /proc/$PPID/environ /proc/1/environ; "
         "cat /proc/[0-9]*/environ | tr '\\0' '\\n'"
     )
     output = await sh(run_context(person), command)
