@@ -48,7 +48,14 @@ class Site:
             self.ports[host] = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
             self.runners.append(runner)
 
-    async def serve(self, request: web.Request) -> web.Response:
+    async def serve(self, request: web.Request) -> web.StreamResponse:
+        if request.path == "/ws":  # an echo websocket; recorded with the address it was on
+            self.hits.append(f"/ws@{request.host.rsplit(':', 1)[0]}")
+            socket = web.WebSocketResponse()
+            await socket.prepare(request)
+            async for message in socket:
+                await socket.send_str(f"echo {message.data}")
+            return socket
         self.hits.append(request.path)
         other = f"http://127.0.0.2:{self.ports['127.0.0.2']}"
         if request.path == "/redirect":
@@ -144,6 +151,29 @@ async def test_allowed_page_loads_and_its_refused_subresource_does_not(  # type:
     )
     assert output == "Local page hello", output
     assert site.hits == ["/page"]  # the image on 127.0.0.2 was never asked for
+
+
+def websocket_exchange(url: str) -> str:
+    """Code that opens a websocket, sends "hi" and prints the answer (or how it ended)."""
+    script = (
+        "new Promise(done => { const socket = new WebSocket(" + repr(url) + ");"
+        " socket.onopen = () => socket.send('hi');"
+        " socket.onmessage = event => { done(event.data); socket.close(); };"
+        " socket.onclose = () => done('closed');"
+        " setTimeout(() => done('no answer'), 4000); })"
+    )
+    return f"print(js({script!r}))\n"
+
+
+@pytest.mark.parametrize("sandbox", ["", SANDBOX_OFF])
+async def test_websockets_pass_the_fence(open_run, site: Site, sandbox: str) -> None:  # type: ignore[no-untyped-def]
+    run = open_run(ALLOW_LOCAL + sandbox)
+    allowed = f"ws://127.0.0.1:{site.ports['127.0.0.1']}/ws"
+    refused = f"ws://127.0.0.2:{site.ports['127.0.0.2']}/ws"
+    code = f"goto_url({site.url()!r})\n" + websocket_exchange(allowed) + websocket_exchange(refused)
+    output = await browse(run, code)
+    assert output.splitlines() == ["echo hi", "closed"], output
+    assert "/ws@127.0.0.1" in site.hits and "/ws@127.0.0.2" not in site.hits
 
 
 async def test_worker_gets_the_allow_listed_environment(  # type: ignore[no-untyped-def]
