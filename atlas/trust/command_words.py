@@ -77,6 +77,11 @@ def expand(word: str, context: Context) -> str:
         word = BARE.sub(lambda m: known.get(m.group(1), m.group(0)), word)
     if word == "~" or word.startswith("~/"):
         word = context.user_home + word[1:]
+    elif word.startswith("~") and re.match(r"~[a-z_][a-z0-9_-]{0,31}(?:/|$)", word):
+        name, _, rest = word[1:].partition("/")  # ~user: root's is /root, others under /home
+        own = posixpath.basename(context.user_home) == name
+        base = context.user_home if own else ("/root" if name == "root" else f"/home/{name}")
+        word = base + ("/" + rest if rest else "")
     if context.cwd is not None and word and not word.startswith(("/", "-", "$")):
         word = str(context.cwd / word)
     return clean(word) if word.startswith("/") else word

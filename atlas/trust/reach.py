@@ -135,12 +135,22 @@ CREDENTIALS = (".ssh", ".gnupg", ".aws", ".kube", ".docker", ".netrc", ".config/
                ".password-store", ".git-credentials", ".pgpass")  # fmt: skip
 
 
-PERMISSIONS = {"chmod", "chown", "chgrp"}
+PERMISSIONS = {"chmod", "chown", "chgrp", "chattr", "setfacl"}
+# Partitioning, discarding and formatting tools: given a raw disk, they erase it.
+DISK_TOOLS = {"blkdiscard", "parted", "sgdisk", "sfdisk", "fdisk", "cfdisk", "gdisk", "truncate",
+              "hdparm", "nvme", "cryptsetup", "mdadm", "zpool", "pvremove", "vgremove",
+              "lvremove", "dmsetup", "badblocks", "sg_format"}  # fmt: skip
+LISTING = {"-l", "--list", "print", "-p", "--print", "list", "status", "--detail", "-n", "show"}
+RAW_DISK = re.compile(r"/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk|rdisk|md|dm-|mapper/|loop)")
 
 
 def destroy_verdict(part: Part, context: Context) -> Verdict | None:
     """A delete, move or wipe of a system folder's contents, a whole folder of the person's home,
     or their credentials: asked in every mode (auto mode would otherwise let it through)."""
+    if part.head in DISK_TOOLS and not LISTING & set(part.words[1:]):
+        disks = [w for w in part.words[1:] if RAW_DISK.match(w)]
+        if disks:
+            return Verdict("ask", "destroy:disk", f"{part.head} can erase the disk {disks[0]}")
     for target, recursive in _destroyed(part, context):
         if _inside_any(target, SCRATCH) or (
             context.workspace and _inside_any(target, (context.workspace,))
@@ -150,7 +160,9 @@ def destroy_verdict(part: Part, context: Context) -> Verdict | None:
             return Verdict("ask", "destroy:credentials", f"{part.head} destroys {target}")
         if not recursive:
             continue
-        if part.head in PERMISSIONS and not is_catastrophic_target(target, context):
+        if part.head in PERMISSIONS and is_catastrophic_target(target, context):
+            return Verdict("ask", "destroy:permissions", f"{part.head} -R locks {target} away")
+        if part.head in PERMISSIONS:
             if target.rsplit("/", 1)[0] == context.user_home:
                 return Verdict("ask", "destroy:home-folder", f"{part.head} -R locks {target}")
             continue  # `chown -R me /usr/local`: the guardian's

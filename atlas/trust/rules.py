@@ -257,8 +257,14 @@ def _hardline(part: Part, context: Context) -> Verdict | None:
         rest = words[1:]
         if rest == ["-1"] or (len(rest) >= 2 and "-1" in rest[1:]):
             return block("kill-all", "kill -1 signals every process")
+    if head == "killall5" or (head == "loginctl" and any(w in POWER for w in words[1:])):
+        return block("power", f"{head} ends every process or stops the machine")
     if head in POWER:
         return block("power", f"{head} stops the machine")
+    if any(
+        w == "/proc/sysrq-trigger" and i and is_redirect(words[i - 1]) for i, w in enumerate(words)
+    ) or (head == "tee" and "/proc/sysrq-trigger" in words):
+        return block("power", "writes to /proc/sysrq-trigger (crash, reboot or power off at once)")
     if head == "systemctl" and any(w in SYSTEMCTL_POWER for w in words[1:]):
         return block("power", "systemctl stops or restarts the machine")
     if head == "systemctl" and any(

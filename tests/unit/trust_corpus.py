@@ -652,6 +652,12 @@ GLOB_HARDLINE = [
     "rm -rf ${HOME:-/tmp}",
     "rm -rf ${HOME:+/}",
     "rm -rf ${ATLAS_HOME}/../..",
+    "rm -rf ~alice",
+    "rm -rf ~root",
+    "killall5 -9",
+    "echo b > /proc/sysrq-trigger",
+    "echo c | sudo tee /proc/sysrq-trigger",
+    "loginctl poweroff",
 ]
 
 # Disguises whose exact verdict depends on how far the parser sees: never allowed, in any mode.
@@ -690,6 +696,13 @@ DESTROYS = [
     "sudo chown -R nobody /var",
     "cp /dev/null ~/.ssh/id_rsa",
     "echo x | tee ~/.ssh/config",
+    "blkdiscard /dev/nvme0n1",
+    "parted -s /dev/sda mklabel gpt",
+    "sgdisk --zap-all /dev/sda",
+    "fdisk /dev/sda <<< w",
+    "truncate -s 0 /dev/sda",
+    "chattr -R +i ~",
+    "rm -rf ~bob",
     "sudo chown -R me:me /etc",
     "cp id_rsa ~/.ssh/id_rsa",
 ]
@@ -746,6 +759,8 @@ WORKSPACE_ORDINARY = [
     "kubectl get pods -A",
     "terraform plan",
     "helm list",
+    "fdisk -l /dev/sda",
+    "parted /dev/sda print",
     "curl -X POST http://localhost:8000/api -d '{}'",
     "curl -H 'Content-Type: application/json' -d @payload.json 127.0.0.1:8080/items",
     "http POST http://[::1]:5000/x a=b",
