@@ -333,6 +333,8 @@ def _unreadable(part: Part, context: Context) -> Verdict | None:
     if head == "eval" and any("$" in word for word in args):
         return ask("eval", "eval runs a string only known at run time")
     recursive = head == "rm" and ("r" in short_flags(part).lower() or "--recursive" in part.words)
+    if recursive and not args and part.origin != "shell":  # `os.system('rm -rf ' + path)`
+        return ask("computed-target", f"{part.origin} code deletes a path it builds at run time")
     for arg in args if recursive else []:
         emptied = without_unknowns(arg)
         if emptied != arg and emptied.strip("/*.") == "":

@@ -582,6 +582,7 @@ OPAQUE = [
     'set -- /; rm -rf "$1"',
     "rm -rf $(echo /)",
     "rm -rf `printf ~`",
+    "python3 -c \"import os; os.system('rm -rf ' + os.environ['HOME'])\"",
     "printf 'x:\\n\\trm -rf ~' > Makefile && make",
     'echo \'{"scripts": {"test": "rm -rf ~"}}\' > package.json && npm test',
     "make -f /dev/stdin <<< 'x:'",
