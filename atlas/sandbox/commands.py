@@ -3,6 +3,7 @@ when the person said so, outside it. Also the hint added when the sandbox stoppe
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import re
@@ -10,6 +11,7 @@ import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from atlas.errors import ToolError
 from atlas.sandbox.launcher import (
@@ -22,6 +24,9 @@ from atlas.sandbox.launcher import (
 )
 from atlas.secrets import command_env
 from atlas.tools.registry import RunContext, effective_mode
+
+if TYPE_CHECKING:
+    from atlas.sandbox.proxy import DomainAsker
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +57,9 @@ class Launch:
     hidden: tuple[str, ...] = ()  # what the sandbox hides: a command failing on one was stopped
 
 
-def domain_asker(run: RunContext):  # type: ignore[no-untyped-def]  # -> DomainAsker
+def domain_asker(run: RunContext) -> DomainAsker:
     """Asks the person whether commands may reach a domain; a yes holds for the conversation.
-    Nobody to ask: no."""
+    Nobody to ask, or no answer in [trust] ask_timeout: no."""
     allowed: set[str] = run.state.tool_state.setdefault(DOMAINS_KEY, set())
 
     async def ask(host: str) -> bool:
@@ -66,7 +71,13 @@ def domain_asker(run: RunContext):  # type: ignore[no-untyped-def]  # -> DomainA
             f"A command of {run.bot.name} wants to reach {host}, which is not on the sandbox's "
             "allowed domains. Let commands in this conversation reach it?"
         )
-        if await run.ask(question, [ALLOW, DENY]) != ALLOW:
+        try:
+            answer = await asyncio.wait_for(
+                run.ask(question, [ALLOW, DENY]), run.settings.trust.ask_timeout
+            )
+        except TimeoutError:
+            return False
+        if answer != ALLOW:
             return False
         allowed.add(host)
         return True
@@ -125,8 +136,6 @@ async def launch(
 
 async def _probe_off_loop() -> None:
     """The first probe starts bwrap a few times: not on the event loop."""
-    import asyncio
-
     if not probed():
         await asyncio.to_thread(probe)
 

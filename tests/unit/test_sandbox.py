@@ -3,6 +3,7 @@ allow-listed environment, what a bot's policy hides and grants, the hint and the
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -208,3 +209,15 @@ def test_doctor_check_fails_where_no_sandbox_starts(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(selfcheck, "probe", unavailable)
     assert selfcheck.check_sandbox() == (False, "bwrap (bubblewrap) is not installed; install it")
+
+
+async def test_an_unanswered_domain_question_is_a_no(home_path: Path) -> None:
+    config = BASE_CONFIG.format(base_url="http://127.0.0.1:9/v1") + "[trust]\nask_timeout = 0.05\n"
+    run = run_context(make_home(home_path, config=config))
+
+    async def silent(question: str, options: list[str]) -> str:
+        await asyncio.sleep(10)
+        return options[0]
+
+    run.ask = silent
+    assert await domain_asker(run)("slow.example") is False
