@@ -18,7 +18,7 @@ from atlas.trust.normalise import SUBSTITUTION, Part
 
 Found = tuple[str, str]
 
-SOCKET_TOOLS = {"nc", "ncat", "netcat", "socat", "telnet", "openssl", "ssh-copy-id", "sshpass",
+SOCKET_TOOLS = {"nc", "ncat", "netcat", "socat", "telnet", "ssh-copy-id", "sshpass",
                 "mosh", "ftp", "lftp", "tftp", "sftp", "scp", "smbclient", "websocat", "wscat"}  # fmt: skip
 MAIL_TOOLS = {"mail", "mailx", "sendmail", "mutt", "msmtp", "swaks", "s-nail", "neomutt"}
 PUBLISH = {
@@ -83,7 +83,7 @@ CODE_SENDS = re.compile(
 def sends_out(part: Part) -> Found | None:
     """Why running this part sends data or files off the machine, or None."""
     head, words = part.head, part.words
-    if head in SOCKET_TOOLS:
+    if head in SOCKET_TOOLS or (head == "openssl" and words[1:2] in (["s_client"], ["s_time"])):
         return "socket", f"{head} talks to another machine directly"
     if head in MAIL_TOOLS:
         return "mail", f"{head} sends mail"
