@@ -454,3 +454,20 @@ def test_a_long_script_is_read_whole(tmp_path: Path) -> None:
     write(tmp_path / "wipe.sh", body + "rm -rf ~\n")
     assert judge("sh build.sh", cwd=tmp_path, auto=True).verdict == "allow"
     assert judge("sh wipe.sh", cwd=tmp_path, auto=True).rule == "hardline:rm-root"
+
+
+@pytest.mark.parametrize(
+    ("command", "rule"),
+    [
+        ("su -c 'apt-get update'", "dangerous:root"),
+        ("runuser -u postgres -- psql -l", "dangerous:root"),
+        ("pkexec ls /root", "dangerous:root"),
+        ("doas ls", "dangerous:root"),
+        ("find . -name '*.o' -exec rm {} \\;", "dangerous:find-delete"),
+        ("ls | parallel rm", "dangerous:xargs-rm"),
+        ("setsid make", "ordinary"),
+        ("flock /tmp/l make test", "ordinary"),
+    ],
+)
+def test_wrappers_keep_their_rules(command: str, rule: str) -> None:
+    assert judge(command).rule == rule
