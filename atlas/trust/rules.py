@@ -17,7 +17,6 @@ from atlas.config import TrustSettings  # noqa: F401  (re-exported: the [trust] 
 from atlas.trust.command_words import (
     Context,
     arguments,
-    build_files,
     clean,
     created_venvs,
     expand,
@@ -27,25 +26,21 @@ from atlas.trust.command_words import (
     quoted_globs,
     script_argument,
     sensitive_write,
-    shebang_language,
     short_flags,
     without_unknowns,
     written_paths,
 )
-from atlas.trust.home_paths import code_mentions_home
 from atlas.trust.normalise import (
-    MAX_COMMAND_CHARS,
     SUBSTITUTION,
     Analysis,
     Part,
     analyse,
-    code_parts,
     inline_code,
     interpreter_of,
 )
-from atlas.trust.outside import code_sends, metadata_address
-from atlas.trust.parse import Scope, Walker
+from atlas.trust.outside import metadata_address
 from atlas.trust.reach import destroy_verdict, home_verdict, outside_verdict, raw_home_verdict
+from atlas.trust.scripts import Judges, judge_script, written_build_file
 from atlas.trust.subcommands import (
     destructive_sql,
     find_exec_deletes,
@@ -53,10 +48,6 @@ from atlas.trust.subcommands import (
 )
 from atlas.trust.verdict import Verdict
 from atlas.trust.verdict import worst as _worst
-
-# Bytes of a script read through; a larger script cannot be judged, and is asked.
-SCRIPT_LIMIT = 256 * 1024
-SCRIPT_DEPTH = 3  # scripts running scripts, followed this deep
 
 FORMATTERS = {"mkfs", "mke2fs", "mkswap", "wipefs"}  # and mkfs.<type>: mkfs.ext4, mkfs.xfs…
 ROOT_WRAPPERS = {"sudo", "doas", "su", "runuser", "pkexec", "run0"}
@@ -102,14 +93,15 @@ def classify(
 def _judge(command: str, context: Context, depth: int, analysis: Analysis | None = None) -> Verdict:
     analysis = analysis if analysis is not None else analyse(command)
     found = [_raw_rules(command, analysis), _fork_bomb(command, analysis), *_opaque(analysis)]
+    judges = Judges(_judge, _judge_part)
     written: set[str] = set()
     venvs: set[str] = set()  # made on this line: their bin/ scripts come from Python itself
     here = context
     for part in analysis.parts:
         if part.words:
             found.append(_judge_part(part, here))
-            found.append(_judge_script(part, here, depth, written, venvs))
-            found.append(_written_build_file(part, here, written))
+            found.append(judge_script(part, here, depth, written, venvs, judges))
+            found.append(written_build_file(part, here, written))
             written |= written_paths(part, here)
             venvs |= created_venvs(part, here)
             here = _after_cd(part, here)
@@ -400,83 +392,3 @@ def _dangerous(part: Part, context: Context) -> Verdict | None:
     if part.origin != "shell" and head == "rm":
         return guardian("code-delete", f"{part.origin} code deletes files")
     return None
-
-
-# ---------------------------------------------------------------- scripts
-
-
-def _judge_script(
-    part: Part, context: Context, depth: int, written: set[str], venvs: set[str]
-) -> Verdict | None:
-    """Read the script a part runs and judge it by the same rules. A script that cannot be
-    read, or that this same line writes before running it, cannot be judged: it is asked."""
-    name = script_argument(part)
-    if name is None or depth >= SCRIPT_DEPTH:
-        return None
-    expanded = expand(name, context)
-    if not expanded.startswith("/"):
-        return None  # relative and no working folder: judged by its command line only
-    if any(expanded.startswith(venv + "/bin/") for venv in venvs) and expanded not in written:
-        return None  # `python -m venv .venv && . .venv/bin/activate`: written by Python
-    if expanded in written:
-        return _unjudged("script-written", f"{name} is written by this same command line")
-    path = Path(expanded)
-    try:
-        size = path.stat().st_size
-        if size > SCRIPT_LIMIT:
-            return _unjudged("script-too-large", f"{name} is too large to read through")
-        data = path.read_bytes()
-    except OSError as exc:
-        return _unjudged("script-unreadable", f"{name} could not be read ({exc.strerror})")
-    if b"\0" in data[:4096]:
-        return None  # a compiled program: nothing to read through
-    text = data.decode("utf-8", errors="replace")
-    language = interpreter_of(part.head) or shebang_language(text, path)
-    if language in (None, "shell"):
-        verdict = _judge(text, context, depth + 1, _analyse_script(text))
-    else:
-        verdict = _judge_code(language, text, context)
-    if verdict.verdict == "allow":
-        return None
-    return Verdict(verdict.verdict, verdict.rule, f"{name}: {verdict.reason}")
-
-
-def _written_build_file(part: Part, context: Context, written: set[str]) -> Verdict | None:
-    """`printf 'x:\\n\\trm -rf ~' > Makefile && make`: a build file the line writes, then runs."""
-    for name in build_files(part) if written else []:
-        if expand(name, context) in written:
-            return _unjudged("script-written", f"{name} is written by this same command line")
-    return None
-
-
-def _analyse_script(text: str) -> Analysis:
-    """A script file is parsed whole up to SCRIPT_LIMIT (a command line stops at
-    MAX_COMMAND_CHARS): the parse is linear, and a long build script is ordinary."""
-    if len(text) <= MAX_COMMAND_CHARS:
-        return analyse(text)
-    result = Analysis()
-    try:
-        Walker(result, Scope(), 0, []).run(text)
-    except RecursionError:  # the walk is bounded; as in normalise.analyse
-        result.note("too-deep: commands nested too deeply to follow")
-    return result
-
-
-def _unjudged(key: str, reason: str) -> Verdict:
-    return Verdict("ask", f"opaque:{key}", f"{reason}, so it cannot be judged before it runs")
-
-
-def _judge_code(language: str, text: str, context: Context) -> Verdict:
-    """A python/node/perl/ruby… script: what its code runs, sends out, or touches in the home."""
-    found: list[Verdict | None] = [_judge_part(p, context) for p in code_parts(language, text)]
-    sends = code_sends(text) or (
-        ("metadata", f"reads the cloud metadata address {address}")
-        if (address := metadata_address(text))
-        else None
-    )
-    if sends:
-        found.append(Verdict("ask", f"outside:{sends[0]}", sends[1]))
-    home = code_mentions_home(text, context)
-    if home:
-        found.append(Verdict("ask", f"home:{home}", "the script names the Atlas home"))
-    return _worst(found)
