@@ -43,6 +43,10 @@ HINT = (
     "network only through Atlas's proxy); if the command really needs more, run it again with "
     "sandbox=false: the person is asked every time]"
 )
+READ_ONLY_HINT = (
+    "\n[this conversation is in read-only mode: commands can write nowhere, not even in the "
+    "workspace (only a private /tmp)]"
+)
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class Launch:
     cwd: Path
     sandboxed: bool
     hidden: tuple[str, ...] = ()  # what the sandbox hides: a command failing on one was stopped
+    read_only: bool = False
 
 
 def domain_asker(run: RunContext) -> DomainAsker:
@@ -131,7 +136,7 @@ async def launch(
         policy = sandbox_policy(run, workdir, socket)
         hidden = tuple(str(path) for path in policy.hidden)
         argv = sandbox_argv(argv, policy)
-        yield Launch(command, argv, dict(policy.env), Path("/"), True, hidden)
+        yield Launch(command, argv, dict(policy.env), Path("/"), True, hidden, policy.read_only)
 
 
 async def _probe_off_loop() -> None:
@@ -144,6 +149,8 @@ def with_hint(output: str, launch: Launch) -> str:
     """The output, and a hint when it shows the sandbox stopping the command."""
     if not launch.sandboxed:
         return output
+    if launch.read_only and "Read-only file system" in output:
+        return output + READ_ONLY_HINT
     if BLOCKED.search(output) or _hidden_missing(output, launch.hidden):
         return output + HINT
     return output
