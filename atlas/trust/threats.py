@@ -99,7 +99,8 @@ _SOURCES: list[tuple[str, str]] = [
     ),
     (
         "a command that sends secrets out",
-        r"\b(?:curl|wget|nc|ncat|http)\b[^\n]*(?:\$\{?[a-z_]*(?:key|token|secret|password)|"
+        # Bounded gaps: an unbounded `[^\n]*` here is quadratic on a line of repeated "curl".
+        r"\b(?:curl|wget|nc|ncat|http)\b[^\n]{0,300}?(?:\$\{?[a-z_]{0,40}(?:key|token|secret|password)|"
         r"~/\.ssh|\.env\b|/etc/shadow)",
     ),
     (
