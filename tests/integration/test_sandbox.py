@@ -30,6 +30,7 @@ SECRET = "sk-sandbox-test-7f3a9c1e5b"
 MARKS = {
     ".ssh/id_rsa": "MARK-ssh-private-key",
     ".aws/credentials": "MARK-aws-credentials",
+    ".netrc": "machine example.com password MARK-netrc",  # a file: hidden behind an empty one
     "vault/token.txt": "MARK-vault-outside-the-home",
     ".atlas/vault/inside.txt": "MARK-vault-inside-the-home",
     ".atlas/mcp.json": '{"mcpServers": {}, "x": "MARK-mcp"}',
