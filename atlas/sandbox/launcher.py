@@ -150,6 +150,16 @@ def _real(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
+def _runtime_under(tmp: Path, env: Mapping[str, str]) -> list[Path]:
+    """Atlas's own Python, its package and the PATH's folders, where they live under /tmp (a
+    checkout or a CI clone there): the private /tmp would hide the programs a sandbox runs."""
+    import atlas
+
+    places = [Path(sys.prefix), Path(sys.base_prefix), Path(atlas.__file__).parent.parent]
+    places += [Path(entry) for entry in env.get("PATH", "").split(os.pathsep) if entry]
+    return [place for place in places if place.is_absolute() and _under(_real(place), tmp)]
+
+
 def _mounts(policy: SandboxPolicy) -> tuple[list[tuple[Path, list[str]]], list[Path]]:
     """Every mount after the root's, with the path it lands on; and the hidden folders to make
     read-only once everything below them is mounted."""
@@ -161,7 +171,7 @@ def _mounts(policy: SandboxPolicy) -> tuple[list[tuple[Path, list[str]]], list[P
     for path in map(_real, policy.writable):
         if path.exists():
             bound.append((path, [mode, str(path), str(path)]))
-    for path in map(_real, policy.readable):
+    for path in map(_real, (*policy.readable, *_runtime_under(tmp, policy.env))):
         if path.is_dir():
             bound.append((path, ["--ro-bind", str(path), str(path)]))
     visible = [p for p, _ in bound]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
+import secrets
 import shutil
 import zipfile
 from collections.abc import AsyncIterator
@@ -27,14 +29,17 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewra
 
 KEY_ENV = "ATLAS_SANDBOX_TEST_PROVIDER"
 SECRET = "sk-sandbox-test-7f3a9c1e5b"
+# Made at run time: a checkout under /tmp is visible to commands (read-only), and this file's own
+# text must not count as a leak when `grep -r` reaches it.
+MARK = "M" + secrets.token_hex(5)
 MARKS = {
-    ".ssh/id_rsa": "MARK-ssh-private-key",
-    ".aws/credentials": "MARK-aws-credentials",
-    ".netrc": "machine example.com password MARK-netrc",  # a file: hidden behind an empty one
-    "vault/token.txt": "MARK-vault-outside-the-home",
-    ".atlas/vault/inside.txt": "MARK-vault-inside-the-home",
-    ".atlas/mcp.json": '{"mcpServers": {}, "x": "MARK-mcp"}',
-    ".atlas/atlas.db": "MARK-database",
+    ".ssh/id_rsa": f"{MARK}-ssh-private-key",
+    ".aws/credentials": f"{MARK}-aws-credentials",
+    ".netrc": f"machine example.com password {MARK}-netrc",  # a file: hidden behind an empty one
+    "vault/token.txt": f"{MARK}-vault-outside-the-home",
+    ".atlas/vault/inside.txt": f"{MARK}-vault-inside-the-home",
+    ".atlas/mcp.json": json.dumps({"mcpServers": {}, "x": f"{MARK}-mcp"}),
+    ".atlas/atlas.db": f"{MARK}-database",
 }
 
 
@@ -47,10 +52,10 @@ async def person(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterat
     config = BASE_CONFIG.format(base_url="http://127.0.0.1:9/v1").replace(
         "max_retries = 0", f'max_retries = 0\napi_key_env = "{KEY_ENV}"'
     )
-    config += f'# MARK-config\n[trust]\nvault = "{person}/vault"\n'
+    config += f'# {MARK}-config\n[trust]\nvault = "{person}/vault"\n'
     home = make_home(person / ".atlas", config=config)
     with (home.main_bot.root / "bot.toml").open("a") as bot_toml:
-        bot_toml.write("# MARK-bot-toml\n")
+        bot_toml.write(f"# {MARK}-bot-toml\n")
     for name, text in MARKS.items():
         (person / name).parent.mkdir(parents=True, exist_ok=True)
         (person / name).write_text(text)
@@ -113,12 +118,12 @@ async def test_secrets_and_atlas_files_cannot_be_read(person: Home) -> None:
     command = (
         f"cat {files} ~/.atlas/config.toml ~/.atlas/bots/atlas/bot.toml; ls -la ~/.atlas ~/.ssh; "
         "umount -l ~/.atlas ~/.ssh ~/vault; unshare -Urm sh -c 'umount -l ~/.atlas; cat "
-        "~/.atlas/config.toml'; grep -r MARK ~ /tmp 2>/dev/null; env; "
+        f"~/.atlas/config.toml'; grep -r {MARK} ~ /tmp 2>/dev/null; env; "
         "cat /proc/$PPID/environ /proc/1/environ; "
         "cat /proc/[0-9]*/environ | tr '\\0' '\\n'"
     )
     output = await sh(run_context(person), command)
-    assert "MARK" not in output
+    assert MARK not in output
     assert SECRET not in output and KEY_ENV not in output
     assert "notes.txt" not in output  # ls ~/.atlas, ~/.ssh: empty
 
@@ -163,13 +168,13 @@ async def test_granted_paths_writable_and_hidden_paths_gone(person: Home) -> Non
     root = person.root.parent
     (root / "projects").mkdir()
     (root / "private").mkdir()
-    (root / "private" / "diary").write_text("MARK-diary")
+    (root / "private" / "diary").write_text(f"{MARK}-diary")
     with (person.main_bot.root / "bot.toml").open("a") as bot_toml:
         bot_toml.write('[sandbox]\nwritable = ["~/projects"]\nhidden = ["~/private"]\n')
     home = Home(person.root)
     output = await sh(run_context(home), "echo made > ~/projects/new; cat ~/private/diary")
     assert (root / "projects" / "new").read_text() == "made\n"
-    assert "MARK" not in output
+    assert MARK not in output
 
 
 def small_wheel(folder: Path) -> Path:

@@ -68,6 +68,17 @@ def test_read_only_binds_the_workspace_read_only(tmp_path: Path) -> None:
     assert "--bind" not in argv and pairs(argv, "--ro-bind")[-1] == str(tmp_path)
 
 
+def test_programs_under_tmp_stay_visible_read_only(tmp_path: Path) -> None:
+    """A checkout or CI clone under /tmp: the private /tmp must not hide the PATH's programs."""
+    tools = tmp_path / "venv" / "bin"
+    tools.mkdir(parents=True)
+    policy = SandboxPolicy(workspace=tmp_path / "ws", env={"PATH": f"{tools}:/usr/bin"})
+    (tmp_path / "ws").mkdir()
+    argv = sandbox_argv(["true"], policy)
+    assert f"--ro-bind {tools} {tools}" in " ".join(argv)
+    assert "--ro-bind /usr/bin" not in " ".join(argv)  # outside /tmp: the read-only root has it
+
+
 def test_a_proxy_socket_is_bridged_and_named_in_the_environment(tmp_path: Path) -> None:
     socket = tmp_path / "proxy.sock"
     socket.touch()
