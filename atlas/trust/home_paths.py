@@ -72,13 +72,22 @@ def touches_home(word: str, context: Context, *, tree: bool = False) -> str | No
     homes, spaces = _roots(context)
     if has_glob(path):
         return _glob_touches(path, homes, spaces, context, tree)
-    for candidate in {path, os.path.realpath(path)}:
+    for candidate in {path, _realpath(path)}:
         for home in homes:
             if _inside(candidate, home) and not any(_inside(candidate, s) for s in spaces):
                 return label(candidate, home, context)
             if tree and _inside(home, candidate):
                 return "above"
     return None
+
+
+def _realpath(path: str) -> str:
+    """The path with its links resolved, or as written where a link cannot be read (some of
+    /proc's, such as /proc/1/root, refuse even root in a container)."""
+    try:
+        return os.path.realpath(path)
+    except OSError:
+        return path
 
 
 def _named_after_unknown(path: str, context: Context) -> str | None:

@@ -191,6 +191,11 @@ class RuleGate(BaseGate):
             return Verdict(
                 "ask", "opaque:timeout", "too complex to judge quickly; a person decides"
             )
+        except Exception:  # a fault in the rules must never let a call through, nor end the turn
+            log.exception("gate: judging failed; the call is asked")
+            return Verdict(
+                "ask", "opaque:judge-error", "the gate could not judge it; a person decides"
+            )
 
     def _classify_kwargs(self, run: RunContext, cwd: Path | None) -> dict[str, Any]:
         kwargs: dict[str, Any] = {

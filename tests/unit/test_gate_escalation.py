@@ -141,6 +141,20 @@ async def test_judging_runs_off_the_loop_and_a_slow_judgment_is_asked(
     assert isinstance(denied, Deny) and denied.rule == "opaque:timeout"
 
 
+async def test_a_fault_in_the_rules_is_asked_never_allowed(
+    run: RunContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken_classify(command: str, **kwargs: object) -> object:
+        raise PermissionError(13, "Permission denied", "/proc/1/root")
+
+    monkeypatch.setattr(policy, "classify", broken_classify)
+    person = Person(DENY)
+    run.ask = person
+    decision = await judge(RuleGate(run.home, None, None), run, run_command, command="ls")
+    assert isinstance(decision, Deny) and decision.rule == "opaque:judge-error"
+    assert "could not judge" in person.asked[0][0]
+
+
 class ScopedGate(BaseGate):
     """Asks with a scope named in the question, as a rule may for a family of calls."""
 
