@@ -196,7 +196,6 @@ GUARDIAN = [
     "python3 - <<EOF\nprint(1)\nEOF",
     "bash <<'EOF'\necho hi\nEOF",
     "bash <<< 'echo hi'",
-    "xargs -0 rm -rf < list",
     "diff <(ls a) <(ls b)",
     "tee >(gzip > out.gz) < in",
     "echo 'export X=1' >> ~/.bashrc",
@@ -587,6 +586,10 @@ OPAQUE = [
     'echo \'{"scripts": {"test": "rm -rf ~"}}\' > package.json && npm test',
     "make -f /dev/stdin <<< 'x:'",
     "IFS=,; c='rm,-rf,/'; $c",
+    "xargs -a <(echo ~) rm -rf",
+    "ls | xargs rm -rf",
+    "cat dirs.txt | parallel rm -r",
+    "xargs -0 rm -rf < list",
 ]
 
 # Disguises of destructive commands (issue #18): blocked in every mode.
