@@ -58,3 +58,15 @@ async def close_test_stores() -> None:
 
 
 _STORES: dict = {}
+
+
+class Person:
+    """Answers every question the same way and keeps what it was asked, with the choices."""
+
+    def __init__(self, answer: str | None) -> None:
+        self.answer = answer
+        self.asked: list[tuple[str, list[str]]] = []
+
+    async def __call__(self, question: str, choices: list[str]) -> str | None:
+        self.asked.append((question, choices))
+        return self.answer

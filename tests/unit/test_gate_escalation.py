@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from atlas.providers.base import ToolCall
-from atlas.tools.registry import RunContext, Tool, tool
+from atlas.tools.registry import RunContext, Tool
+from atlas.tools.shell import run_command
 from atlas.trust import policy
 from atlas.trust.gate import (
     ALLOW_CONVERSATION,
@@ -25,23 +26,7 @@ from atlas.trust.gate import (
     settle,
 )
 from atlas.trust.policy import RuleGate
-from tests.helpers import make_home, run_context
-
-
-@tool()
-async def run_command(run: RunContext, command: str, sandbox: bool = True) -> str:
-    """A stand-in with run_command's agreed arguments (docs: INTERFACES, `sandbox`)."""
-    return command
-
-
-class Person:
-    def __init__(self, answer: str) -> None:
-        self.answer = answer
-        self.asked: list[tuple[str, list[str]]] = []
-
-    async def __call__(self, question: str, choices: list[str]) -> str:
-        self.asked.append((question, choices))
-        return self.answer
+from tests.helpers import Person, make_home, run_context
 
 
 @pytest.fixture

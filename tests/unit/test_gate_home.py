@@ -13,7 +13,7 @@ from atlas.tools.catalog import default_registry
 from atlas.tools.registry import RunContext
 from atlas.trust.gate import ALLOW_CONVERSATION, ALLOW_ONCE, DENY, Allow, Deny, settle
 from atlas.trust.policy import RuleGate
-from tests.helpers import make_home, run_context
+from tests.helpers import Person, make_home, run_context
 
 REGISTRY = default_registry()
 
@@ -23,18 +23,6 @@ def run(home_path: Path) -> RunContext:
     run = run_context(make_home(home_path))  # bots/helper/… below: another bot's paths
     run.bot.workspace.mkdir(parents=True, exist_ok=True)
     return run
-
-
-class Person:
-    """Answers every question the same way and keeps what it was asked, with the choices."""
-
-    def __init__(self, answer: str) -> None:
-        self.answer = answer
-        self.asked: list[tuple[str, list[str]]] = []
-
-    async def __call__(self, question: str, choices: list[str]) -> str:
-        self.asked.append((question, choices))
-        return self.answer
 
 
 async def judge(run: RunContext, tool: str, **args: object) -> Allow | Deny:
