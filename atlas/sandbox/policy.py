@@ -17,12 +17,37 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# The person's credentials, relative to their home folder.
+# The person's secrets, relative to their home folder. Only those that exist cost a mount.
 CREDENTIALS = (
     ".ssh", ".aws", ".gnupg", ".config/gcloud", ".netrc", ".docker", ".kube",
     ".git-credentials", ".config/gh", ".pypirc", ".npmrc", ".password-store",
     ".local/share/keyrings",
+    # Tokens of other tools and clouds.
+    ".azure", ".oci", ".config/doctl", ".terraform.d", ".vault-token", ".config/hub",
+    ".config/op", ".config/git/credentials", ".cargo/credentials", ".cargo/credentials.toml",
+    ".gem/credentials", ".m2/settings.xml", ".m2/settings-security.xml",
+    ".gradle/gradle.properties", ".pgpass", ".my.cnf", ".s3cfg", ".boto", ".config/rclone",
+    ".mc", ".kaggle", ".huggingface", ".cache/huggingface/token", ".config/configstore",
+    ".wrangler", ".fly", ".config/sops", ".config/age", ".config/filezilla",
+    ".composer/auth.json", ".config/composer/auth.json", ".codex", ".claude", ".claude.json",
+    ".gemini", ".config/github-copilot", ".config/solana",
+    # What the person typed: shells, REPLs and databases keep it (passwords pasted included).
+    ".bash_history", ".zsh_history", ".history", ".python_history", ".psql_history",
+    ".mysql_history", ".sqlite_history", ".node_repl_history", ".rediscli_history",
+    ".lesshst", ".viminfo", ".local/share/fish/fish_history",
+    # Browser, mail and messenger profiles: cookies are logged-in sessions; saved passwords.
+    ".mozilla", ".thunderbird", ".config/chromium", ".config/google-chrome",
+    ".config/google-chrome-beta", ".config/BraveSoftware", ".config/microsoft-edge",
+    ".config/vivaldi", ".config/opera", "snap/firefox", "snap/chromium", ".var/app", ".pki",
+    ".config/Slack", ".config/discord", ".config/Signal", ".local/share/TelegramDesktop",
+    ".config/evolution", ".local/share/evolution",
+    # Wallets and other keyrings.
+    ".bitcoin", ".electrum", ".ethereum", ".local/share/kwalletd",
 )  # fmt: skip
+# Readable only by root, so hidden only from a root sandbox (an ordinary user cannot read them):
+# the password hashes and the machine's own SSH keys.
+ROOT_SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-")
+ROOT_SECRET_GLOBS = ("/etc/ssh/ssh_host_*key",)
 # Unix sockets are not fenced by the network namespace: the Docker socket, the D-Bus buses and
 # the per-user agents (ssh, gpg) live under /run. A command has no business there.
 SYSTEM_HIDDEN = (Path("/run"),)
@@ -64,17 +89,40 @@ def _expand(raw: str, base: Path, person: Path) -> Path:
     return path if path.is_absolute() else base / path
 
 
+def _root_secrets() -> list[Path]:
+    """The root-only secret files this process can read (none unless it runs as root)."""
+    found = [Path(name) for name in ROOT_SECRETS]
+    for pattern in ROOT_SECRET_GLOBS:
+        found += Path("/").glob(pattern.lstrip("/"))
+    return [path for path in found if os.access(path, os.R_OK)]
+
+
+def _under(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
 def _granted(home: Home, bot: Bot, vault: Path, person: Path) -> tuple[Path, ...]:
     """bot.toml's writable paths, less any inside the Atlas home or the vault (those stay
-    hidden whatever a bot.toml says: it would undo the sandbox)."""
+    hidden whatever a bot.toml says: it would undo the sandbox), and less any written inside the
+    workspace that a link there leads out of it (the bot made that link: it would choose where
+    it may write)."""
     granted = []
     root, workspace = home.root.resolve(), bot.workspace.resolve()
     for raw in bot.settings.sandbox.writable:
-        path = _expand(raw, workspace, person).resolve()
-        inside = [f for f in (root, vault) if path == f or f in path.parents or path in f.parents]
-        if inside and not (path == workspace or workspace in path.parents):
+        written = _expand(raw, workspace, person)
+        path = written.resolve()
+        inside = [f for f in (root, vault) if _under(path, f) or path in f.parents]
+        if inside and not _under(path, workspace):
             log.warning(
                 "sandbox: %s of bot %s is not granted: it holds Atlas's files", raw, bot.name
+            )
+            continue
+        if _under(Path(os.path.normpath(written)), workspace) and not _under(path, workspace):
+            log.warning(
+                "sandbox: %s of bot %s is not granted: a link in the workspace leads to %s",
+                raw,
+                bot.name,
+                path,
             )
             continue
         granted.append(path)
@@ -90,7 +138,7 @@ def policy_for(
     person = _person_home()
     vault = vault_of(home)
     hidden = [home.root.resolve(), vault, *(person / name for name in CREDENTIALS)]
-    hidden += SYSTEM_HIDDEN
+    hidden += [*SYSTEM_HIDDEN, *_root_secrets()]
     for raw in (*home.settings.sandbox.hidden, *bot.settings.sandbox.hidden):
         hidden.append(_expand(raw, person, person))
     tmp = Path(os.path.realpath("/tmp"))

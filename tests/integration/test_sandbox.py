@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import secrets
 import shutil
 import zipfile
@@ -210,3 +211,52 @@ async def test_ordinary_work_runs(person: Home) -> None:
     assert "venv-ok" in output and output.endswith("1\n[exit code 0]"), output
     assert (workspace / "out.txt").read_text() == "built\n"
     assert (workspace / "repo" / ".git").is_dir()
+
+
+# Red team, issue 17: secrets beyond the first list, each read by a real command.
+MORE_SECRETS = [
+    ".bash_history",
+    ".python_history",
+    ".mozilla/firefox/abc.default/cookies.sqlite",
+    ".config/chromium/Default/Cookies",
+    ".config/google-chrome/Default/Login Data",
+    ".codex/auth.json",
+    ".claude/.credentials.json",
+    ".azure/accessTokens.json",
+    ".config/rclone/rclone.conf",
+    ".pgpass",
+    ".cargo/credentials.toml",
+    ".local/share/TelegramDesktop/tdata/key",
+    ".ethereum/keystore/key",
+]
+
+
+async def test_browser_profiles_histories_and_tool_tokens_cannot_be_read(person: Home) -> None:
+    root = person.root.parent
+    for name in MORE_SECRETS:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(f"{MARK}:{name}")
+    output = await sh(run_context(person), f"grep -r {MARK} ~ 2>/dev/null; true")
+    assert MARK not in output, output
+
+
+@pytest.mark.skipif(
+    not Path("/etc/shadow").exists() or not os.access("/etc/shadow", os.R_OK),
+    reason="only a root sandbox could read /etc/shadow",
+)
+async def test_root_only_secrets_are_hidden_from_a_root_sandbox(person: Home) -> None:
+    output = await sh(run_context(person), "cat /etc/shadow /etc/gshadow; echo end")
+    assert "root:" not in output and "end" in output, output
+
+
+async def test_a_link_in_the_workspace_does_not_turn_a_grant_elsewhere(person: Home) -> None:
+    """A grant written inside the workspace is not followed out of it by a link the bot made:
+    else the bot would choose where it may write (~/.config/autostart, ~/.local/bin...)."""
+    root = person.root.parent
+    (root / ".config" / "autostart").mkdir(parents=True)
+    await sh(run_context(person), f"ln -s {root}/.config/autostart out; ls -l out")
+    with (person.main_bot.root / "bot.toml").open("a") as bot_toml:
+        bot_toml.write('[sandbox]\nwritable = ["out"]\n')
+    output = await sh(run_context(Home(person.root)), "echo '[Desktop Entry]' > out/evil.desktop")
+    assert list((root / ".config" / "autostart").iterdir()) == []
+    assert "Read-only file system" in output
