@@ -160,6 +160,22 @@ def _runtime_under(tmp: Path, env: Mapping[str, str]) -> list[Path]:
     return [place for place in places if place.is_absolute() and _under(_real(place), tmp)]
 
 
+def _pins(bound: list[tuple[Path, list[str]]], hidden: list[Path]) -> list[tuple[Path, list[str]]]:
+    """Each folder between a writable mount and a path hidden inside it, bound onto itself as it
+    was: a mount point cannot be renamed, so no command can move what is hidden out from under
+    its hiding place (`mv ~/.local/share x`), for the next command to find it unhidden."""
+    pins: dict[Path, list[str]] = {}
+    for top, options in bound:
+        if options[0] != "--bind":
+            continue  # read-only: nothing in it can be moved
+        for path in hidden:
+            for folder in path.parents:
+                if folder == top or top not in folder.parents:
+                    break
+                pins.setdefault(folder, ["--bind", str(folder), str(folder)])
+    return list(pins.items())
+
+
 def _mounts(policy: SandboxPolicy) -> tuple[list[tuple[Path, list[str]]], list[Path]]:
     """Every mount after the root's, with the path it lands on; and the hidden folders to make
     read-only once everything below them is mounted."""
@@ -185,6 +201,7 @@ def _mounts(policy: SandboxPolicy) -> tuple[list[tuple[Path, list[str]]], list[P
             hidden_dirs.append(path)
         else:
             mounts.append((path, ["--ro-bind", "/dev/null", str(path)]))
+    mounts += _pins(bound, [path for path, options in mounts[len(bound) :]])
     # A folder is mounted before what lies inside it: the home is hidden, then its workspace
     # bound back; a granted folder is bound, then the credentials inside it hidden again.
     mounts.sort(key=lambda item: len(item[0].parts))

@@ -44,9 +44,13 @@ CREDENTIALS = (
     # Wallets and other keyrings.
     ".bitcoin", ".electrum", ".ethereum", ".local/share/kwalletd",
 )  # fmt: skip
-# Readable only by root, so hidden only from a root sandbox (an ordinary user cannot read them):
-# the password hashes and the machine's own SSH keys.
-ROOT_SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-")
+# Readable only by root, so hidden only where this process can read them (as root): the
+# password hashes, TLS private keys, saved Wi-Fi passwords and the machine's own SSH keys.
+ROOT_SECRETS = (
+    "/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/ssl/private",
+    "/etc/letsencrypt/archive", "/etc/letsencrypt/keys", "/etc/NetworkManager/system-connections",
+    "/var/lib/iwd",
+)  # fmt: skip
 ROOT_SECRET_GLOBS = ("/etc/ssh/ssh_host_*key",)
 # Unix sockets are not fenced by the network namespace: the Docker socket, the D-Bus buses and
 # the per-user agents (ssh, gpg) live under /run. A command has no business there.

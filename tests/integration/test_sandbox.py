@@ -260,3 +260,29 @@ async def test_a_link_in_the_workspace_does_not_turn_a_grant_elsewhere(person: H
     output = await sh(run_context(Home(person.root)), "echo '[Desktop Entry]' > out/evil.desktop")
     assert list((root / ".config" / "autostart").iterdir()) == []
     assert "Read-only file system" in output
+
+
+async def test_what_is_hidden_in_a_granted_folder_cannot_be_moved_out_of_hiding(
+    person: Home,
+) -> None:
+    """One command renames the folder holding a hidden path; the next would read it unhidden."""
+    root = person.root.parent
+    for name in (".local/share/keyrings/login.keyring", "projects/app/.env"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(f"{MARK}:{name}")
+    with (person.main_bot.root / "bot.toml").open("a") as bot_toml:
+        bot_toml.write(
+            '[sandbox]\nwritable = ["~/.local", "~/projects"]\nhidden = ["~/projects/app/.env"]\n'
+        )
+    home = Home(person.root)
+    moved = await sh(
+        run_context(home), "mv ~/.local/share ~/.local/s2; mv ~/projects/app ~/projects/a2; true"
+    )
+    assert moved.count("Device or resource busy") == 2, moved
+    output = await sh(
+        run_context(home),
+        "cat ~/.local/s2/keyrings/* ~/projects/a2/.env ~/.local/share/keyrings/* "
+        "~/projects/app/.env; echo x > ~/projects/app/new && echo still-writable",
+    )
+    assert MARK not in output and "still-writable" in output, output
+    assert (root / ".local/share/keyrings/login.keyring").exists()
