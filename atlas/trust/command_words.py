@@ -217,6 +217,8 @@ def script_argument(part: Part) -> str | None:
         option = rest.pop(0)
         if option in VALUED_INTERPRETER_OPTIONS and rest:
             rest.pop(0)
+    if rest[:1] == ["<"] and len(rest) > 1 and not rest[1].startswith("/dev/"):
+        return rest[1]  # `bash -s < x.sh`, `python < x.py`: the file fed on stdin is the script
     if not rest or rest[0].startswith(("<", ">")) or is_redirect(rest[0]):
         return None  # `bash <<< CODE`, `python < x.py`: code from stdin, judged elsewhere
     return rest[0]
@@ -250,6 +252,13 @@ def written_paths(part: Part, context: Context) -> set[str]:
     elif head == "wget":
         given = option_value(words, ("-O", "--output-document"))
         targets += [given] if given else [Path(a).name for a in args if "://" in a]
+    elif head in ("sed", "perl", "gsed") and any(
+        w.startswith(("-i", "--in-place")) or re.fullmatch(r"-[a-zA-Z]*i[a-zA-Z]*", w)
+        for w in words[1:]
+    ):
+        targets += args  # edited in place: the script and files alike (only names compared)
+    elif head in ("npm", "pnpm", "yarn", "bun") and args[:2] == ["pkg", "set"]:
+        targets.append("package.json")  # `npm pkg set scripts.test=…`
     targets += [w[3:] for w in words if w.startswith("of=")]
     return {expand(t, context) for t in targets if t}
 

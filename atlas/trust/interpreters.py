@@ -16,10 +16,11 @@ INTERPRETERS = {
     "python": "python", "pypy": "python", "perl": "perl", "node": "node", "nodejs": "node",
     "ruby": "ruby", "deno": "node", "bun": "node", "php": "php", "lua": "lua", "luajit": "lua",
     "awk": "awk", "gawk": "awk", "mawk": "awk", "nawk": "awk",
+    "tclsh": "tcl", "wish": "tcl", "expect": "tcl", "jimsh": "tcl",
 }  # fmt: skip
 INLINE_FLAGS = {
     "python": {"-c"}, "perl": {"-e", "-E"}, "ruby": {"-e"}, "php": {"-r", "-R", "-B", "-E"},
-    "node": {"-e", "--eval", "-p", "--print"}, "lua": {"-e"},
+    "node": {"-e", "--eval", "-p", "--print"}, "lua": {"-e"}, "tcl": {"-c"},
 }  # fmt: skip
 SHELL_VALUED = {"-o", "+o", "-O", "+O", "--rcfile", "--init-file"}
 AWK_VALUED = {"-F", "-v", "--field-separator", "--assign", "-i", "--include", "-l", "--load"}
@@ -162,9 +163,15 @@ def string_list(text: str, start: int) -> tuple[list[str], int] | None:
     index += 1
     while index < len(text) and text[index] != closer and len(items) < 256:
         literal = string_literal(text, index)
-        if literal is not None:
+        if literal is not None and not _transformed(text, literal[1]):
             items.append(literal[0])
             index = literal[1]
+            continue
+        if literal is not None:  # `'r'+'m'`, `'mr'[::-1]`: built at run time
+            items.append(SUBSTITUTION)
+            index = literal[1]
+            while index < len(text) and text[index] not in ",]}":
+                index += 1
             continue
         elif text[index] not in " \t\n,":
             items.append(SUBSTITUTION)
@@ -185,8 +192,8 @@ def _run_call(code: str, start: int, analyse: Analyse, depth: int) -> list[Part]
     if listed is not None:
         return [Part(listed[0] or [SUBSTITUTION])]
     literal = string_literal(code, start)
-    if literal is None:
-        return [Part([SUBSTITUTION])]
+    if literal is None or _transformed(code, literal[1]):
+        return [Part([SUBSTITUTION])]  # a variable, or a string joined, sliced or formatted
     after = code[literal[1] : literal[1] + 300].lstrip(" \t\n")
     if after[:1] == ",":  # spawn("rm", ["-rf", "/"]), Deno.Command("rm", {args: [...]})
         closing = after.find(")")
@@ -194,7 +201,25 @@ def _run_call(code: str, start: int, analyse: Analyse, depth: int) -> list[Part]
         if 0 <= opening < (closing if closing >= 0 else len(after)):
             arguments = string_list(after, opening)
             return [Part([literal[0], *(arguments[0] if arguments else [SUBSTITUTION])])]
-    return analyse(literal[0], depth + 1) or [Part([SUBSTITUTION])]
+    return _no_bare_shell(analyse(literal[0], depth + 1))
+
+
+def _transformed(code: str, end: int) -> bool:
+    """A literal that is joined (`+`, `.`, `..`), sliced, indexed or formatted (`%`) before use."""
+    after = code[end : end + 8].lstrip(" \t\n")
+    return after[:1] in ("+", "[", "%", "*") or after[:1] == "." and not after[1:2].isdigit()
+
+
+def _no_bare_shell(parts: list[Part]) -> list[Part]:
+    """`popen("sh")`, awk's `print … | "sh"`: a shell or interpreter fed what the code writes
+    runs code that cannot be read, like `… | sh`."""
+    from atlas.trust.command_words import script_argument
+
+    for part in parts:
+        language = language_of(part.head) if part.words else None
+        if language and inline_code(part, every=True) is None and script_argument(part) is None:
+            return [Part([SUBSTITUTION])]
+    return parts or [Part([SUBSTITUTION])]
 
 
 def _delete_call(recursive: bool) -> Callable[[str, int, Analyse, int], list[Part]]:
@@ -211,7 +236,7 @@ def _delete_call(recursive: bool) -> Callable[[str, int, Analyse, int], list[Par
 def _shell_string(code: str, start: int, analyse: Analyse, depth: int) -> list[Part]:
     """A string the shell runs: a backtick `…` or awk's `| "cmd"` / `"cmd" | getline`."""
     literal = string_literal(code, start)
-    return analyse(literal[0], depth + 1) if literal else [Part([SUBSTITUTION])]
+    return _no_bare_shell(analyse(literal[0], depth + 1)) if literal else [Part([SUBSTITUTION])]
 
 
 def _file_write(code: str, start: int, analyse: Analyse, depth: int) -> list[Part]:
@@ -219,6 +244,15 @@ def _file_write(code: str, start: int, analyse: Analyse, depth: int) -> list[Par
     return [Part(["tee", literal[0] if literal else SUBSTITUTION])]
 
 
+def _tcl_words(code: str, start: int, analyse: Analyse, depth: int) -> list[Part]:
+    """Tcl's `exec rm -rf ~` and expect's `spawn …`: the words up to `;`, `]` or a new line."""
+    end = start
+    while end < len(code) and code[end] not in ";]\n" and end - start < 2000:
+        end += 1
+    return _no_bare_shell(analyse(code[start:end], depth + 1))
+
+
+Maker = Callable[[str, int, Analyse, int], list[Part]]
 RUN, RM, RMTREE = _run_call, _delete_call(False), _delete_call(True)
 NODE_RULES = [
     (r"\b(?:rmSync|rmdirSync|promises\.rm|fs\.rm|fs\.rmdir|Deno\.remove|removeSync)\b", RM),
@@ -233,6 +267,7 @@ CODE_RULES: dict[str, list[tuple[str, Callable[[str, int, Analyse, int], list[Pa
         (r"\bPath(?=\([^)\n]{0,300}\)\.(?:unlink|rmdir)\b)", RM),
         (r"\b(?:os\.system|os\.popen|subprocess\.\w+|os\.exec\w*|os\.spawn\w*|pty\.spawn)\b", RUN),
         (r"\b(?:check_output|check_call|Popen|getoutput|getstatusoutput)\b", RUN),
+        (r"(?<=\)\.)(?:system|popen)\b", RUN),  # `__import__('os').system(…)`
     ],
     "node": NODE_RULES,
     "perl": [
@@ -253,6 +288,7 @@ CODE_RULES: dict[str, list[tuple[str, Callable[[str, int, Analyse, int], list[Pa
         (r"(?=`)", _shell_string),
     ],
     "lua": [(r"\b(?:os\.execute|io\.popen)\b", RUN), (r"\bos\.remove\b", RM)],
+    "tcl": [(r"\b(?:exec|spawn)\b", _tcl_words), (r"\bfile\s+delete\b", RM)],
     "awk": [
         (r"\bsystem\b", RUN),
         (r"\|&?(?=\s*\")", _shell_string),  # print … | "cmd"
@@ -279,7 +315,10 @@ OPAQUE_MARKERS = {
 def code_parts(language: str, code: str, analyse: Analyse, depth: int = 0) -> list[Part]:
     """What a piece of python, perl, node, ruby, php, lua or awk code would do, as shell parts."""
     parts: list[Part] = []
-    for pattern, make in COMPILED.get(language, []):
+    rules = COMPILED.get(language, [])
+    if language == "python":
+        rules = rules + _python_aliases(code)
+    for pattern, make in rules:
         for match in pattern.finditer(code):
             parts.extend(make(code, match.end(), analyse, depth))
             if len(parts) > 256:
@@ -287,6 +326,22 @@ def code_parts(language: str, code: str, analyse: Analyse, depth: int = 0) -> li
     for part in parts:
         part.origin = language if part.origin == "shell" else part.origin
     return parts
+
+
+PYTHON_ALIAS = re.compile(r"\bimport\s+(?:subprocess|os|shutil|pty)\s+as\s+(\w{1,40})")
+PYTHON_FROM = re.compile(r"\bfrom\s+(?:subprocess|os|shutil|pty)\s+import\s+([\w ,]{1,300})")
+
+
+def _python_aliases(code: str) -> list[tuple[re.Pattern[str], Maker]]:
+    """`import subprocess as s; s.run([...])`, `from os import system; system(...)`."""
+    names = [m.group(1) + r"\.\w+" for m in PYTHON_ALIAS.finditer(code[:100_000])][:16]
+    for found in list(PYTHON_FROM.finditer(code[:100_000]))[:16]:
+        names += [n.strip() for n in found.group(1).split(",") if n.strip().isidentifier()][:32]
+    rules: list[tuple[re.Pattern[str], Maker]] = []
+    for name in names:
+        make = RMTREE if name == "rmtree" else RM if name in ("remove", "unlink") else RUN
+        rules.append((re.compile(r"(?<![\w.])" + name + r"\b(?=\s*\()"), make))
+    return rules
 
 
 def opaque_reason(language: str, code: str) -> str | None:

@@ -89,6 +89,10 @@ def sends_out(part: Part) -> Found | None:
         return "mail", f"{head} sends mail"
     if any(w.startswith(("/dev/tcp/", "/dev/udp/")) for w in words):
         return "socket", "opens a network connection through /dev/tcp"
+    if head == "git" and (reason := _git_elsewhere(words)):
+        return "git", reason
+    if head == "autossh" and _ssh_destination(["ssh", *words[1:]]):
+        return "ssh", "autossh keeps an ssh connection to another machine open"
     if head == "ssh" and _ssh_destination(words):
         return "ssh", f"ssh to {_ssh_destination(words)} runs on, or sends to, another machine"
     if head == "rsync" and any(_remote(w) for w in arguments(part)):
@@ -157,6 +161,21 @@ def _ssh_destination(words: list[str]) -> str | None:
                     rest.pop(0)  # the value is the next word
                 break
     return rest[0] if rest else None
+
+
+def _git_elsewhere(words: list[str]) -> str | None:
+    """`git push URL`, `git push --repo=URL`: a push to a place given on the line (a named
+    remote such as origin is the project's own)."""
+    rest = words[1:]
+    while rest and rest[0].startswith("-"):  # git -C dir, -c key=value
+        rest = rest[2:] if rest[0] in ("-C", "-c", "--git-dir", "--work-tree") else rest[1:]
+    if rest[:1] == ["push"]:
+        given = [w.split("=", 1)[1] for w in rest[1:] if w.startswith("--repo=")]
+        operands = [w for w in rest[1:] if not w.startswith("-")]
+        for url in given + operands[:1]:  # the repository comes first; refspecs follow
+            if ("://" in url and not url.startswith("file:")) or _remote(url):
+                return f"git push sends commits to {url}"
+    return None
 
 
 def _remote(word: str) -> bool:

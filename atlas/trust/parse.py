@@ -145,7 +145,9 @@ class Walker:
         if body is not None:
             self.walk(body)
         words, _, _ = self.judge.redirect_words(redirects)
-        if len(self.analysis.parts) > before:
+        if body is None and words:  # `> ../config.toml` alone: the redirect opens the file
+            self.judge.run([Word(":")], self.wrappers, words, None, None, None)
+        elif len(self.analysis.parts) > before:
             self.analysis.parts[-1].words.extend(w.text for w in words)
         self.continuations(redirects)
 

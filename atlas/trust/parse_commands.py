@@ -19,21 +19,22 @@ from atlas.trust.interpreters import (
     language_of,
     opaque_reason,
 )
-from atlas.trust.parse_extras import code_strings, exec_commands
+from atlas.trust.parse_extras import (
+    CODE_VARIABLES,
+    FETCHERS,
+    LOADED_VARIABLES,
+    LOADER,
+    SOURCED_VARIABLES,
+    code_strings,
+    exec_commands,
+    is_decoder,
+)
 from atlas.trust.parse_types import SUBSTITUTION, Part, Word
 from atlas.trust.wrappers import name_of, unwrap
 
 if TYPE_CHECKING:
     from atlas.trust.parse import Upstream, Walker
 
-FETCHERS = {"curl", "wget", "fetch", "aria2c", "http", "https", "xh", "lwp-request", "GET",
-            "nc", "ncat", "netcat", "socat", "ftp", "tftp"}  # fmt: skip
-DECOMPRESSORS = {"uudecode", "gunzip", "zcat", "bunzip2", "bzcat", "xzcat", "unxz", "zstdcat",
-                 "unzstd", "rev", "tr", "lzcat"}  # fmt: skip
-# Variables whose value a program runs as a command (`GIT_SSH_COMMAND="rm -rf ~" git fetch`).
-CODE_VARIABLES = {"GIT_SSH_COMMAND", "GIT_SSH", "GIT_PAGER", "PAGER", "GIT_EDITOR", "EDITOR",
-                  "VISUAL", "GIT_ASKPASS", "SSH_ASKPASS", "PROMPT_COMMAND", "BASH_ENV", "ENV",
-                  "GIT_EXTERNAL_DIFF", "LESSOPEN", "MANPAGER"}  # fmt: skip
 REASONS = {
     "fetched": "fetched-code: {who} runs code downloaded from the network",
     "decoded": "decoded-payload: {who} runs a payload decoded from base64/hex/escapes",
@@ -41,25 +42,6 @@ REASONS = {
     "unknown": "computed-code: {who} runs code held in a variable not set on this line",
     "procsub": "piped-code: {who} runs code produced by a process substitution",
 }
-
-
-def is_decoder(words: list[str]) -> bool:
-    """base64 -d, xxd -r, openssl … -d, printf '\\x..', echo -e '\\x..', gunzip, rev, tr…"""
-    head = name_of(words[0]) if words else ""
-    rest = words[1:]
-    flags = "".join(w[1:] for w in rest if w.startswith("-") and not w.startswith("--"))
-    if head in ("base64", "base32", "basenc", "b64"):
-        return "d" in flags or "D" in flags or "--decode" in rest
-    if head == "xxd":
-        return "r" in flags or "--revert" in rest
-    if head == "openssl":
-        return "d" in flags or "-base64" in rest or "base64" in rest
-    if head in ("gzip", "bzip2", "xz", "zstd", "lz4"):
-        return "d" in flags or "--decompress" in rest
-    if head in ("printf", "echo"):
-        escaped = any("\\x" in w or "\\0" in w or "\\u" in w for w in rest)
-        return escaped and (head == "printf" or "e" in flags)
-    return head in DECOMPRESSORS
 
 
 class CommandJudge:
@@ -91,6 +73,8 @@ class CommandJudge:
         for word_node in _rejoined(word_nodes):
             argv.extend(walker.word_fields(word_node))
         redirect_words, heredoc, fed = self.redirect_words(redirects + extra_redirects)
+        if not argv and redirects:
+            argv = [Word(":")]  # `> ../config.toml` alone truncates the file
         if not argv:
             for name, words in assignments:
                 taint = set().union(*(w.taint for w in words)) if words else set()
@@ -98,12 +82,23 @@ class CommandJudge:
                 known = not (taint & {"computed", "unknown"})
                 walker.scope.variables[name] = value if known else None
         for name, words in assignments:
-            if name in CODE_VARIABLES and words:
-                walker.sub_shell(" ".join(w.text for w in words), walker.wrappers + [name])
+            self.code_variable(name, " ".join(w.text for w in words), walker.wrappers)
         if argv:
             argv = self._alias(argv)
             self.run(argv, walker.wrappers, redirect_words, heredoc, fed, upstream)
         walker.continuations(redirects + extra_redirects)
+
+    def code_variable(self, name: str, value: str, wrappers: list[str]) -> None:
+        """`PAGER='rm -rf ~' man ls`, `BASH_ENV=x bash`, `LD_PRELOAD=x.so ls`: a variable whose
+        value is run, sourced or loaded as code by the program it is given to."""
+        if not value:
+            return
+        if name in SOURCED_VARIABLES:
+            self.walker.sub_shell(f". {value}", wrappers + [name])
+        elif name in CODE_VARIABLES:
+            self.walker.sub_shell(value, wrappers + [name])
+        elif name in LOADED_VARIABLES and (name != "NODE_OPTIONS" or LOADER.search(value)):
+            self.analysis.note(f"computed-code: {name} loads code into the program it starts")
 
     def redirect_words(self, redirects: list[Node]) -> tuple[list[Word], str | None, Word | None]:
         """Redirect operators and targets as words; the heredoc body or here-string fed."""
@@ -162,6 +157,14 @@ class CommandJudge:
         for code in unwrapped.code:
             walker.sub_shell(code, all_wrappers)
         words = unwrapped.words
+        for word in argv[: len(argv) - len(words)]:  # `env BASH_ENV=x bash`, `sudo PAGER=… man`
+            name, equals, value = word.text.partition("=")
+            if equals and name.isupper():
+                self.code_variable(name, value, wrappers)
+        for read in unwrapped.reads:  # `xargs -a FILE`: judged as a file the command reads
+            redirect_words = [*redirect_words, Word("<"), read]
+        if not words and redirect_words and not unwrapped.code:
+            words = [Word(":")]  # `> file`, `exec 3< file`: the redirects still open files
         if unwrapped.reads_stdin:
             self._feeds_shell(unwrapped.reads_stdin, "shell", heredoc, fed, upstream, all_wrappers)
         if not words:
@@ -170,6 +173,9 @@ class CommandJudge:
         head = words[0]
         if head.text.startswith("/") and name_of(head.text) and _named_binary(head.text):
             words = [Word(name_of(head.text), head.glob, head.taint), *words[1:]]
+        separators = (walker.scope.variables.get("IFS") or "").strip(" \t\n")
+        if any(ch in head.text for ch in separators[:16]):  # `IFS=,; c=rm,-rf,~; $c`
+            analysis.note("computed-command: the changed IFS splits the command's name")
         if head.taint & {"computed", "unknown"} or head.text.startswith("$"):
             reason = "fetched-code" if "fetched" in head.taint else "computed-command"
             analysis.note(f"{reason}: the command's name is only known when the line runs")
@@ -226,6 +232,9 @@ class CommandJudge:
         if head == "eval":
             self._runs_words(words[1:], "eval", wrappers + ["eval"])
             return
+        if head == "trap" and len(words) > 2 and not words[1].text.startswith("-"):
+            walker.sub_shell(words[1].text, wrappers + ["trap"])  # runs on a signal or exit
+            return
         if head in ("source", ".") and len(words) > 1:
             if words[1].text in ("/dev/stdin", "-", "/dev/fd/0"):
                 self._feeds_shell(head, "shell", heredoc, fed, upstream, wrappers)
@@ -233,6 +242,9 @@ class CommandJudge:
                 self._taint_note(words[1].taint, head)
             return
         if language is None:
+            return
+        if head in ("deno", "bun") and "-" in part.words[2:] and part.words[1:2] == ["run"]:
+            self._feeds_shell(head, language, heredoc, fed, upstream, wrappers)  # `deno run -`
             return
         if interpreter_of(head) is None and inline_code(part, every=True) is None:
             return  # `bun install`, `deno run x.ts`, awk -f prog: no code on the line

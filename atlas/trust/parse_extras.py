@@ -3,9 +3,23 @@
 
 from __future__ import annotations
 
+import re
+
 from atlas.trust.parse_types import Word
 from atlas.trust.wrappers import name_of
 
+FETCHERS = {"curl", "wget", "fetch", "aria2c", "http", "https", "xh", "lwp-request", "GET",
+            "nc", "ncat", "netcat", "socat", "ftp", "tftp"}  # fmt: skip
+DECOMPRESSORS = {"uudecode", "gunzip", "zcat", "bunzip2", "bzcat", "xzcat", "unxz", "zstdcat",
+                 "unzstd", "rev", "tr", "lzcat"}  # fmt: skip
+# Variables whose value a program runs as a command (`GIT_SSH_COMMAND="rm -rf ~" git fetch`).
+CODE_VARIABLES = {"GIT_SSH_COMMAND", "GIT_SSH", "GIT_PAGER", "PAGER", "GIT_EDITOR", "EDITOR",
+                  "VISUAL", "GIT_ASKPASS", "SSH_ASKPASS", "PROMPT_COMMAND",
+                  "GIT_EXTERNAL_DIFF", "LESSOPEN", "MANPAGER"}  # fmt: skip
+SOURCED_VARIABLES = {"BASH_ENV", "ENV", "PYTHONSTARTUP"}
+LOADED_VARIABLES = {"LD_PRELOAD", "LD_AUDIT", "DYLD_INSERT_LIBRARIES", "PERL5OPT", "NODE_OPTIONS",
+                    "RUBYOPT", "PYTHONINSPECT"}  # fmt: skip
+LOADER = re.compile(r"(?:^|\s)(?:-r|--require|--import|--loader|--experimental-loader)\b")
 FIND_EXEC = {"-exec", "-execdir", "-ok", "-okdir"}
 # git settings whose value git runs as a shell command.
 GIT_CODE_KEYS = {"core.pager", "core.sshcommand", "core.fsmonitor", "core.editor",
@@ -49,7 +63,35 @@ def code_strings(words: list[str]) -> list[str]:
         return _vim(words)
     if head == "rsync":
         return _valued(words, {"-e", "--rsh"})
-    return []
+    if head == "zip":
+        return _valued(words, {"-TT", "--unzip-command"})
+    if head == "man":
+        return _valued(words, {"-P", "--pager", "-H", "--html"})
+    return _client_escapes(head, words)
+
+
+# Programs whose commands or arguments have a shell escape: the prefix and what follows it.
+ESCAPES = {
+    "gdb": ("!", "shell ", "pipe "), "sqlite3": (".shell ", ".system "), "psql": ("\\!",),
+    "mysql": ("system ", "\\!"), "mariadb": ("system ", "\\!"), "ftp": ("!",),
+}  # fmt: skip
+
+
+def _client_escapes(head: str, words: list[str]) -> list[str]:
+    """`gdb -ex '!CMD'`, `sqlite3 db '.shell CMD'`, `psql -c '\\! CMD'`, `ansible -m shell -a CMD`,
+    `emacs --eval '(shell-command …)'` (Lisp: not read, so a computed command)."""
+    found: list[str] = []
+    if head == "ansible" and set(words) & {"shell", "command", "raw", "ansible.builtin.shell"}:
+        return _valued(words, {"-a", "--args"})
+    if head in ("emacs", "emacsclient") and any(w.startswith(("--eval", "-eval")) for w in words):
+        return ["$SUBSTITUTION"]
+    for word in words[1:] if head in ESCAPES else []:
+        for line in word.split("\n")[:64]:
+            text = line.strip()
+            for prefix in ESCAPES[head]:
+                if text.startswith(prefix):
+                    found.append(text[len(prefix) :])
+    return found
 
 
 def _valued(words: list[str], names: set[str]) -> list[str]:
@@ -129,3 +171,22 @@ def _vim(words: list[str]) -> list[str]:
     commands = _valued(words, {"-c", "--cmd"})
     commands += [w[1:] for w in words[1:] if w.startswith("+")]
     return [c.split("!", 1)[1] for c in commands if "!" in c]
+
+
+def is_decoder(words: list[str]) -> bool:
+    """base64 -d, xxd -r, openssl … -d, printf '\\x..', echo -e '\\x..', gunzip, rev, tr…"""
+    head = name_of(words[0]) if words else ""
+    rest = words[1:]
+    flags = "".join(w[1:] for w in rest if w.startswith("-") and not w.startswith("--"))
+    if head in ("base64", "base32", "basenc", "b64"):
+        return "d" in flags or "D" in flags or "--decode" in rest
+    if head == "xxd":
+        return "r" in flags or "--revert" in rest
+    if head == "openssl":
+        return "d" in flags or "-base64" in rest or "base64" in rest
+    if head in ("gzip", "bzip2", "xz", "zstd", "lz4"):
+        return "d" in flags or "--decompress" in rest
+    if head in ("printf", "echo"):
+        escaped = any("\\x" in w or "\\0" in w or "\\u" in w for w in rest)
+        return escaped and (head == "printf" or "e" in flags)
+    return head in DECOMPRESSORS

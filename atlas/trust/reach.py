@@ -11,7 +11,6 @@ from atlas.trust.command_words import (
     arguments,
     expand,
     is_catastrophic_target,
-    is_redirect,
     is_system_path,
     path_words,
     short_flags,
@@ -104,9 +103,12 @@ def code_of(part: Part) -> str | None:
 # ---------------------------------------------------------------- the Atlas home
 
 
+REDIRECT = re.compile(r"\d*(?:<<?<?|<>|>>?|&>>?|>\|)")  # reads too: `exec 3< FILE`, `: < FILE`
+
+
 def home_verdict(part: Part, context: Context) -> Verdict | None:
     """Any path the part reads or writes inside the Atlas home, outside the bot's workspace."""
-    if part.head in NO_FILE_HEADS and not any(is_redirect(w) for w in part.words):
+    if part.head in NO_FILE_HEADS and not any(REDIRECT.fullmatch(w) for w in part.words):
         return None
     tree = works_through_trees(part.head, short_flags(part), part.words)
     found = _atlas_cli(part)

@@ -42,9 +42,11 @@ from atlas.trust.outside import metadata_address
 from atlas.trust.reach import destroy_verdict, home_verdict, outside_verdict, raw_home_verdict
 from atlas.trust.scripts import Judges, judge_script, written_build_file
 from atlas.trust.subcommands import (
+    build_code,
     destructive_sql,
     find_exec_deletes,
     git_danger,
+    host_container,
 )
 from atlas.trust.verdict import Verdict
 from atlas.trust.verdict import worst as _worst
@@ -335,9 +337,8 @@ def _unreadable(part: Part, context: Context) -> Verdict | None:
             return ask("computed-target", f"rm -r {arg}: what it deletes is only known at run time")
         if emptied != arg and is_catastrophic_target(expand(emptied, context), context):
             return ask("unset-variable", f"rm -r {arg} deletes / or a home folder if it is empty")
-    if head in ("make", "just", "task", "rake") and set(args) & {"/dev/stdin", "-"}:
-        return ask("piped-code", f"{head} runs recipes it reads from a pipe")
-    return None
+    found = build_code([head, *part.words[1:]]) or host_container([head, *part.words[1:]])
+    return ask(*found) if found else None
 
 
 # ---------------------------------------------------------------- dangerous

@@ -122,3 +122,34 @@ def git_danger(words: list[str]) -> str | None:
     if sub == "filter-branch":
         return "git filter-branch rewrites history"
     return None
+
+
+HOST_ROOTS = {"/", "/etc", "/usr", "/var", "/root", "/home", "/boot", "/dev", "/proc", "/sys"}
+
+
+def build_code(words: list[str]) -> tuple[str, str] | None:
+    """`make -f -`, `make -f <(…)`, `make --eval=…`: recipes that cannot be read before they run."""
+    head = words[0] if words else ""
+    if head in ("make", "gmake", "just", "task", "rake"):
+        if set(words) & {"/dev/stdin", "-", "$SUBSTITUTION"}:
+            return "piped-code", f"{head} runs recipes it reads from a pipe"
+        if any(w.startswith(("--eval", "-E")) for w in words):
+            return "computed-code", f"{head} runs recipes written on the line (--eval)"
+    return None
+
+
+def host_container(words: list[str]) -> tuple[str, str] | None:
+    """`docker run -v /:/host …`, `--privileged`, `--pid=host`: a container that holds the host,
+    whose commands are not judged here."""
+    if words[:1] not in (["docker"], ["podman"]) or not set(words[1:3]) & {"run", "create"}:
+        return None
+    for index, word in enumerate(words):
+        if word in ("--privileged", "--pid=host", "--userns=host") or word.startswith("--cap-add"):
+            return "host-container", f"the container gets the host ({word}); its commands unjudged"
+        value = words[index + 1] if word in ("-v", "--volume", "--mount") else ""
+        value = word.split("=", 1)[1] if word.startswith(("--volume=", "--mount=")) else value
+        source = value.split("src=")[-1].split("source=")[-1] if "src" in value else value
+        source = source.split(":", 1)[0].split(",", 1)[0]
+        if source and (source.rstrip("/") or "/") in HOST_ROOTS or source.endswith("docker.sock"):
+            return "host-container", f"the container mounts the host's {source}"
+    return None

@@ -7,7 +7,7 @@ and which options carry a shell string (`su -c`, `flock -c`, `script -c`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from atlas.trust.parse_types import Word
 
@@ -28,7 +28,13 @@ WRAPPERS: dict[str, Spec] = {
     "doas": spec("-u -C"),
     "nohup": spec(), "setsid": spec(), "command": spec(), "builtin": spec(), "chronic": spec(),
     "dbus-launch": spec("--config-file"), "fakeroot": spec("-l -s -i --lib --faked"),
-    "firejail": spec(), "catchsegv": spec(), "unbuffer": spec(), "sg": spec(operands=1),
+    "firejail": spec(), "catchsegv": spec(), "unbuffer": spec(), "sg": spec(operands=1, code="-c"),
+    "pkexec": spec("--user"), "run0": spec("-u --user -g --group -D --chdir --unit --property"),
+    "setpriv": spec("--reuid --regid --ruid --rgid --euid --egid --groups --inh-caps "
+                    "--ambient-caps --bounding-set --securebits --pdeathsig --selinux-label "
+                    "--apparmor-profile --landlock-access --landlock-rule"), "caffeinate": spec("-t -w"), "xvfb-run": spec("-n -s -f -e -p -w"),
+    "proot": spec("-r -b -m -w -q -k -R -S --rootfs --bind --mount --cwd --qemu --kernel-release"),
+    "screen": spec("-S -c -e -h -L -Logfile -p -T -t -X"), "newgrp": spec(operands=1),
     "time": spec("-f -o --format --output"),
     "exec": spec("-a"),
     "nice": spec("-n --adjustment"),
@@ -42,6 +48,9 @@ WRAPPERS: dict[str, Spec] = {
     "nsenter": spec("-t --target -S -G --setuid --setgid -w --wd -r --root"),
     "unshare": spec("-S -G -R -w --setuid --setgid --root --wd --propagation --map-user"),
     "chroot": spec("--userspec --groups", operands=1),
+    "bwrap": spec("--chdir --uid --gid --hostname --dev --proc --tmpfs --mqueue --dir --remount-ro "
+                  "--unsetenv --seccomp --info-fd --lock-file --sync-fd --args --cap-add --cap-drop "
+                  "--userns --pidns --exec-label --file-label --perms --size --chmod"),
     "flock": spec("-w --timeout -E --conflict-exit-code", operands=1, code="-c --command"),
     "script": spec("-t -T -I -O -B -E -m --timing --log-in --log-out", code="-c --command"),
     "systemd-run": spec(
@@ -88,6 +97,7 @@ class Unwrapped:
     wrappers: list[str] = field(default_factory=list)
     code: list[str] = field(default_factory=list)  # shell strings to judge (su -c, watch …)
     reads_stdin: str | None = None  # a wrapper that runs what it reads on stdin (at, su)
+    reads: list[Word] = field(default_factory=list)  # files it reads itself (`xargs -a FILE`)
 
 
 def name_of(word: str) -> str:
@@ -110,6 +120,16 @@ def unwrap(words: list[Word]) -> Unwrapped:
             result.wrappers.append("env")
             result.words = _env(words[1:])
             continue
+        if name == "capsh" and "--" in [w.text for w in words]:
+            result.wrappers.append(name)  # `capsh … -- ARGS`: ARGS go to bash
+            result.words = [Word("bash"), *words[[w.text for w in words].index("--") + 1 :]]
+            continue
+        if name == "tmux":
+            return _tmux(words, result)
+        if name == "bwrap":
+            result.wrappers.append(name)
+            result.words = _bwrap(words[1:])
+            continue
         if name in ("at", "batch"):
             return _at(words, result)
         if name == "watch":
@@ -131,6 +151,63 @@ def unwrap(words: list[Word]) -> Unwrapped:
         else:
             return _translate(result)
         result.words = _after_options(words, table, result)
+        if name == "xargs":
+            _xargs(words, result)
+        if not result.words and not result.code and name in STDIN_SHELLS:
+            result.reads_stdin = name  # `sudo -s <<< CMD`, `newgrp <<< CMD`: a shell on stdin
+            return result
+    return result
+
+
+STDIN_SHELLS = {"sudo", "doas", "sg", "newgrp", "run0", "pkexec"}
+XARGS_PLACEHOLDER = ("-I", "-i", "--replace", "-J")
+
+
+def _xargs(words: list[Word], result: Unwrapped) -> None:
+    """`xargs -a FILE` reads FILE; with `-I{}`, a word holding `{}` is only known at run time
+    (`xargs -I{} {} -rf ~`, `xargs -I{} sh -c {}`)."""
+    texts = [w.text for w in words]
+    marker = None
+    for index, text in enumerate(texts[: len(texts) - len(result.words)]):
+        option, equals, value = text.partition("=")
+        following = texts[index + 1] if index + 1 < len(texts) else ""
+        if option in ("-a", "--arg-file"):
+            result.reads.append(Word(value if equals else following))
+        elif option in XARGS_PLACEHOLDER:
+            marker = value if equals else (following if option in ("-I", "-J") else "{}")
+        elif text.startswith("-I") and len(text) > 2:
+            marker = text[2:]
+    if marker:
+        result.words = [
+            Word(w.text, w.glob, w.taint | {"computed"}) if marker in w.text else w
+            for w in result.words
+        ]
+
+
+TMUX_RUNS = {"new", "new-session", "new-window", "neww", "split-window", "splitw", "run-shell",
+             "run", "respawn-pane", "respawnp", "respawn-window", "respawnw", "display-popup",
+             "popup"}  # fmt: skip
+TMUX_VALUED = {"-c", "-e", "-F", "-n", "-s", "-t", "-x", "-y", "-l", "-p", "-b", "-L", "-S", "-f",
+               "-d", "-T", "-w", "-h"}  # fmt: skip
+
+
+def _tmux(words: list[Word], result: Unwrapped) -> Unwrapped:
+    """`tmux new -d 'CMD'`, `tmux -c CMD`, `tmux run-shell CMD`: the shell command it starts."""
+    result.wrappers.append("tmux")
+    result.words = []
+    texts = [w.text for w in words]
+    if "-c" in texts[1:2]:
+        result.code.append(texts[2] if len(texts) > 2 else "")
+        return result
+    start = next((i for i, t in enumerate(texts) if t in TMUX_RUNS), None)
+    if start is None:
+        return result
+    index = start + 1
+    while index < len(texts) and texts[index].startswith("-"):
+        flags = texts[index]
+        index += 2 if flags in TMUX_VALUED and flags not in ("-d", "-b", "-h") else 1
+    if index < len(texts):
+        result.code.append(" ".join(texts[index:]))
     return result
 
 
@@ -158,13 +235,35 @@ def _after_options(words: list[Word], table: Spec, result: Unwrapped) -> list[Wo
         option, equals, value = text.partition("=")
         if not option.startswith("--") and len(option) > 2 and "-" + option[-1] in table.code:
             option = "-" + option[-1]  # `script -qc CMD`: the code flag ends a cluster
+        elif not option.startswith("--") and len(option) > 2 and "-" + option[-1] in table.valued:
+            option = "-" + option[-1]  # `screen -dmS NAME CMD`: a valued flag ends a cluster
         if option in table.code:
             code = value if equals else (words[index + 1].text if index + 1 < len(words) else "")
             result.code.append(code)
             return []
         index += 2 if (option in table.valued and not equals) else 1
     words = words[index:]
-    return words[table.operands :] if len(words) > table.operands else []
+    rest = words[table.operands :] if len(words) > table.operands else []
+    if table.operands and table.code and rest[:1] and rest[0].text.startswith("-"):
+        # `flock FILE -c CMD`, `sg GROUP -c CMD`: options may follow the operand too
+        return _after_options(rest, replace(table, operands=0), result)
+    return rest
+
+
+BWRAP_TWO = {"--bind", "--bind-try", "--dev-bind", "--dev-bind-try", "--ro-bind", "--ro-bind-try",
+             "--symlink", "--setenv", "--bind-data", "--ro-bind-data", "--file", "--chmod"}  # fmt: skip
+
+
+def _bwrap(words: list[Word]) -> list[Word]:
+    """`bwrap --bind / / --dev /dev CMD…`: options take none, one or two values."""
+    one = WRAPPERS["bwrap"].valued
+    index = 0
+    while index < len(words) and words[index].text.startswith("--"):
+        text = words[index].text
+        if text == "--":
+            return words[index + 1 :]
+        index += 3 if text in BWRAP_TWO else 2 if text in one else 1
+    return words[index:]
 
 
 def _su(words: list[Word], result: Unwrapped) -> Unwrapped:
