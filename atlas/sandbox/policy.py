@@ -107,13 +107,13 @@ def _under(path: Path, folder: Path) -> bool:
 
 def _granted(home: Home, bot: Bot, vault: Path, person: Path) -> tuple[Path, ...]:
     """bot.toml's writable paths, less any inside the Atlas home or the vault (those stay
-    hidden whatever a bot.toml says: it would undo the sandbox), and less any written inside the
-    workspace that a link there leads out of it (the bot made that link: it would choose where
-    it may write)."""
-    granted = []
+    hidden whatever a bot.toml says: it would undo the sandbox), and less any inside the
+    workspace or another granted folder: writable already, and a link the bot made there would
+    choose where the grant leads (`out -> ~/.config/autostart`)."""
     root, workspace = home.root.resolve(), bot.workspace.resolve()
+    candidates = []
     for raw in bot.settings.sandbox.writable:
-        written = _expand(raw, workspace, person)
+        written = Path(os.path.normpath(_expand(raw, workspace, person)))
         path = written.resolve()
         inside = [f for f in (root, vault) if _under(path, f) or path in f.parents]
         if inside and not _under(path, workspace):
@@ -121,15 +121,22 @@ def _granted(home: Home, bot: Bot, vault: Path, person: Path) -> tuple[Path, ...
                 "sandbox: %s of bot %s is not granted: it holds Atlas's files", raw, bot.name
             )
             continue
-        if _under(Path(os.path.normpath(written)), workspace) and not _under(path, workspace):
-            log.warning(
-                "sandbox: %s of bot %s is not granted: a link in the workspace leads to %s",
-                raw,
-                bot.name,
-                path,
-            )
-            continue
-        granted.append(path)
+        candidates.append((raw, written, path))
+    granted: list[Path] = []
+    for raw, written, path in candidates:
+        around = {workspace} | {p for _, w, r in candidates for p in (w, r)} - {written, path}
+        if any(_under(written, folder) or _under(path, folder) for folder in around):
+            if not any(_under(path, folder) for folder in around):
+                log.warning(
+                    "sandbox: %s of bot %s is not granted: a link inside a writable folder "
+                    "leads to %s",
+                    raw,
+                    bot.name,
+                    path,
+                )
+            continue  # writable already through the folder around it
+        if path not in granted:
+            granted.append(path)
     return tuple(granted)
 
 

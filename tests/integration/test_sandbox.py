@@ -262,6 +262,25 @@ async def test_a_link_in_the_workspace_does_not_turn_a_grant_elsewhere(person: H
     assert "Read-only file system" in output
 
 
+async def test_a_link_in_a_granted_folder_does_not_turn_a_grant_inside_it_elsewhere(
+    person: Home,
+) -> None:
+    """`~/projects/app` granted but missing: a command makes it a link, and the next launch
+    would bind where it leads writable. A grant inside another is writable already: dropped."""
+    root = person.root.parent
+    (root / "projects").mkdir()
+    (root / ".config" / "autostart").mkdir(parents=True)
+    with (person.main_bot.root / "bot.toml").open("a") as bot_toml:
+        bot_toml.write('[sandbox]\nwritable = ["~/projects", "~/projects/app"]\n')
+    home = Home(person.root)
+    await sh(run_context(home), f"ln -s {root}/.config/autostart ~/projects/app")
+    output = await sh(
+        run_context(home), "echo x > ~/projects/app/evil.desktop; touch ~/projects/ok"
+    )
+    assert list((root / ".config" / "autostart").iterdir()) == []
+    assert "Read-only file system" in output and (root / "projects" / "ok").exists()
+
+
 async def test_what_is_hidden_in_a_granted_folder_cannot_be_moved_out_of_hiding(
     person: Home,
 ) -> None:
