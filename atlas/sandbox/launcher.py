@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from atlas.errors import ToolError
@@ -72,9 +72,14 @@ class Variant:
 
     user_ns: bool  # --unshare-user (not needed as root, refused in some nested setups)
     proc: bool  # a fresh /proc; False: an empty one (a nested userns may not mount proc)
+    # --disable-userns: no user namespace inside, so no capabilities regained in one (most of
+    # the kernel reached only from a user namespace stays out of reach). Needs user_ns and a
+    # bwrap >= 0.8.
+    no_nested_userns: bool = False
 
     def options(self) -> list[str]:
         user = ["--unshare-user"] if self.user_ns else []
+        user += ["--disable-userns"] if self.no_nested_userns else []
         proc = ["--proc", "/proc"] if self.proc else ["--tmpfs", "/proc"]
         return [*NAMESPACES, *user, "--ro-bind", "/", "/", "--dev", "/dev", *proc]
 
@@ -122,6 +127,9 @@ def _probe() -> Variant | str:
     for variant in VARIANTS:
         complaint = _starts(bwrap, variant)
         if complaint is None:
+            stronger = replace(variant, no_nested_userns=True)
+            if variant.user_ns and _starts(bwrap, stronger) is None:
+                variant = stronger
             log.info("sandbox: bwrap starts with %s", variant)
             return variant
         complaints.append(complaint)

@@ -262,6 +262,21 @@ async def test_a_link_in_the_workspace_does_not_turn_a_grant_elsewhere(person: H
     assert "Read-only file system" in output
 
 
+async def test_no_user_namespace_inside_where_bwrap_can_forbid_it(person: Home) -> None:
+    """A user namespace inside gives back every capability (in it), and with them the parts of
+    the kernel most local exploits go through; bwrap >= 0.8 can forbid one."""
+    from atlas.sandbox.launcher import probe
+
+    if not probe().no_nested_userns:
+        pytest.skip("this bwrap, or this machine, cannot forbid a user namespace inside")
+    output = await sh(
+        run_context(person),
+        'unshare -U true && echo NESTED-USERNS; python3 -c "import os; os.unshare(0x10000000)'
+        '" && echo NESTED-USERNS; true',
+    )
+    assert "NESTED-USERNS" not in output, output
+
+
 async def test_a_link_in_a_granted_folder_does_not_turn_a_grant_inside_it_elsewhere(
     person: Home,
 ) -> None:

@@ -102,9 +102,10 @@ def test_the_probe_takes_the_strongest_variant_that_starts(
         return None if not variant.proc else "Can't mount proc on /newroot/proc"
 
     monkeypatch.setattr(launcher, "_starts", starts)
-    assert launcher.probe() == Variant(user_ns=True, proc=False)
-    assert launcher.probe() == Variant(user_ns=True, proc=False)
-    assert len(tried) == 3  # once per process: the second call asked nobody
+    assert launcher.probe() == Variant(user_ns=True, proc=False, no_nested_userns=True)
+    assert launcher.probe() == Variant(user_ns=True, proc=False, no_nested_userns=True)
+    assert len(tried) == 4  # once per process: the second call asked nobody
+    assert "--disable-userns" in tried[-1].options()  # tried last, on the variant that starts
     assert Variant(True, False).options()[-2:] == ["--tmpfs", "/proc"]  # empty, not the host's
 
 
