@@ -201,7 +201,7 @@ def _mounts(policy: SandboxPolicy) -> tuple[list[tuple[Path, list[str]]], list[P
     visible = [p for p, _ in bound]
     mounts = list(bound)
     hidden_dirs = []
-    for path in map(_real, policy.hidden):
+    for path in dict.fromkeys(map(_real, policy.hidden)):  # once each (/var/run is /run)
         if not path.exists() or (_under(path, tmp) and not any(_under(path, v) for v in visible)):
             continue  # nothing there, or already out of sight behind the private /tmp
         if path.is_dir():

@@ -41,8 +41,12 @@ CREDENTIALS = (
     ".config/vivaldi", ".config/opera", "snap/firefox", "snap/chromium", ".var/app", ".pki",
     ".config/Slack", ".config/discord", ".config/Signal", ".local/share/TelegramDesktop",
     ".config/evolution", ".local/share/evolution",
+    ".cache/google-chrome", ".cache/chromium", ".cache/mozilla", ".cache/BraveSoftware",
     # Wallets and other keyrings.
     ".bitcoin", ".electrum", ".ethereum", ".local/share/kwalletd",
+    # Sockets of container VMs (their Docker socket is root on the machine; the network namespace
+    # does not fence Unix sockets) and local clusters' keys.
+    ".colima", ".lima", ".rd", ".local/share/containers/podman/machine", ".minikube",
 )  # fmt: skip
 # Readable only by root, so hidden only where this process can read them (as root): the
 # password hashes, TLS private keys, saved Wi-Fi passwords and the machine's own SSH keys.
@@ -54,7 +58,11 @@ ROOT_SECRETS = (
 ROOT_SECRET_GLOBS = ("/etc/ssh/ssh_host_*key",)
 # Unix sockets are not fenced by the network namespace: the Docker socket, the D-Bus buses and
 # the per-user agents (ssh, gpg) live under /run. A command has no business there.
-SYSTEM_HIDDEN = (Path("/run"),)
+# Where /var/run is not a link to /run it holds them too; LXD and Incus keep theirs in /var.
+SYSTEM_HIDDEN = tuple(
+    Path(name)
+    for name in ("/run", "/var/run", "/var/snap/lxd/common/lxd", "/var/lib/lxd", "/var/lib/incus")
+)
 ALLOWED_NAMES = frozenset({"PATH", "HOME", "LANG", "TERM", "TZ", "USER"})
 ALLOWED_PATTERN = re.compile(r"LC_[A-Z_]+")
 

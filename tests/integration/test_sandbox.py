@@ -262,6 +262,28 @@ async def test_a_link_in_the_workspace_does_not_turn_a_grant_elsewhere(person: H
     assert "Read-only file system" in output
 
 
+@pytest.mark.parametrize("place", [".colima/default/docker.sock", ".lima/vm/sock/ssh.sock"])
+async def test_a_container_socket_in_the_home_is_not_reachable(person: Home, place: str) -> None:
+    """Colima, Lima, Rancher Desktop keep their Docker socket in the home: the network namespace
+    does not fence Unix sockets, and the Docker socket is root on the machine."""
+    accepted: list[int] = []
+
+    async def count(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(1)
+        writer.close()
+
+    path = person.root.parent / place
+    path.parent.mkdir(parents=True)
+    server = await asyncio.start_unix_server(count, path)
+    command = (
+        f"python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('{path}')\" "
+        f"; curl -s -m 3 --unix-socket {path} http://docker/version; true"
+    )
+    async with server:
+        await sh(run_context(person), command)
+    assert accepted == []
+
+
 async def test_no_user_namespace_inside_where_bwrap_can_forbid_it(person: Home) -> None:
     """A user namespace inside gives back every capability (in it), and with them the parts of
     the kernel most local exploits go through; bwrap >= 0.8 can forbid one."""
