@@ -165,7 +165,12 @@ def _runtime_under(tmp: Path, env: Mapping[str, str]) -> list[Path]:
 
     places = [Path(sys.prefix), Path(sys.base_prefix), Path(atlas.__file__).parent.parent]
     places += [Path(entry) for entry in env.get("PATH", "").split(os.pathsep) if entry]
-    return [place for place in places if place.is_absolute() and _under(_real(place), tmp)]
+    # Never /tmp itself: the machine's /tmp holds the person's tmux and ssh-agent sockets.
+    return [
+        place
+        for place in places
+        if place.is_absolute() and _under(_real(place), tmp) and _real(place) != tmp
+    ]
 
 
 def _pins(bound: list[tuple[Path, list[str]]], hidden: list[Path]) -> list[tuple[Path, list[str]]]:

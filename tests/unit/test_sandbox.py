@@ -79,6 +79,15 @@ def test_programs_under_tmp_stay_visible_read_only(tmp_path: Path) -> None:
     assert "--ro-bind /usr/bin" not in " ".join(argv)  # outside /tmp: the read-only root has it
 
 
+def test_tmp_itself_on_the_path_does_not_bring_back_the_machines_tmp(tmp_path: Path) -> None:
+    """The machine's /tmp holds the person's tmux, screen and ssh-agent sockets: a tmux socket
+    is a shell outside the sandbox. `/tmp` on the PATH must not bind it back."""
+    (tmp_path / "ws").mkdir()
+    policy = SandboxPolicy(workspace=tmp_path / "ws", env={"PATH": "/tmp:/tmp/.:/usr/bin"})
+    argv = " ".join(sandbox_argv(["true"], policy))
+    assert "--ro-bind /tmp /tmp" not in argv
+
+
 def test_a_proxy_socket_is_bridged_and_named_in_the_environment(tmp_path: Path) -> None:
     socket = tmp_path / "proxy.sock"
     socket.touch()
