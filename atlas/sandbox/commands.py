@@ -157,8 +157,13 @@ def with_hint(output: str, launch: Launch) -> str:
 
 
 def _hidden_missing(output: str, hidden: tuple[str, ...]) -> bool:
-    """A line saying a hidden path (or one inside it) does not exist."""
+    """A line saying a hidden path (or one inside it) does not exist: the whole path, not a
+    piece of another (`/run` is hidden; `/work/run.sh` missing is the command's own doing)."""
+    if not hidden:
+        return False
+    names = "|".join(re.escape(path) for path in hidden)
+    pattern = re.compile(rf"(?<![\w.~-])(?:{names})(?![\w.~-])")
     for line in output.splitlines():
-        if "No such file or directory" in line and any(path in line for path in hidden):
+        if "No such file or directory" in line and pattern.search(line):
             return True
     return False

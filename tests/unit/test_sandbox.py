@@ -194,6 +194,11 @@ def test_the_hint_only_when_the_sandbox_stopped_it() -> None:
     hiding = Launch("x", [], {}, Path("/"), sandboxed=True, hidden=("/home/p/.ssh",))
     missing = "cat: /home/p/.ssh/id_rsa: No such file or directory\n[exit code 1]"
     assert with_hint(missing, hiding).endswith(HINT)
+    run = Launch("x", [], {}, Path("/"), sandboxed=True, hidden=("/run", "/home/p/.history"))
+    for own in ("/work/run.sh", "/home/p/.history_old", "/runner/x"):
+        output = f"bash: {own}: No such file or directory\n[exit code 127]"
+        assert with_hint(output, run) == output
+    assert with_hint("ls: cannot access '/run/user': No such file or directory", run).endswith(HINT)
     assert with_hint("cat: nope: No such file or directory", hiding).endswith("directory")
 
 
