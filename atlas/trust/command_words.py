@@ -72,6 +72,10 @@ def expand(word: str, context: Context) -> str:
     """A word as the path it names: `~`, `$HOME`, `${HOME}`, `${HOME:-x}` and $ATLAS_HOME spelled
     out (other variables the parser could not resolve are left as they are)."""
     known = {"HOME": context.user_home, "ATLAS_HOME": context.atlas_home}
+    if context.cwd is not None:  # `$PWD/../bot.toml`, `~+/../bot.toml`
+        known["PWD"] = str(context.cwd)
+        if word == "~+" or word.startswith("~+/"):
+            word = "$PWD" + word[2:]
     if "$" in word:
         word = BRACED.sub(lambda m: _parameter(known, m), word)
         word = BARE.sub(lambda m: known.get(m.group(1), m.group(0)), word)
@@ -211,7 +215,13 @@ def script_argument(part: Part) -> str | None:
     if language is None or inline_code(part) is not None:
         return None
     rest = words[1:]
+    reads_stdin = False
     while rest and rest[0].startswith("-"):
+        if rest[0] == "--" and len(rest) > 1 and not reads_stdin:
+            return rest[1]  # `bash -- x.sh` (but `bash -s -- ARGS` reads its code from stdin)
+        reads_stdin |= rest[0] == "-s" or (
+            language == "shell" and rest[0][1:2] != "-" and "s" in rest[0]
+        )
         if rest[0] in ("-m", "-", "--"):
             return None  # a module, or code read from stdin
         option = rest.pop(0)
@@ -285,6 +295,8 @@ BUILD_FILES = {
     "bun": ("package.json",), "npx": ("package.json",), "pytest": ("conftest.py", "pytest.ini"),
     "tox": ("tox.ini",), "cargo": ("build.rs", "Cargo.toml"), "pip": ("setup.py", "pyproject.toml"),
     "task": ("Taskfile.yml",), "rake": ("Rakefile",), "gradle": ("build.gradle",),
+    "git": tuple(f".git/hooks/{h}" for h in ("pre-commit", "commit-msg", "prepare-commit-msg",
+                 "post-commit", "pre-push", "post-checkout", "post-merge", "pre-rebase")),
 }  # fmt: skip
 
 
@@ -309,9 +321,10 @@ def path_words(part: Part) -> list[str]:
         if word.startswith("@"):
             found.append(word[1:])
         if not word.startswith("-"):
-            found.append(word)
-            if ":" in word and "://" not in word:  # `-v ~/.atlas:/a`, `host:path`
-                found.extend(word.split(":"))
+            if ":" in word and "://" not in word:
+                found.extend(word.split(":"))  # `-v ~/.atlas:/a`, `host:path`: the parts
+            else:
+                found.append(word)
         elif re.fullmatch(r"-[A-Za-z][/~.].*", word):  # -o/path, -f~/x
             found.append(word[2:])
     return [w for w in found if w]

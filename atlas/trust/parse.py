@@ -301,6 +301,10 @@ class Walker:
             out.add(" " if in_quotes else "", split_after=not in_quotes)
             return
         value = self.scope.variables.get(name) if simple else None
+        if text.startswith("${!"):  # `${!x}`: the variable named by x's value
+            out.add(SUBSTITUTION)
+            out.taint.add("computed")
+            return
         if value is None:
             for child in node.named_children:  # ${x:-$(cmd)} still runs cmd
                 if child.type in ("command_substitution", "process_substitution"):

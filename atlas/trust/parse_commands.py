@@ -27,6 +27,7 @@ from atlas.trust.parse_extras import (
     SOURCED_VARIABLES,
     code_strings,
     exec_commands,
+    foreign_code,
     is_decoder,
 )
 from atlas.trust.parse_types import SUBSTITUTION, Part, Word
@@ -176,7 +177,7 @@ class CommandJudge:
         separators = (walker.scope.variables.get("IFS") or "").strip(" \t\n")
         if any(ch in head.text for ch in separators[:16]):  # `IFS=,; c=rm,-rf,~; $c`
             analysis.note("computed-command: the changed IFS splits the command's name")
-        if head.taint & {"computed", "unknown"} or head.text.startswith("$"):
+        if head.taint & {"computed", "unknown", "fetched"} or head.text.startswith("$"):
             reason = "fetched-code" if "fetched" in head.taint else "computed-command"
             analysis.note(f"{reason}: the command's name is only known when the line runs")
         everything = words + redirect_words
@@ -228,6 +229,9 @@ class CommandJudge:
             self.run(command, wrappers + [head], [], None, None, None)
         for code in code_strings(part.words):  # git -c core.pager=…, tar exec=, vim :!, rsync -e
             walker.sub_shell(code, wrappers + [head])
+        foreign = foreign_code(part.words)
+        if foreign:
+            self.analysis.note(f"opaque-code: {foreign[0]} runs code in a language not read here")
         language = language_of(head)
         if head == "eval":
             self._runs_words(words[1:], "eval", wrappers + ["eval"])

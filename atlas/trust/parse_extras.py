@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 
 from atlas.trust.parse_types import Word
 from atlas.trust.wrappers import name_of
@@ -63,6 +64,8 @@ def code_strings(words: list[str]) -> list[str]:
         return _vim(words)
     if head == "rsync":
         return _valued(words, {"-e", "--rsh"})
+    if head in ("sed", "gsed"):
+        return _sed(words)
     if head == "zip":
         return _valued(words, {"-TT", "--unzip-command"})
     if head == "man":
@@ -109,6 +112,8 @@ def _valued(words: list[str], names: set[str]) -> list[str]:
 
 def _git_value(key: str, value: str) -> str | None:
     key = key.lower()
+    if key == "core.hookspath":
+        return "$SUBSTITUTION"  # git will run whatever hooks that folder holds: not read here
     if key.startswith("alias."):
         return value[1:] if value.startswith("!") else None
     if key == "credential.helper" or key.startswith(GIT_CODE_PREFIXES):
@@ -129,9 +134,64 @@ def _git_value(key: str, value: str) -> str | None:
     return value if key in GIT_CODE_KEYS else None
 
 
+# git options and subcommands whose value or words git runs as a shell command.
+GIT_CODE_OPTIONS = {"--upload-pack", "--receive-pack", "--exec", "-x", "--extcmd",
+                    "--tree-filter", "--index-filter", "--msg-filter", "--env-filter",
+                    "--commit-filter", "--parent-filter", "--tag-name-filter", "--setup"}  # fmt: skip
+GIT_RUNS_REST = {("bisect", "run"), ("submodule", "foreach")}
+
+
+def _git_runs(words: list[str]) -> list[str]:
+    """`git rebase --exec CMD`, `git clone --upload-pack=CMD`, `git bisect run CMD…`,
+    `git submodule foreach CMD`, `ext::CMD` remotes (`% ` is a space there)."""
+    found = _valued(words, GIT_CODE_OPTIONS)
+    if "clone" in words or "fetch" in words or "pull" in words:
+        found += _valued(words, {"-u"})
+    for index in range(1, len(words) - 1):
+        if (words[index], words[index + 1]) in GIT_RUNS_REST:
+            found.append(" ".join(w for w in words[index + 2 :] if w != "--recursive"))
+    for word in [w for w in words if w.startswith("ext::")][:4]:  # `ext::sh -c rm% -rf% ~`
+        pieces = re.split(r"(?<!%) ", word[5:])
+        found.append(shlex.join(p.replace("% ", " ").replace("%%", "%") for p in pieces))
+    return found
+
+
+def _sed(words: list[str]) -> list[str]:
+    """GNU sed's `e CMD` runs CMD, `s/…/…/e` runs the pattern space (unknown), and `w FILE` writes
+    FILE: returned as shell strings (the write as `: > FILE`) so the rules judge them."""
+    scripts = _valued(words, {"-e", "--expression"})
+    operands = [w for w in words[1:] if not w.startswith("-")]
+    if not scripts and operands:
+        scripts = operands[:1]
+    found: list[str] = []
+    for script in scripts[:16]:
+        for command in SED_COMMANDS.finditer(script[:10_000]):
+            verb, rest = command.group(1), command.group(2).strip()
+            if verb == "e":
+                found.append(rest or "$SUBSTITUTION")
+            elif verb in "wW" and rest:
+                found.append(f": > {rest}")
+        for flags in SED_SUBSTITUTE_FLAGS.finditer(script[:10_000]):
+            if "e" in flags.group(2).split("w", 1)[0]:
+                found.append("$SUBSTITUTION")
+            if "w" in flags.group(2):
+                found.append(f": > {flags.group(2).split('w', 1)[1].strip()}")
+    return found
+
+
+# A sed command after an optional address: `e cmd`, `1e cmd`, `$w file`, `/x/w file`.
+SED_COMMANDS = re.compile(
+    r"(?:^|[;\n{}])\s*(?:\d{1,9}|\$|/[^/\n]{0,200}/)?\s*([ewW])(?:\s+([^;\n}]*)|$)"
+)
+# `s/a/b/FLAGS` with `/` or `|` or `#` as the delimiter: the flags after the third one.
+SED_SUBSTITUTE_FLAGS = re.compile(
+    r"s([/|#:,])(?:[^\\/|#:,\n]|\\.){0,200}\1(?:[^\\/|#:,\n]|\\.){0,200}\1([gpiImMe0-9]{0,12}w?[^;\n]{0,300})"
+)
+
+
 def _git(words: list[str]) -> list[str]:
     """`git -c core.pager='rm -rf ~' log` and `git config alias.x '!rm -rf ~'`."""
-    found: list[str] = []
+    found: list[str] = _git_runs(words)
     for index, word in enumerate(words[1:], start=1):
         if word == "-c" and index + 1 < len(words):
             key, _, value = words[index + 1].partition("=")
@@ -190,3 +250,35 @@ def is_decoder(words: list[str]) -> bool:
         escaped = any("\\x" in w or "\\0" in w or "\\u" in w for w in rest)
         return escaped and (head == "printf" or "e" in flags)
     return head in DECOMPRESSORS
+
+
+# Interpreters whose code Atlas does not read: their inline code is asked when it may run
+# commands, touch files or reach the network.
+FOREIGN_INLINE = {
+    "Rscript": {"-e"}, "R": {"-e"}, "julia": {"-e", "-E", "--eval", "--print"},
+    "octave": {"--eval"}, "elixir": {"-e", "--eval"}, "iex": {"-e"}, "groovy": {"-e"},
+    "osascript": {"-e"}, "pwsh": {"-c", "-command", "-encodedcommand", "-e", "-ec", "-enc"},
+    "powershell": {"-c", "-command", "-encodedcommand", "-e", "-ec", "-enc"}, "guile": {"-c"},
+    "racket": {"-e"}, "sbcl": {"--eval"}, "clisp": {"-x"}, "erl": {"-eval"}, "scala": {"-e"},
+    "ghc": {"-e"}, "swift": {"-e"}, "raku": {"-e"}, "perl6": {"-e"}, "qjs": {"-e"},
+    "rhino": {"-e"}, "gforth": {"-e"}, "crystal": {"eval"}, "kotlin": {"-e"}, "jrunscript": {"-e"},
+}  # fmt: skip
+FOREIGN_ACTS = re.compile(
+    r"(?i)\b(?:system\w*|shell\w*|exec\w*|run\w*|spawn\w*|popen|cmd|command|process\w*|"
+    r"remove-item|rm|rm_rf|rmdir|unlink\w*|delete\w*|socket\w*|https?|curl|wget|invoke-\w+|"
+    r"iex|start-process|eval\w*|download\w*|write\w*|open\w*|file\w*|getenv|env)\b"
+)
+
+
+def foreign_code(words: list[str]) -> tuple[str, str] | None:
+    """(interpreter, code) for inline code in a language the rules cannot read, when it may act."""
+    head = name_of(words[0]) if words else ""
+    flags = FOREIGN_INLINE.get(head) or FOREIGN_INLINE.get(head.rstrip("0123456789.-"))
+    if not flags:
+        return None
+    for index, word in enumerate(words[1:-1], start=1):
+        if word.lower() in flags or word.lower().split("=", 1)[0] in flags:
+            code = word.split("=", 1)[1] if "=" in word else words[index + 1]
+            encoded = "enc" in word.lower()
+            return (head, code) if encoded or FOREIGN_ACTS.search(code[:100_000]) else None
+    return None

@@ -42,11 +42,10 @@ from atlas.trust.outside import metadata_address
 from atlas.trust.reach import destroy_verdict, home_verdict, outside_verdict, raw_home_verdict
 from atlas.trust.scripts import Judges, judge_script, written_build_file
 from atlas.trust.subcommands import (
-    build_code,
     destructive_sql,
     find_exec_deletes,
     git_danger,
-    host_container,
+    hidden_program,
 )
 from atlas.trust.verdict import Verdict
 from atlas.trust.verdict import worst as _worst
@@ -142,7 +141,13 @@ def _opaque(analysis: Analysis) -> list[Verdict]:
 
 def _raw_rules(command: str, analysis: Analysis) -> Verdict | None:
     """Rules that need the whole command: metadata addresses, process substitution, SQL."""
-    address = metadata_address(command)
+    address = (
+        metadata_address(command)
+        or next(  # also as the parser expanded it (`$A.169.254`)
+            (a for part in analysis.parts[:200] if (a := metadata_address(" ".join(part.words)))),
+            None,
+        )
+    )
     if address:
         return Verdict(
             "ask", "outside:metadata", f"reads the cloud metadata address {address} (credentials)"
@@ -337,7 +342,7 @@ def _unreadable(part: Part, context: Context) -> Verdict | None:
             return ask("computed-target", f"rm -r {arg}: what it deletes is only known at run time")
         if emptied != arg and is_catastrophic_target(expand(emptied, context), context):
             return ask("unset-variable", f"rm -r {arg} deletes / or a home folder if it is empty")
-    found = build_code([head, *part.words[1:]]) or host_container([head, *part.words[1:]])
+    found = hidden_program([head, *part.words[1:]], part.wrappers, context.user_home)
     return ask(*found) if found else None
 
 

@@ -135,21 +135,51 @@ def build_code(words: list[str]) -> tuple[str, str] | None:
             return "piped-code", f"{head} runs recipes it reads from a pipe"
         if any(w.startswith(("--eval", "-E")) for w in words):
             return "computed-code", f"{head} runs recipes written on the line (--eval)"
+    awk_file = head in ("awk", "gawk", "mawk", "nawk") and bool({"-f", "--file"} & set(words))
+    if awk_file and set(words) & {"/dev/stdin", "-", "$SUBSTITUTION"}:
+        return "piped-code", f"{head} runs a program it reads from a pipe"
     return None
 
 
-def host_container(words: list[str]) -> tuple[str, str] | None:
-    """`docker run -v /:/host …`, `--privileged`, `--pid=host`: a container that holds the host,
-    whose commands are not judged here."""
+def host_container(words: list[str], user_home: str = "") -> tuple[str, str] | None:
+    """`docker run -v /:/host …`, `-v ~:/h`, `--privileged`, `--pid=host`, the docker socket: a
+    container (or a client) that holds the host, whose commands are not judged here."""
+    if "--unix-socket" in words and any(w.endswith("docker.sock") for w in words):
+        return "host-container", "talks to the docker daemon (root on the host) directly"
     if words[:1] not in (["docker"], ["podman"]) or not set(words[1:3]) & {"run", "create"}:
         return None
+    roots = HOST_ROOTS | {"~", "$HOME", "${HOME}"} | ({user_home} if user_home else set())
     for index, word in enumerate(words):
         if word in ("--privileged", "--pid=host", "--userns=host") or word.startswith("--cap-add"):
             return "host-container", f"the container gets the host ({word}); its commands unjudged"
         value = words[index + 1] if word in ("-v", "--volume", "--mount") else ""
         value = word.split("=", 1)[1] if word.startswith(("--volume=", "--mount=")) else value
-        source = value.split("src=")[-1].split("source=")[-1] if "src" in value else value
-        source = source.split(":", 1)[0].split(",", 1)[0]
-        if source and (source.rstrip("/") or "/") in HOST_ROOTS or source.endswith("docker.sock"):
+        for key in ("src=", "source="):
+            value = value.split(key, 1)[1] if key in value else value
+        source = value.split(":", 1)[0].split(",", 1)[0]
+        if source and (source.rstrip("/") or "/") in roots or source.endswith("docker.sock"):
             return "host-container", f"the container mounts the host's {source}"
     return None
+
+
+FETCHING_RUNNERS = {"npx", "bunx", "uvx", "pipx", "npm", "pnpm", "yarn", "bun", "deno", "uv"}
+
+
+def fetched_program(words: list[str], wrappers: list[str]) -> tuple[str, str] | None:
+    """`deno run https://…`, `npx github:x/y`, `uv run https://…/x.py`, `go run x@latest`: code
+    fetched when the line runs, never read here."""
+    head = words[0] if words else ""
+    runner = head if head in ("deno", "bun", "uv", "pipx") else None
+    if set(wrappers) & FETCHING_RUNNERS or runner:
+        for word in words[: 1 if not runner else 4]:
+            if "://" in word or word.startswith(("github:", "git+", "gitlab:", "file:")):
+                return "fetched-code", f"runs code fetched from {word}"
+    if head == "go" and words[1:2] == ["run"] and any("@" in w for w in words[2:]):
+        return "fetched-code", "go run builds and runs a module fetched from the network"
+    return None
+
+
+def hidden_program(words: list[str], wrappers: list[str], user_home: str) -> tuple[str, str] | None:
+    """Code the line runs that cannot be read: recipes from a pipe, a container holding the host,
+    a program fetched from the network. (rule key, reason) or None."""
+    return build_code(words) or host_container(words, user_home) or fetched_program(words, wrappers)

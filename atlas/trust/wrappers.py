@@ -58,7 +58,7 @@ WRAPPERS: dict[str, Spec] = {
         "--working-directory --slice --description --on-active --on-calendar --on-boot"
     ),
     "xargs": spec("-I -n -P -d -L -s -E -a --arg-file --max-args --max-procs --delimiter -R"),
-    "busybox": spec(), "toybox": spec(),
+    "busybox": spec(), "toybox": spec(), "coproc": spec(),
     "uvx": spec("--from --with --python -p --index --index-url --extra-index-url"),
     "npx": spec("-p --package --registry", code="-c --call"),
     "bunx": spec("-p --package"),
@@ -71,6 +71,10 @@ SUBCOMMAND_WRAPPERS: dict[tuple[str, str], Spec] = {
     ("uv", "tool"): WRAPPERS["uvx"],  # `uv tool run …` (the "run" is skipped as an operand)
     ("pipx", "run"): spec("--spec --python --index-url --pip-args"),
     ("npm", "exec"): WRAPPERS["npx"],
+    ("npm", "x"): WRAPPERS["npx"],
+    ("npm", "explore"): spec(operands=1),  # `npm explore PKG -- CMD`
+    ("yarn", "exec"): WRAPPERS["npx"],
+    ("bun", "x"): WRAPPERS["bunx"],
     ("pnpm", "dlx"): WRAPPERS["npx"],
     ("pnpm", "exec"): WRAPPERS["npx"],
     ("yarn", "dlx"): WRAPPERS["npx"],
@@ -244,6 +248,8 @@ def _after_options(words: list[Word], table: Spec, result: Unwrapped) -> list[Wo
         index += 2 if (option in table.valued and not equals) else 1
     words = words[index:]
     rest = words[table.operands :] if len(words) > table.operands else []
+    if table.operands and rest[:1] and rest[0].text == "--":
+        rest = rest[1:]  # `npm explore PKG -- CMD`
     if table.operands and table.code and rest[:1] and rest[0].text.startswith("-"):
         # `flock FILE -c CMD`, `sg GROUP -c CMD`: options may follow the operand too
         return _after_options(rest, replace(table, operands=0), result)
@@ -385,6 +391,9 @@ def _parallel(words: list[Word], result: Unwrapped) -> Unwrapped:
     return result
 
 
+FETCHED_SPECS = ("github:", "gitlab:", "bitbucket:", "git+", "git:", "file:", "/", "./", "../")
+
+
 def _translate(result: Unwrapped) -> Unwrapped:
     """`npx rimraf x` is `rm -rf x`; `busybox rm` is `rm`; `pkg@1.2` is `pkg`."""
     words = result.words
@@ -394,7 +403,10 @@ def _translate(result: Unwrapped) -> Unwrapped:
     if result.wrappers and result.wrappers[-1] in ("npx", "bunx", "uvx", "npm", "pnpm", "yarn"):
         head = head.lstrip("@").split("/")[-1] if head.startswith("@") else head
         head = head.split("@", 1)[0].split("==", 1)[0]
-        result.words = [Word(head, words[0].glob, words[0].taint), *words[1:]]
+        taint = words[0].taint
+        if "://" in words[0].text or words[0].text.startswith(FETCHED_SPECS):
+            taint = taint | {"fetched"}  # `npx github:x/y`, `npx https://…/pkg.tgz`
+        result.words = [Word(head, words[0].glob, taint), *words[1:]]
     if head in EQUIVALENTS:
         result.words = [Word(w) for w in EQUIVALENTS[head]] + words[1:]
     return result
