@@ -222,7 +222,7 @@ def script_argument(part: Part) -> str | None:
         reads_stdin |= rest[0] == "-s" or (
             language == "shell" and rest[0][1:2] != "-" and "s" in rest[0]
         )
-        if rest[0] in ("-m", "-", "--"):
+        if rest[0] in ("-m", "-", "--", "/dev/fd/0", "/proc/self/fd/0"):
             return None  # a module, or code read from stdin
         option = rest.pop(0)
         if option in VALUED_INTERPRETER_OPTIONS and rest:

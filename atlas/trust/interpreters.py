@@ -24,7 +24,7 @@ INLINE_FLAGS = {
 }  # fmt: skip
 SHELL_VALUED = {"-o", "+o", "-O", "+O", "--rcfile", "--init-file"}
 AWK_VALUED = {"-F", "-v", "--field-separator", "--assign", "-i", "--include", "-l", "--load"}
-VERSION = re.compile(r"[\d.]+$")  # only ever run on one word
+VERSION = re.compile(r"[\d.]+[tmdu]?$")  # only ever run on one word: python3.13t, ksh93
 
 
 # Programs whose inline code is read, but which are not "interpreters" to the rules: their
@@ -41,9 +41,9 @@ def interpreter_of(head: str) -> str | None:
 
 def language_of(head: str) -> str | None:
     """Like `interpreter_of`, and also awk, deno and bun, whose inline code is read too."""
-    if head in SHELLS:
-        return "shell"
     base = VERSION.sub("", head[:64]) if head[:1].isalpha() else head
+    if head in SHELLS or base in SHELLS:
+        return "shell"
     return INTERPRETERS.get(base)
 
 
@@ -239,6 +239,10 @@ def _shell_string(code: str, start: int, analyse: Analyse, depth: int) -> list[P
     return _no_bare_shell(analyse(literal[0], depth + 1)) if literal else [Part([SUBSTITUTION])]
 
 
+def _computed(code: str, start: int, analyse: Analyse, depth: int) -> list[Part]:
+    return [Part([SUBSTITUTION])]
+
+
 def _file_write(code: str, start: int, analyse: Analyse, depth: int) -> list[Part]:
     literal = string_literal(code, start)
     return [Part(["tee", literal[0] if literal else SUBSTITUTION])]
@@ -294,6 +298,8 @@ CODE_RULES: dict[str, list[tuple[str, Callable[[str, int, Analyse, int], list[Pa
         (r"\|&?(?=\s*\")", _shell_string),  # print … | "cmd"
         (r"(?=\"[^\"\n]{0,500}\"\s*\|\s*getline)", _shell_string),  # "cmd" | getline
         (r"[^|]>>?(?=\s*\")", _file_write),  # print > "/path"
+        (r"\|&?(?=\s*[A-Za-z_])(?!\s*getline)", _computed),  # print … | cmd (a variable)
+        (r"[A-Za-z_]\w*(?=\s*\|&?\s*getline)", _computed),  # cmd | getline
     ],
 }
 COMPILED = {
@@ -302,13 +308,17 @@ COMPILED = {
 }
 COMPILED["node"].append((re.compile(r"(?:\bBun\.\$|\$)(?=`)"), _shell_string))  # Bun.$`…`, zx
 OPAQUE_MARKERS = {
-    "python": re.compile(r"\b(?:exec|eval|compile|b64decode|a85decode|"
-                         r"b32decode|fromhex|unhexlify|marshal|pickle|codecs\.decode)\s*\("),
-    "node": re.compile(r"\b(?:eval|Function|atob|fromCharCode)\s*\(|['\"]base64['\"]"),
-    "perl": re.compile(r"\b(?:eval|decode_base64|pack)\b"),
-    "ruby": re.compile(r"\b(?:eval|instance_eval|send|unpack1?|decode64)\b"),
-    "php": re.compile(r"\b(?:eval|assert|base64_decode|create_function|call_user_func\w*)\s*\("),
-    "lua": re.compile(r"\b(?:load|loadstring|dofile)\s*\("),
+    "python": re.compile(r"\b(?:exec|eval|compile|b64decode|a85decode|getattr|run_path|"
+                         r"run_module|b32decode|fromhex|unhexlify|marshal|pickle|codecs\.decode)"
+                         r"\s*\("),
+    "node": re.compile(r"\b(?:eval|Function|atob|fromCharCode)\s*\(|['\"]base64['\"]"
+                       r"|\brequire\s*\(\s*['\"`][./][^'\"`\n]{0,200}(?<!\.json)['\"`]|\[[^\]\n]{0,80}\+[^\]\n]{0,80}\]\s*\("),
+    "perl": re.compile(r"\b(?:eval|decode_base64|pack)\b|\b(?:do|require)\s+['\"]"),
+    "ruby": re.compile(r"\b(?:eval|instance_eval|send|unpack1?|decode64)\b|%x\W"
+                       r"|\b(?:load|require)\s*\(?\s*['\"][./]"),
+    "php": re.compile(r"\b(?:eval|assert|base64_decode|create_function|call_user_func\w*)\s*\("
+                      r"|\$\w+\s*\(|\b(?:include|require)(?:_once)?\b"),
+    "lua": re.compile(r"\b(?:load|loadstring|dofile)\s*\(|\b(?:os|io)\s*\["),
 }  # fmt: skip
 
 

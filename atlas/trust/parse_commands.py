@@ -21,6 +21,7 @@ from atlas.trust.interpreters import (
 )
 from atlas.trust.parse_extras import (
     CODE_VARIABLES,
+    CONFIG_VARIABLES,
     FETCHERS,
     LOADED_VARIABLES,
     LOADER,
@@ -94,9 +95,17 @@ class CommandJudge:
         value is run, sourced or loaded as code by the program it is given to."""
         if not value:
             return
-        if name in SOURCED_VARIABLES:
+        if name == "GIT_CONFIG_PARAMETERS":
+            self.analysis.note(
+                "computed-code: GIT_CONFIG_PARAMETERS sets git options, commands too"
+            )
+        elif name in SOURCED_VARIABLES:
             self.walker.sub_shell(f". {value}", wrappers + [name])
-        elif name in CODE_VARIABLES:
+        elif (
+            name in CODE_VARIABLES
+            or name.startswith(CONFIG_VARIABLES[:1])
+            or name in CONFIG_VARIABLES
+        ):
             self.walker.sub_shell(value, wrappers + [name])
         elif name in LOADED_VARIABLES and (name != "NODE_OPTIONS" or LOADER.search(value)):
             self.analysis.note(f"computed-code: {name} loads code into the program it starts")
@@ -260,7 +269,7 @@ class CommandJudge:
             self._code(language, code, wrappers)
             return
         operands = _operands(part.words)
-        if operands and operands[0] not in ("-", "/dev/stdin"):
+        if operands and operands[0] not in ("-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"):
             index = part.words.index(operands[0])
             if index < len(words) and words[index].taint:
                 self._taint_note(words[index].taint, head)  # bash <(curl …)

@@ -18,12 +18,16 @@ CODE_VARIABLES = {"GIT_SSH_COMMAND", "GIT_SSH", "GIT_PAGER", "PAGER", "GIT_EDITO
                   "VISUAL", "GIT_ASKPASS", "SSH_ASKPASS", "PROMPT_COMMAND",
                   "GIT_EXTERNAL_DIFF", "LESSOPEN", "MANPAGER"}  # fmt: skip
 SOURCED_VARIABLES = {"BASH_ENV", "ENV", "PYTHONSTARTUP"}
+# Variables that set git options or npm's script shell (`GIT_CONFIG_VALUE_0='rm -rf ~'`).
+CONFIG_VARIABLES = ("GIT_CONFIG_VALUE_", "GIT_CONFIG_PARAMETERS", "npm_config_script_shell",
+                    "NPM_CONFIG_SCRIPT_SHELL")  # fmt: skip
 LOADED_VARIABLES = {"LD_PRELOAD", "LD_AUDIT", "DYLD_INSERT_LIBRARIES", "PERL5OPT", "NODE_OPTIONS",
                     "RUBYOPT", "PYTHONINSPECT"}  # fmt: skip
 LOADER = re.compile(r"(?:^|\s)(?:-r|--require|--import|--loader|--experimental-loader)\b")
 FIND_EXEC = {"-exec", "-execdir", "-ok", "-okdir"}
 # git settings whose value git runs as a shell command.
 GIT_CODE_KEYS = {"core.pager", "core.sshcommand", "core.fsmonitor", "core.editor",
+                 "uploadpack.packobjectshook", "core.gitproxy", "core.alternaterefscommand",
                  "sequence.editor", "core.askpass", "diff.external", "gpg.program",
                  "credential.helper", "core.hookspath", "interactive.difffilter",
                  "merge.tool", "diff.tool"}  # fmt: skip
@@ -68,6 +72,14 @@ def code_strings(words: list[str]) -> list[str]:
         return _sed(words)
     if head == "zip":
         return _valued(words, {"-TT", "--unzip-command"})
+    if head in ("less", "more", "most"):
+        return [w[2:] for w in words[1:] if w.startswith("+!")]  # `less '+!CMD'`
+    if head in ("make", "gmake"):  # `make SHELL=CMD`: every recipe runs through CMD
+        return [w.split("=", 1)[1] for w in words[1:] if w.startswith(("SHELL=", ".SHELLFLAGS="))]
+    if head in ("npm", "pnpm", "yarn"):
+        return _valued(words, {"--script-shell", "--shell"})
+    if head in ("bash", "sh", "zsh", "ksh", "dash"):  # `bash --rcfile FILE` sources FILE
+        return [f". {f}" for f in _valued(words, {"--rcfile", "--init-file"})]
     if head == "man":
         return _valued(words, {"-P", "--pager", "-H", "--html"})
     return _client_escapes(head, words)
@@ -112,7 +124,7 @@ def _valued(words: list[str], names: set[str]) -> list[str]:
 
 def _git_value(key: str, value: str) -> str | None:
     key = key.lower()
-    if key == "core.hookspath":
+    if key == "core.hookspath" or key == "include.path" or key.startswith("includeif."):
         return "$SUBSTITUTION"  # git will run whatever hooks that folder holds: not read here
     if key.startswith("alias."):
         return value[1:] if value.startswith("!") else None
@@ -230,7 +242,16 @@ def _vim(words: list[str]) -> list[str]:
     """`vim -c ':!rm -rf ~'`, `vim +'!cmd'`, `--cmd`: what follows a `!` is a shell command."""
     commands = _valued(words, {"-c", "--cmd"})
     commands += [w[1:] for w in words[1:] if w.startswith("+")]
-    return [c.split("!", 1)[1] for c in commands if "!" in c]
+    found = [c.split("!", 1)[1] for c in commands if "!" in c]
+    if any(VIM_CODE.search(c) for c in commands):  # `call system(…)`, `:py3 …`, `:lua …`
+        found.append("$SUBSTITUTION")
+    return found
+
+
+VIM_CODE = re.compile(
+    r"\b(?:system|systemlist|job_start|jobstart|term_start|termopen|libcall)\s*\("
+    r"|^\W*(?:py\w*|lua\w*|perl\w*|rub\w*|mz\w*|tcl\w*|so\w*|exe\w*)\b"
+)
 
 
 def is_decoder(words: list[str]) -> bool:

@@ -30,6 +30,7 @@ from atlas.trust.command_words import (
     without_unknowns,
     written_paths,
 )
+from atlas.trust.interpreters import language_of
 from atlas.trust.normalise import (
     SUBSTITUTION,
     Analysis,
@@ -165,6 +166,9 @@ def _raw_rules(command: str, analysis: Analysis) -> Verdict | None:
 
 # A function definition's name, found in linear time: a match starts only where a name starts
 # (the look-behind) and a name is at most 64 characters, so no start is retried at length.
+FORK_LOOP = re.compile(
+    r"\bfork\b[^\n;]{0,40}\bwhile\b|\b(?:while|loop|for\s*\(;;\))\b[^;]{0,60}\bfork\b"
+)
 FUNCTION_DEFINITION = re.compile(r"(?<![\w:.\-])([\w:.\-]{1,64})\(\)\{")
 
 
@@ -181,6 +185,10 @@ def _fork_bomb(command: str, analysis: Analysis) -> Verdict | None:
             calls[function] = calls.get(function, 0) + 1
     if any(count >= 2 for count in calls.values()):
         return bomb
+    if any(language_of(p.head) not in (None, "shell") for p in analysis.parts) and FORK_LOOP.search(
+        command[:100_000]
+    ):
+        return bomb  # `perl -e 'fork while 1'`, `while 1: os.fork()`
     squeezed = "".join(command.split())
     names = {m.group(1) for m in FUNCTION_DEFINITION.finditer(squeezed[:100_000])}
     for name in list(names)[:64]:
@@ -256,13 +264,20 @@ def _hardline(part: Part, context: Context) -> Verdict | None:
         rest = words[1:]
         if rest == ["-1"] or (len(rest) >= 2 and "-1" in rest[1:]):
             return block("kill-all", "kill -1 signals every process")
+        if "1" in [w for w in rest if not w.startswith("-")]:
+            return block("kill-all", "kill 1 signals init: every process ends with it")
     if head == "killall5" or (head == "loginctl" and any(w in POWER for w in words[1:])):
         return block("power", f"{head} ends every process or stops the machine")
     if head in POWER:
         return block("power", f"{head} stops the machine")
-    if any(
-        w == "/proc/sysrq-trigger" and i and is_redirect(words[i - 1]) for i, w in enumerate(words)
-    ) or (head == "tee" and "/proc/sysrq-trigger" in words):
+    if (
+        any(
+            w == "/proc/sysrq-trigger" and i and is_redirect(words[i - 1])
+            for i, w in enumerate(words)
+        )
+        or (head == "tee" and "/proc/sysrq-trigger" in words)
+        or "of=/proc/sysrq-trigger" in words
+    ):
         return block("power", "writes to /proc/sysrq-trigger (crash, reboot or power off at once)")
     if head == "systemctl" and any(w in SYSTEMCTL_POWER for w in words[1:]):
         return block("power", "systemctl stops or restarts the machine")
@@ -287,8 +302,8 @@ def _wiped_tree(part: Part, context: Context) -> str | None:
         targets = roots or ["."]
     elif head == "rsync" and any(w.startswith("--delete") for w in words) and len(args) >= 2:
         targets = [args[-1]]
-    elif head == "mv" and len(args) >= 2:
-        targets = args[:-1]
+    elif head == "mv" and (len(args) >= 2 or any(w.startswith(("-t", "--target")) for w in words)):
+        targets = args[:-1] if not any(w.startswith(("-t", "--target")) for w in words) else args
     else:
         return None
     for target in targets:

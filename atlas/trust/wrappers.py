@@ -237,6 +237,10 @@ def _after_options(words: list[Word], table: Spec, result: Unwrapped) -> list[Wo
         if not text.startswith("-") or text == "-":
             break
         option, equals, value = text.partition("=")
+        attached = _attached_code(text, table.code) if not text.startswith("--") else None
+        if attached is not None:  # `flock F -c'CMD'`, `script -qc'CMD'`: the rest is the value
+            result.code.append(attached)
+            return []
         if not option.startswith("--") and len(option) > 2 and "-" + option[-1] in table.code:
             option = "-" + option[-1]  # `script -qc CMD`: the code flag ends a cluster
         elif not option.startswith("--") and len(option) > 2 and "-" + option[-1] in table.valued:
@@ -272,6 +276,15 @@ def _bwrap(words: list[Word]) -> list[Word]:
     return words[index:]
 
 
+def _attached_code(text: str, code: frozenset[str]) -> str | None:
+    """In a short-option cluster, a code flag takes the rest of the word as its value."""
+    for position, letter in enumerate(text[1:], start=1):
+        if "-" + letter in code:
+            rest = text[position + 1 :]
+            return rest or None
+    return None
+
+
 def _su(words: list[Word], result: Unwrapped) -> Unwrapped:
     """`su [-] [user] -c CMD`, `runuser -u user -- CMD`, `runuser user -c CMD`."""
     name = name_of(words[0].text)
@@ -279,11 +292,17 @@ def _su(words: list[Word], result: Unwrapped) -> Unwrapped:
     index = 1
     while index < len(words):
         option, equals, value = words[index].text.partition("=")
-        if option in ("-c", "--command", "--session-command"):
+        if option.startswith("-c") and len(option) > 2 and not option.startswith("--"):
+            result.code.append(words[index].text[2:])  # `su -c'CMD'`: getopt's attached value
+            index += 1
+        elif option in ("-c", "--command", "--session-command"):
             result.code.append(value if equals else _text(words, index + 1))
             index += 1 if equals else 2
         elif name == "runuser" and option in ("-u", "--user"):
             rest = words[index + (1 if equals else 2) :]
+            if rest[:1] and rest[0].text.startswith("-") and rest[0].text != "--":
+                index += 1 if equals else 2  # `runuser -u root -c CMD`: more options follow
+                continue
             rest = rest[1:] if rest[:1] and rest[0].text == "--" else rest
             result.words = rest
             return unwrap_more(result)
@@ -309,6 +328,11 @@ def _env(words: list[Word]) -> list[Word]:
     index = 0
     while index < len(words):
         option, equals, value = words[index].text.partition("=")
+        cluster = option.startswith("-") and not option.startswith("--") and "S" in option
+        if cluster and option[1:].index("S") < len(option) - 2:  # `env -vS'CMD'`, `-iSCMD`
+            option = "-S" + option[option.index("S") + 1 :]
+        elif cluster:
+            option = "-S"  # `env -vS 'CMD'`
         if option in ("-S", "--split-string") or (option.startswith("-S") and len(option) > 2):
             string = value if equals else (option[2:] or _text(words, index + 1))
             skip = 1 if (equals or len(option) > 2) else 2
