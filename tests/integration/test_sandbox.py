@@ -284,6 +284,26 @@ async def test_a_container_socket_in_the_home_is_not_reachable(person: Home, pla
     assert accepted == []
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (docs/sandbox.md, red team): the kernel detaches a mount in other namespaces when "
+    "the file under it is renamed over, so a command running while git, npm or gh rewrite a "
+    "hidden file sees the new one",
+)
+async def test_a_hidden_file_replaced_while_a_command_runs_stays_hidden(person: Home) -> None:
+    root, ready = person.root.parent, person.main_bot.workspace / "ready"
+    command = "touch ready; while [ ! -e go ]; do sleep 0.05; done; cat ~/.netrc; true"
+    task = asyncio.create_task(sh(run_context(person), command))
+    for _ in range(200):  # until the sandbox stands: its mounts are made
+        if ready.exists():
+            break
+        await asyncio.sleep(0.05)
+    (root / ".netrc.new").write_text(f"{MARK}-new-netrc")
+    os.replace(root / ".netrc.new", root / ".netrc")  # as git credential-store, npm, gh write
+    (person.main_bot.workspace / "go").touch()
+    assert MARK not in await task
+
+
 async def test_no_user_namespace_inside_where_bwrap_can_forbid_it(person: Home) -> None:
     """A user namespace inside gives back every capability (in it), and with them the parts of
     the kernel most local exploits go through; bwrap >= 0.8 can forbid one."""
