@@ -22,6 +22,7 @@ INLINE_FLAGS = {
     "python": {"-c"}, "perl": {"-e", "-E"}, "ruby": {"-e"}, "php": {"-r", "-R", "-B", "-E"},
     "node": {"-e", "--eval", "-p", "--print"}, "lua": {"-e"}, "tcl": {"-c"},
 }  # fmt: skip
+OPTION_VALUES = {"-X", "-W", "-r", "--require", "-I", "--import", "--loader", "-C"}
 SHELL_VALUED = {"-o", "+o", "-O", "+O", "--rcfile", "--init-file"}
 AWK_VALUED = {"-F", "-v", "--field-separator", "--assign", "-i", "--include", "-l", "--load"}
 VERSION = re.compile(r"[\d.]+[tmdu]?$")  # only ever run on one word: python3.13t, ksh93
@@ -64,9 +65,15 @@ def inline_code(part: Part, every: bool = False) -> str | None:
     if part.head == "bun" and words[1:2] == ["eval"] and len(words) > 2:
         return words[2]
     flags = INLINE_FLAGS[language]
+    skip = 0
     for index, word in enumerate(words[1:], start=1):
         if index + 1 >= len(words):
             break
+        if index <= skip:
+            continue
+        if word in OPTION_VALUES and word not in flags:  # `python -X importtime -c CODE`
+            skip = index + 1
+            continue
         if word == "--":
             return None
         if word in flags:

@@ -178,7 +178,7 @@ def _sed(words: list[str]) -> list[str]:
     found: list[str] = []
     for script in scripts[:16]:
         for command in SED_COMMANDS.finditer(script[:10_000]):
-            verb, rest = command.group(1), command.group(2).strip()
+            verb, rest = command.group(1), (command.group(2) or "").strip()
             if verb == "e":
                 found.append(rest or "$SUBSTITUTION")
             elif verb in "wW" and rest:
