@@ -242,7 +242,8 @@ class RuleGate(BaseGate):
         flagged = "" if verdict.verdict == "allow" else f"\nAlso flagged: {verdict.reason}."
         return Ask(
             "run_command wants to run this OUTSIDE the sandbox, with your full rights (it "
-            f"failed inside it):\n{command}{flagged}\nAllow?",
+            f"failed inside it):\n{command}{flagged}\nWhat the bot wrote in its folder runs "
+            "with it too (scripts, git hooks, build files). Allow?",
             "sandbox:escape",
         )
 

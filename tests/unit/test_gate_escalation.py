@@ -52,7 +52,7 @@ async def test_leaving_the_sandbox_is_asked_every_time_in_every_mode(
         assert isinstance(decision, Allow) and decision.rule == "sandbox:escape"
     assert len(person.asked) == 2 and not run.state.approvals
     question, choices = person.asked[0]
-    assert command in question and "OUTSIDE the sandbox" in question
+    assert command in question and "OUTSIDE the sandbox" in question and "git hooks" in question
     assert choices == [ALLOW_ONCE, DENY]
     sandboxed = await judge(gate, run, run_command, command=command)
     assert isinstance(sandboxed, Allow) and len(person.asked) == 2  # inside: not asked
