@@ -39,6 +39,7 @@ class Context:
     deny: tuple[str, ...]
     workspace: str | None = None  # the bot's workspace: the one place in the home commands use
     vault: str | None = None  # the vault, when it lies outside the home
+    lost: bool = False  # a `cd` to a folder only known at run time: relative paths are unknown
 
 
 # ---------------------------------------------------------------- paths

@@ -68,7 +68,7 @@ def touches_home(word: str, context: Context, *, tree: bool = False) -> str | No
     if "$" in path:  # `$DIR/.atlas/config.toml` with DIR unknown: the home's own name counts
         return _named_after_unknown(path, context)
     if not path.startswith("/"):
-        return None
+        return _atlas_name_after_lost_cd(path, context)
     homes, spaces = _roots(context)
     if has_glob(path):
         return _glob_touches(path, homes, spaces, context, tree)
@@ -78,6 +78,22 @@ def touches_home(word: str, context: Context, *, tree: bool = False) -> str | No
                 return label(candidate, home, context)
             if tree and _inside(home, candidate):
                 return "above"
+    return None
+
+
+# Names only the Atlas home holds: after `cd "$(…)"`, `cat bot.toml` may well be the home's.
+ATLAS_NAMES = {"bot.toml", "mcp.json", "atlas.db", "conversations.db", "MISSION.md", "vault",
+               "MEMORY.md", "USER.md", "models.toml"}  # fmt: skip
+
+
+def _atlas_name_after_lost_cd(path: str, context: Context) -> str | None:
+    if not context.lost:
+        return None
+    segments = [s for s in path.split("/") if s not in ("", ".", "..")]
+    for index, segment in enumerate(segments[:32]):
+        if segment in ATLAS_NAMES:
+            return label("/".join([context.atlas_home, *segments[index:]]), context.atlas_home,
+                         context)  # fmt: skip
     return None
 
 

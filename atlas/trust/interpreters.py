@@ -319,7 +319,7 @@ OPAQUE_MARKERS = {
                          r"run_module|b32decode|fromhex|unhexlify|marshal|pickle|codecs\.decode)"
                          r"\s*\("),
     "node": re.compile(r"\b(?:eval|Function|atob|fromCharCode)\s*\(|['\"]base64['\"]"
-                       r"|\brequire\s*\(\s*['\"`][./][^'\"`\n]{0,200}(?<!\.json)['\"`]|\[[^\]\n]{0,80}\+[^\]\n]{0,80}\]\s*\("),
+                       r"|\brequire\s*\(\s*['\"`][./][^'\"`\n]{0,200}(?<!\.json)['\"`]|\[[^\]\n+]{0,80}\+[^\]\n]{0,80}\]\s*\("),
     "perl": re.compile(r"\b(?:eval|decode_base64|pack)\b|\b(?:do|require)\s+['\"]"),
     "ruby": re.compile(r"\b(?:eval|instance_eval|send|unpack1?|decode64)\b|%x\W"
                        r"|\b(?:load|require)\s*\(?\s*['\"][./]"),

@@ -79,7 +79,7 @@ CODE_SENDS = re.compile(
     r"|\.post\s*\(|\burlopen\s*\([^)\n]{0,200}\bdata\b|\bRequest\s*\([^)\n]{0,300}\bdata\s*="
     r"|\bmethod\s*[=:]\s*['\"]?(?:post|put|patch|delete)\b|\bhttp\.client\b"
     r"|\bhttplib\b|\bsocket\.(?:socket|create_connection)\b|\.send(?:all|to)\s*\("
-    r"|\bsmtplib\b|\bftplib\b|\bparamiko\b|\bIO::Socket\b|\bLWP::UserAgent\b|\bNet::(?:HTTP|SMTP|FTP)"
+    r"|\bsmtplib\b|\bftplib\b|\bparamiko\b|\bIO::Socket\b|\bLWP::UserAgent\b|\bHTTP::Tiny\b|\bMojo::UserAgent\b|\bpost_form\b|\bNet::(?:HTTP|SMTP|FTP)"
     r"|\bTCPSocket\b|\bUDPSocket\b|\bfsockopen\b|\bstream_socket_client\b|\bcurl_init\b"
     r"|\bnet\.(?:connect|createConnection|Socket)\b|\bhttps?\.request\b|\bdgram\b"
     r"|\bXMLHttpRequest\b|\bDeno\.connect\b|\bBun\.connect\b|\bsocket\.http\b|/inet\d?/(?:tcp|udp)/"

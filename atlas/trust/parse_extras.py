@@ -241,11 +241,24 @@ def _tar(words: list[str]) -> list[str]:
 def _vim(words: list[str]) -> list[str]:
     """`vim -c ':!rm -rf ~'`, `vim +'!cmd'`, `--cmd`: what follows a `!` is a shell command."""
     commands = _valued(words, {"-c", "--cmd"})
+    commands += [  # `ex -sc CMD`: a cluster ending in c takes the next word
+        words[i + 1]
+        for i, w in enumerate(words[:-1])
+        if i and re.fullmatch(r"-[A-Za-z]{1,6}c", w) and w != "-c"
+    ]
     commands += [w[1:] for w in words[1:] if w.startswith("+")]
     found = [c.split("!", 1)[1] for c in commands if "!" in c]
     if any(VIM_CODE.search(c) for c in commands):  # `call system(…)`, `:py3 …`, `:lua …`
         found.append("$SUBSTITUTION")
+    for command in commands[:32]:  # `-c 'wq! ../bot.toml'`: a write to that file
+        for piece in command.split("|")[:16]:
+            written = VIM_WRITE.match(piece)
+            if written:
+                found.append(f": > {written.group(1)}")
     return found
+
+
+VIM_WRITE = re.compile(r"\W{0,8}(?:w|wq|write|x|xit|sav|saveas|up|update|wa)!?\s+([^\s|]{1,4096})")
 
 
 VIM_CODE = re.compile(

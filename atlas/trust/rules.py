@@ -207,7 +207,7 @@ def _after_cd(part: Part, context: Context) -> Context:
     target = expand(args[0], context)
     if target.startswith("/"):
         return replace(context, cwd=Path(target))
-    return replace(context, cwd=None)  # `cd -` or a computed folder: no longer known
+    return replace(context, cwd=None, lost=True)  # `cd -` or a computed folder: unknown
 
 
 def _judge_part(part: Part, context: Context) -> Verdict | None:

