@@ -7,7 +7,6 @@ What cannot be read before it runs is written to `Analysis.unresolved` ("key: wh
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from tree_sitter import Node
@@ -32,6 +31,7 @@ from atlas.trust.parse_extras import (
     is_decoder,
 )
 from atlas.trust.parse_types import SUBSTITUTION, Part, Word
+from atlas.trust.parse_words import named_binary, operands_of, rejoined
 from atlas.trust.wrappers import name_of, unwrap
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class CommandJudge:
                 word_nodes.extend(child.named_children)
             elif child.is_named:
                 word_nodes.append(child)
-        for word_node in _rejoined(word_nodes):
+        for word_node in rejoined(word_nodes):
             argv.extend(walker.word_fields(word_node))
         redirect_words, heredoc, fed = self.redirect_words(redirects + extra_redirects)
         if not argv and redirects:
@@ -181,7 +181,7 @@ class CommandJudge:
             walker.last_output = self._output(None, argv, upstream)
             return None
         head = words[0]
-        if head.text.startswith("/") and name_of(head.text) and _named_binary(head.text):
+        if head.text.startswith("/") and name_of(head.text) and named_binary(head.text):
             words = [Word(name_of(head.text), head.glob, head.taint), *words[1:]]
         separators = (walker.scope.variables.get("IFS") or "").strip(" \t\n")
         if any(ch in head.text for ch in separators[:16]):  # `IFS=,; c=rm,-rf,~; $c`
@@ -268,7 +268,7 @@ class CommandJudge:
             self._taint_note(taint, head)
             self._code(language, code, wrappers)
             return
-        operands = _operands(part.words)
+        operands = operands_of(part.words)
         if operands and operands[0] not in ("-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"):
             index = part.words.index(operands[0])
             if index < len(words) and words[index].taint:
@@ -368,61 +368,7 @@ class CommandJudge:
         return _upstream(head, frozenset(taint), echoed)
 
 
-SIMPLE_EXPANSION = re.compile(rb"\$([A-Za-z_][A-Za-z0-9_]*)")
-
-
-def _rejoined(nodes: list[Node]) -> list[Node]:
-    """Words tree-sitter split in two (`rm$IFS-rf$IFS/` ends in a lone `$`), parsed again whole:
-    two word nodes that touch are one shell word."""
-    from atlas.trust.parse import PARSER
-
-    groups: list[list[Node]] = []
-    for node in nodes:
-        if groups and groups[-1][-1].end_byte == node.start_byte:
-            groups[-1].append(node)
-        else:
-            groups.append([node])
-    result: list[Node] = []
-    for group in groups:
-        if len(group) == 1:
-            result.append(group[0])
-            continue
-        text = SIMPLE_EXPANSION.sub(rb"${\1}", b"".join(n.text or b"" for n in group))
-        command = PARSER.parse(b": " + text).root_node.named_children
-        arguments = command[0].children_by_field_name("argument") if command else []
-        result.extend(arguments or group)
-    return result
-
-
 def _upstream(head: str, taint: frozenset[str], echoed: str | None) -> Upstream:
     from atlas.trust.parse import Upstream
 
     return Upstream(head, taint, echoed)
-
-
-def _named_binary(word: str) -> bool:
-    """`/usr/bin/rm` is `rm`; `./x.sh` stays a path (it is a script to read)."""
-    return word.startswith(("/bin/", "/usr/bin/", "/sbin/", "/usr/sbin/", "/usr/local/bin/"))
-
-
-VALUED = {"-W", "-X", "-r", "--require", "--import", "--loader", "-I", "-o", "-O", "--rcfile",
-          "--init-file", "-m", "-f", "-F", "-v"}  # fmt: skip
-
-
-def _operands(words: list[str]) -> list[str]:
-    """An interpreter's operands (a script, `-` for stdin), redirects left out."""
-    operands: list[str] = []
-    index = 1
-    while index < len(words):
-        word = words[index]
-        if word in ("<<<", "<", ">", ">>", "2>", "&>", "2>>") or word[:1] in "<>":
-            index += 2
-            continue
-        if word == "-m" or word == "--":
-            return ["-m"] if word == "-m" else words[index + 1 : index + 2]
-        if word.startswith("-") and word != "-":
-            index += 2 if word in VALUED else 1
-            continue
-        operands.append(word)
-        index += 1
-    return operands

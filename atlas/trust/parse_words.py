@@ -9,6 +9,10 @@ Everything here is a single left-to-right pass (or a bounded number of them): li
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tree_sitter import Node
 
 SPECIAL = set("\\{},*?[]")
 GLOB = set("*?[")
@@ -172,3 +176,57 @@ def brace_expand(word: str) -> list[str]:
         ] + (pending)
     results.extend(pending[: MAX_BRACE_RESULTS - len(results)])
     return results
+
+
+SIMPLE_EXPANSION = re.compile(rb"\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def rejoined(nodes: list[Node]) -> list[Node]:
+    """Words tree-sitter split in two (`rm$IFS-rf$IFS/` ends in a lone `$`), parsed again whole:
+    two word nodes that touch are one shell word."""
+    from atlas.trust.parse import PARSER
+
+    groups: list[list[Node]] = []
+    for node in nodes:
+        if groups and groups[-1][-1].end_byte == node.start_byte:
+            groups[-1].append(node)
+        else:
+            groups.append([node])
+    result: list[Node] = []
+    for group in groups:
+        if len(group) == 1:
+            result.append(group[0])
+            continue
+        text = SIMPLE_EXPANSION.sub(rb"${\1}", b"".join(n.text or b"" for n in group))
+        command = PARSER.parse(b": " + text).root_node.named_children
+        arguments = command[0].children_by_field_name("argument") if command else []
+        result.extend(arguments or group)
+    return result
+
+
+def named_binary(word: str) -> bool:
+    """`/usr/bin/rm` is `rm`; `./x.sh` stays a path (it is a script to read)."""
+    return word.startswith(("/bin/", "/usr/bin/", "/sbin/", "/usr/sbin/", "/usr/local/bin/"))
+
+
+VALUED = {"-W", "-X", "-r", "--require", "--import", "--loader", "-I", "-o", "-O", "--rcfile",
+          "--init-file", "-m", "-f", "-F", "-v"}  # fmt: skip
+
+
+def operands_of(words: list[str]) -> list[str]:
+    """An interpreter's operands (a script, `-` for stdin), redirects left out."""
+    operands: list[str] = []
+    index = 1
+    while index < len(words):
+        word = words[index]
+        if word in ("<<<", "<", ">", ">>", "2>", "&>", "2>>") or word[:1] in "<>":
+            index += 2
+            continue
+        if word == "-m" or word == "--":
+            return ["-m"] if word == "-m" else words[index + 1 : index + 2]
+        if word.startswith("-") and word != "-":
+            index += 2 if word in VALUED else 1
+            continue
+        operands.append(word)
+        index += 1
+    return operands

@@ -30,7 +30,6 @@ from atlas.trust.command_words import (
     without_unknowns,
     written_paths,
 )
-from atlas.trust.interpreters import language_of
 from atlas.trust.normalise import (
     SUBSTITUTION,
     Analysis,
@@ -45,6 +44,7 @@ from atlas.trust.scripts import Judges, judge_script, written_build_file
 from atlas.trust.subcommands import (
     destructive_sql,
     find_exec_deletes,
+    fork_bomb,
     git_danger,
     hidden_program,
 )
@@ -94,7 +94,7 @@ def classify(
 
 def _judge(command: str, context: Context, depth: int, analysis: Analysis | None = None) -> Verdict:
     analysis = analysis if analysis is not None else analyse(command)
-    found = [_raw_rules(command, analysis), _fork_bomb(command, analysis), *_opaque(analysis)]
+    found = [_raw_rules(command, analysis), fork_bomb(command, analysis), *_opaque(analysis)]
     judges = Judges(_judge, _judge_part)
     written: set[str] = set()
     venvs: set[str] = set()  # made on this line: their bin/ scripts come from Python itself
@@ -161,39 +161,6 @@ def _raw_rules(command: str, analysis: Analysis) -> Verdict | None:
         reason = destructive_sql(command)
         if reason:
             return Verdict("guardian", "dangerous:sql", reason)
-    return None
-
-
-# A function definition's name, found in linear time: a match starts only where a name starts
-# (the look-behind) and a name is at most 64 characters, so no start is retried at length.
-FORK_LOOP = re.compile(
-    r"\bfork\b[^\n;]{0,40}\bwhile\b|\b(?:while|loop|for\s*\(;;\))\b[^;]{0,60}\bfork\b"
-)
-FUNCTION_DEFINITION = re.compile(r"(?<![\w:.\-])([\w:.\-]{1,64})\(\)\{")
-
-
-def _fork_bomb(command: str, analysis: Analysis) -> Verdict | None:
-    """A function whose body runs itself in a pipe or twice (`:(){ :|:& };:`, `b(){ b; b; }`).
-    Found from the parse (Part.function); a textual check stays for lines that do not parse."""
-    bomb = Verdict("block", "hardline:fork-bomb", "a fork bomb exhausts the machine")
-    calls: dict[str, int] = {}
-    for part in analysis.parts:
-        function = part.function
-        if function and part.head == function:
-            if part.piped_from is not None:  # each call a new process in a pipeline
-                return bomb
-            calls[function] = calls.get(function, 0) + 1
-    if any(count >= 2 for count in calls.values()):
-        return bomb
-    if any(language_of(p.head) not in (None, "shell") for p in analysis.parts) and FORK_LOOP.search(
-        command[:100_000]
-    ):
-        return bomb  # `perl -e 'fork while 1'`, `while 1: os.fork()`
-    squeezed = "".join(command.split())
-    names = {m.group(1) for m in FUNCTION_DEFINITION.finditer(squeezed[:100_000])}
-    for name in list(names)[:64]:
-        if f"{name}|{name}" in squeezed or f"{name}&{name}" in squeezed:
-            return bomb
     return None
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 
 from atlas.trust.command_words import arguments, option_value
-from atlas.trust.normalise import Part
+from atlas.trust.interpreters import language_of
+from atlas.trust.normalise import Analysis, Part
+from atlas.trust.verdict import Verdict
 
 GH_READS = {
     "pr": {"list", "view", "status", "diff", "checks", "checkout"},
@@ -184,3 +186,36 @@ def hidden_program(words: list[str], wrappers: list[str], user_home: str) -> tup
     """Code the line runs that cannot be read: recipes from a pipe, a container holding the host,
     a program fetched from the network. (rule key, reason) or None."""
     return build_code(words) or host_container(words, user_home) or fetched_program(words, wrappers)
+
+
+# A function definition's name, found in linear time: a match starts only where a name starts
+# (the look-behind) and a name is at most 64 characters, so no start is retried at length.
+FORK_LOOP = re.compile(
+    r"\bfork\b[^\n;]{0,40}\bwhile\b|\b(?:while|loop|for\s*\(;;\))\b[^;]{0,60}\bfork\b"
+)
+FUNCTION_DEFINITION = re.compile(r"(?<![\w:.\-])([\w:.\-]{1,64})\(\)\{")
+
+
+def fork_bomb(command: str, analysis: Analysis) -> Verdict | None:
+    """A function whose body runs itself in a pipe or twice (`:(){ :|:& };:`, `b(){ b; b; }`).
+    Found from the parse (Part.function); a textual check stays for lines that do not parse."""
+    bomb = Verdict("block", "hardline:fork-bomb", "a fork bomb exhausts the machine")
+    calls: dict[str, int] = {}
+    for part in analysis.parts:
+        function = part.function
+        if function and part.head == function:
+            if part.piped_from is not None:  # each call a new process in a pipeline
+                return bomb
+            calls[function] = calls.get(function, 0) + 1
+    if any(count >= 2 for count in calls.values()):
+        return bomb
+    if any(language_of(p.head) not in (None, "shell") for p in analysis.parts) and FORK_LOOP.search(
+        command[:100_000]
+    ):
+        return bomb  # `perl -e 'fork while 1'`, `while 1: os.fork()`
+    squeezed = "".join(command.split())
+    names = {m.group(1) for m in FUNCTION_DEFINITION.finditer(squeezed[:100_000])}
+    for name in list(names)[:64]:
+        if f"{name}|{name}" in squeezed or f"{name}&{name}" in squeezed:
+            return bomb
+    return None

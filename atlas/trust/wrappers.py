@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from atlas.trust.parse_types import Word
+from atlas.trust.wrappers_more import attached_code, bwrap, tmux, xargs
 
 
 @dataclass(frozen=True)
@@ -129,10 +130,10 @@ def unwrap(words: list[Word]) -> Unwrapped:
             result.words = [Word("bash"), *words[[w.text for w in words].index("--") + 1 :]]
             continue
         if name == "tmux":
-            return _tmux(words, result)
+            return tmux(words, result)
         if name == "bwrap":
             result.wrappers.append(name)
-            result.words = _bwrap(words[1:])
+            result.words = bwrap(words[1:], WRAPPERS["bwrap"].valued)
             continue
         if name in ("at", "batch"):
             return _at(words, result)
@@ -156,7 +157,7 @@ def unwrap(words: list[Word]) -> Unwrapped:
             return _translate(result)
         result.words = _after_options(words, table, result)
         if name == "xargs":
-            _xargs(words, result)
+            xargs(words, result)
         if not result.words and not result.code and name in STDIN_SHELLS:
             result.reads_stdin = name  # `sudo -s <<< CMD`, `newgrp <<< CMD`: a shell on stdin
             return result
@@ -164,55 +165,6 @@ def unwrap(words: list[Word]) -> Unwrapped:
 
 
 STDIN_SHELLS = {"sudo", "doas", "sg", "newgrp", "run0", "pkexec"}
-XARGS_PLACEHOLDER = ("-I", "-i", "--replace", "-J")
-
-
-def _xargs(words: list[Word], result: Unwrapped) -> None:
-    """`xargs -a FILE` reads FILE; with `-I{}`, a word holding `{}` is only known at run time
-    (`xargs -I{} {} -rf ~`, `xargs -I{} sh -c {}`)."""
-    texts = [w.text for w in words]
-    marker = None
-    for index, text in enumerate(texts[: len(texts) - len(result.words)]):
-        option, equals, value = text.partition("=")
-        following = texts[index + 1] if index + 1 < len(texts) else ""
-        if option in ("-a", "--arg-file"):
-            result.reads.append(Word(value if equals else following))
-        elif option in XARGS_PLACEHOLDER:
-            marker = value if equals else (following if option in ("-I", "-J") else "{}")
-        elif text.startswith("-I") and len(text) > 2:
-            marker = text[2:]
-    if marker:
-        result.words = [
-            Word(w.text, w.glob, w.taint | {"computed"}) if marker in w.text else w
-            for w in result.words
-        ]
-
-
-TMUX_RUNS = {"new", "new-session", "new-window", "neww", "split-window", "splitw", "run-shell",
-             "run", "respawn-pane", "respawnp", "respawn-window", "respawnw", "display-popup",
-             "popup"}  # fmt: skip
-TMUX_VALUED = {"-c", "-e", "-F", "-n", "-s", "-t", "-x", "-y", "-l", "-p", "-b", "-L", "-S", "-f",
-               "-d", "-T", "-w", "-h"}  # fmt: skip
-
-
-def _tmux(words: list[Word], result: Unwrapped) -> Unwrapped:
-    """`tmux new -d 'CMD'`, `tmux -c CMD`, `tmux run-shell CMD`: the shell command it starts."""
-    result.wrappers.append("tmux")
-    result.words = []
-    texts = [w.text for w in words]
-    if "-c" in texts[1:2]:
-        result.code.append(texts[2] if len(texts) > 2 else "")
-        return result
-    start = next((i for i, t in enumerate(texts) if t in TMUX_RUNS), None)
-    if start is None:
-        return result
-    index = start + 1
-    while index < len(texts) and texts[index].startswith("-"):
-        flags = texts[index]
-        index += 2 if flags in TMUX_VALUED and flags not in ("-d", "-b", "-h") else 1
-    if index < len(texts):
-        result.code.append(" ".join(texts[index:]))
-    return result
 
 
 def _skip_assignments(words: list[Word]) -> list[Word]:
@@ -237,7 +189,7 @@ def _after_options(words: list[Word], table: Spec, result: Unwrapped) -> list[Wo
         if not text.startswith("-") or text == "-":
             break
         option, equals, value = text.partition("=")
-        attached = _attached_code(text, table.code) if not text.startswith("--") else None
+        attached = attached_code(text, table.code) if not text.startswith("--") else None
         if attached is not None:  # `flock F -c'CMD'`, `script -qc'CMD'`: the rest is the value
             result.code.append(attached)
             return []
@@ -258,31 +210,6 @@ def _after_options(words: list[Word], table: Spec, result: Unwrapped) -> list[Wo
         # `flock FILE -c CMD`, `sg GROUP -c CMD`: options may follow the operand too
         return _after_options(rest, replace(table, operands=0), result)
     return rest
-
-
-BWRAP_TWO = {"--bind", "--bind-try", "--dev-bind", "--dev-bind-try", "--ro-bind", "--ro-bind-try",
-             "--symlink", "--setenv", "--bind-data", "--ro-bind-data", "--file", "--chmod"}  # fmt: skip
-
-
-def _bwrap(words: list[Word]) -> list[Word]:
-    """`bwrap --bind / / --dev /dev CMD…`: options take none, one or two values."""
-    one = WRAPPERS["bwrap"].valued
-    index = 0
-    while index < len(words) and words[index].text.startswith("--"):
-        text = words[index].text
-        if text == "--":
-            return words[index + 1 :]
-        index += 3 if text in BWRAP_TWO else 2 if text in one else 1
-    return words[index:]
-
-
-def _attached_code(text: str, code: frozenset[str]) -> str | None:
-    """In a short-option cluster, a code flag takes the rest of the word as its value."""
-    for position, letter in enumerate(text[1:], start=1):
-        if "-" + letter in code:
-            rest = text[position + 1 :]
-            return rest or None
-    return None
 
 
 def _su(words: list[Word], result: Unwrapped) -> Unwrapped:
