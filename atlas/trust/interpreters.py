@@ -7,6 +7,7 @@ Code is read with linear scans: no pattern here back-references or nests quantif
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable
 
 from atlas.trust.parse_types import SUBSTITUTION, Part
@@ -145,6 +146,7 @@ def string_literal(text: str, start: int) -> tuple[str, int] | None:
         index += 1
     if index >= len(text) or text[index] not in "'\"`":
         return None
+    formatted = "f" in text[start:index].lower() or text[index] == "`"
     quote = text[index]
     value: list[str] = []
     index += 1
@@ -155,7 +157,13 @@ def string_literal(text: str, start: int) -> tuple[str, int] | None:
             continue
         value.append(text[index])
         index += 1
-    return "".join(value), index + 1
+    literal = "".join(value)
+    if formatted and "{" in literal:  # f"rm -rf {x}", `rm -rf ${x}`: filled in at run time
+        literal = FIELD.sub(SUBSTITUTION, literal)
+    return literal, index + 1
+
+
+FIELD = re.compile(r"\$?\{[^{}\n]{0,300}\}")
 
 
 def string_list(text: str, start: int) -> tuple[list[str], int] | None:
@@ -197,24 +205,51 @@ def _run_call(code: str, start: int, analyse: Analyse, depth: int) -> list[Part]
     string the shell runs. Anything computed → a $SUBSTITUTION part."""
     listed = string_list(code, start)
     if listed is not None:
-        return [Part(listed[0] or [SUBSTITUTION])]
+        return _words_run(listed[0] or [SUBSTITUTION], analyse, depth)
     literal = string_literal(code, start)
     if literal is None or _transformed(code, literal[1]):
         return [Part([SUBSTITUTION])]  # a variable, or a string joined, sliced or formatted
     after = code[literal[1] : literal[1] + 300].lstrip(" \t\n")
-    if after[:1] == ",":  # spawn("rm", ["-rf", "/"]), Deno.Command("rm", {args: [...]})
+    if after[:1] == "," and " " not in literal[0]:  # spawn("rm", ["-rf", "/"]), exec "rm", "-rf"
         closing = after.find(")")
         opening = after.find("[")
         if 0 <= opening < (closing if closing >= 0 else len(after)):
             arguments = string_list(after, opening)
-            return [Part([literal[0], *(arguments[0] if arguments else [SUBSTITUTION])])]
+            listed_words = arguments[0] if arguments else [SUBSTITUTION]
+        else:
+            listed_words = _comma_literals(after)
+        return _words_run([literal[0], *listed_words], analyse, depth)
     return _no_bare_shell(analyse(literal[0], depth + 1))
+
+
+def _comma_literals(text: str) -> list[str]:
+    """`, "-rf", "/usr"`: the literals of an argument list written without brackets."""
+    found: list[str] = []
+    index = 0
+    while index < len(text) and text[index] == "," and len(found) < 64:
+        literal = string_literal(text, index + 1)
+        if literal is None:
+            found.append(SUBSTITUTION)
+            break
+        found.append(literal[0])
+        index = literal[1]
+        while index < len(text) and text[index] in " \t\n":
+            index += 1
+    return found
+
+
+def _words_run(words: list[str], analyse: Analyse, depth: int) -> list[Part]:
+    """A program and its argument list, read as the shell would run them (so `/bin/rm` is rm and
+    `["bash", "-c", CODE]` has its code judged)."""
+    return _no_bare_shell(analyse(shlex.join(words), depth + 1))
 
 
 def _transformed(code: str, end: int) -> bool:
     """A literal that is joined (`+`, `.`, `..`), sliced, indexed or formatted (`%`) before use."""
     after = code[end : end + 8].lstrip(" \t\n")
-    return after[:1] in ("+", "[", "%", "*") or after[:1] == "." and not after[1:2].isdigit()
+    if after[:1] in ("+", "[", "%", "*", '"', "'"):  # joined, sliced, formatted, juxtaposed
+        return True
+    return after[:1] == "." and not after[1:2].isdigit()
 
 
 def _no_bare_shell(parts: list[Part]) -> list[Part]:
@@ -246,6 +281,18 @@ def _shell_string(code: str, start: int, analyse: Analyse, depth: int) -> list[P
     return _no_bare_shell(analyse(literal[0], depth + 1)) if literal else [Part([SUBSTITUTION])]
 
 
+CLOSERS = {"{": "}", "(": ")", "[": "]", "<": ">"}
+
+
+def _delimited(code: str, start: int, analyse: Analyse, depth: int) -> list[Part]:
+    """Perl's `qx{CMD}`, `qx(CMD)`, `qx|CMD|`: the command up to the closing delimiter."""
+    opener = code[start : start + 1]
+    end = code.find(CLOSERS.get(opener, opener), start + 1, start + 4000)
+    if end == -1:
+        return [Part([SUBSTITUTION])]
+    return _no_bare_shell(analyse(code[start + 1 : end], depth + 1))
+
+
 def _computed(code: str, start: int, analyse: Analyse, depth: int) -> list[Part]:
     return [Part([SUBSTITUTION])]
 
@@ -268,6 +315,7 @@ RUN, RM, RMTREE = _run_call, _delete_call(False), _delete_call(True)
 NODE_RULES = [
     (r"\b(?:rmSync|rmdirSync|promises\.rm|fs\.rm|fs\.rmdir|Deno\.remove|removeSync)\b", RM),
     (r"\b(?:unlinkSync|fs\.unlink)\b", RM),
+    (r"(?<=\))\.(?:rm|rmdir)\b(?=\s*\()", RM),  # require('fs/promises').rm(…)
     (r"\b(?:execSync|exec|spawnSync|execFileSync|execFile|spawn|Bun\.spawn|Bun\.spawnSync)\b", RUN),
     (r"\bDeno\.(?:Command|run)\b", RUN),
 ]
@@ -286,6 +334,7 @@ CODE_RULES: dict[str, list[tuple[str, Callable[[str, int, Analyse, int], list[Pa
         (r"\bunlink\b", RM),
         (r"\b(?:system|exec)\b", RUN),
         (r"(?:qx)?(?=`)", _shell_string),
+        (r"\bqx\s*(?=[{(\[<|!/])", _delimited),
     ],
     "ruby": [
         (r"\bFileUtils\.(?:rm_rf|rm_r|remove_dir|remove_entry\w*)", RMTREE),
@@ -320,7 +369,8 @@ OPAQUE_MARKERS = {
                          r"\s*\("),
     "node": re.compile(r"\b(?:eval|Function|atob|fromCharCode)\s*\(|['\"]base64['\"]"
                        r"|\brequire\s*\(\s*['\"`][./][^'\"`\n]{0,200}(?<!\.json)['\"`]|\[[^\]\n+]{0,80}\+[^\]\n]{0,80}\]\s*\("),
-    "perl": re.compile(r"\b(?:eval|decode_base64|pack)\b|\b(?:do|require)\s+['\"]"),
+    "perl": re.compile(r"\b(?:eval|decode_base64|pack)\b|\b(?:do|require)\s+['\"]"
+                       r"|['\"]\s*\|\s*\w|['\"]-?\|-?['\"]"),
     "ruby": re.compile(r"\b(?:eval|instance_eval|send|unpack1?|decode64)\b|%x\W"
                        r"|\b(?:load|require)\s*\(?\s*['\"][./]"),
     "php": re.compile(r"\b(?:eval|assert|base64_decode|create_function|call_user_func\w*)\s*\("

@@ -9,6 +9,8 @@ what cannot be resolved before it runs is listed in `Analysis.unresolved`.
 
 from __future__ import annotations
 
+import re
+
 from atlas.trust import interpreters
 from atlas.trust.interpreters import INLINE_FLAGS, INTERPRETERS, SHELLS, inline_code, interpreter_of
 from atlas.trust.parse import MAX_DEPTH, Scope, Walker
@@ -40,7 +42,7 @@ def analyse(command: str, depth: int = 0) -> Analysis:
         result.note("too-deep: commands nested too deeply to follow")
         return result
     try:
-        Walker(result, Scope(), depth, []).run(command)
+        Walker(result, Scope(), depth, []).run(_unfolded(command))
     except RecursionError:  # the walk is bounded; this is the last line of defence
         result.note("too-deep: commands nested too deeply to follow")
     return result
@@ -55,3 +57,19 @@ def code_parts(language: str, code: str, depth: int = 0) -> list[Part]:
         return analyse(text, inner_depth).parts
 
     return interpreters.code_parts(language, code, shell, depth)
+
+
+# `time { …; }`, `coproc NAME { …; }`: keywords tree-sitter reads as a command named `time`; the
+# group they prefix is what runs. Matched only at a command's start, in one linear pass.
+GROUP_PREFIX = re.compile(
+    r"(^|[;&|(\n]\s{0,16})(?:time(?:\s+-p)?|coproc(?:\s+\w{1,64})?)\s+(?=[{(])"
+)
+
+
+def _unfolded(command: str) -> str:
+    """The line as bash reads it: backslash-newline continuations joined (`r\\⏎m` is `rm`)."""
+    if "\\\n" in command:
+        command = command.replace("\\\n", "")
+    return (
+        GROUP_PREFIX.sub(r"\1", command) if ("time" in command or "coproc" in command) else command
+    )

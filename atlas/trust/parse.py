@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
-from atlas.trust.parse_types import SUBSTITUTION, Analysis, Word
+from atlas.trust.parse_types import SUBSTITUTION, Analysis, Part, Word
 from atlas.trust.parse_words import (
     ansi_c,
     brace_expand,
@@ -338,6 +338,8 @@ class Walker:
             self.judge.run([Word("cat")], self.wrappers, words, None, None, None)
         for child in [] if redirects else node.named_children:
             inner.walk(child)
+        if node.type == "process_substitution" and _reads_stdin(self.analysis.parts[start:]):
+            self.analysis.note("piped-code: a process substitution runs what is written to it")
         taint = {"computed"} | ({"procsub"} if node.type == "process_substitution" else set())
         for part in self.analysis.parts[start:]:
             taint |= self.judge.output_taint(part)
@@ -384,3 +386,15 @@ class _FieldBuilder:
             return
         if self.fields[-1]:
             self.fields.append("")
+
+
+def _reads_stdin(parts: list[Part]) -> bool:
+    """`>(sh)`, `>(python3)`: a shell or interpreter with no code or script runs its input."""
+    from atlas.trust.command_words import script_argument
+    from atlas.trust.interpreters import inline_code, language_of
+
+    return any(
+        language_of(p.head) and inline_code(p, every=True) is None and script_argument(p) is None
+        for p in parts
+        if p.words
+    )

@@ -243,7 +243,8 @@ class CommandJudge:
             self.analysis.note(f"opaque-code: {foreign[0]} runs code in a language not read here")
         language = language_of(head)
         if head == "eval":
-            self._runs_words(words[1:], "eval", wrappers + ["eval"])
+            rest = words[2:] if words[1:2] and words[1].text == "--" else words[1:]
+            self._runs_words(rest, "eval", wrappers + ["eval"])
             return
         if head == "trap" and len(words) > 2 and not words[1].text.startswith("-"):
             walker.sub_shell(words[1].text, wrappers + ["trap"])  # runs on a signal or exit

@@ -316,6 +316,8 @@ def _unreadable(part: Part, context: Context) -> Verdict | None:
     recursive = head == "rm" and ("r" in short_flags(part).lower() or "--recursive" in part.words)
     if recursive and not args and part.origin != "shell":  # `os.system('rm -rf ' + path)`
         return ask("computed-target", f"{part.origin} code deletes a path it builds at run time")
+    if head == "rm" and part.origin != "shell" and SUBSTITUTION in args:  # os.remove(join(…))
+        return ask("computed-target", f"{part.origin} code deletes paths it builds at run time")
     if recursive and {"xargs", "parallel"} & set(part.wrappers):  # names read from a pipe or file
         return ask("computed-target", "rm -r deletes whatever names it is handed at run time")
     for arg in args if recursive else []:

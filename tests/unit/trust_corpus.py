@@ -692,6 +692,13 @@ OPAQUE = [
     "ruby -e 'load \"/tmp/evil.rb\"'",
     "perl -e 'do \"/tmp/evil.pl\"'",
     "php -r 'include \"/tmp/evil.php\";'",
+    "echo 'rm -rf ~' > >(sh)",
+    "exec > >(sh); echo 'rm -rf ~'",
+    'python3 -c \'import os;os.system(f"rm -rf {os.environ[\\"HOME\\"]}")\'',
+    "python3 -c \"import os;[os.remove(os.path.join(r,f)) for r,_,fs in os.walk('/etc') for f in fs]\"",
+    "node -e \"require('child_process').execSync(`rm -rf ${process.env.HOME}`)\"",
+    'perl -e \'open(P,"|sh");print P "rm -rf ~"\'',
+    'awk \'BEGIN{system("rm" " -rf ~")}\'',
 ]
 
 # Disguises of destructive commands (issue #18): blocked in every mode.
@@ -807,6 +814,17 @@ DISGUISED_HARDLINE = [
     "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.pager GIT_CONFIG_VALUE_0='rm -rf ~' git log",
     "make SHELL='/bin/sh -c \"rm -rf ~\"'",
     "bash /proc/self/fd/0 <<< 'rm -rf ~'",
+    "r\\\nm -rf ~",
+    "eval -- 'rm -rf ~'",
+    "time { rm -rf ~; }",
+    "coproc x { rm -rf ~; }",
+    "python3 -c \"import subprocess;subprocess.Popen(['bash','-c','rm -rf ~'])\"",
+    "node -e \"require('fs/promises').rm('/usr',{recursive:true})\"",
+    'perl -e \'exec "rm", "-rf", "/usr"\'',
+    "perl -e 'qx{rm -rf ~}'",
+    'ruby -e \'system("rm","-rf","/usr")\'',
+    "php -r 'proc_open(\"rm -rf ~\",[],$p);'",
+    'php -r \'pcntl_exec("/bin/rm",["-rf","/usr"]);\'',
 ]
 
 # Globs that could name a system folder or the home, and rm -rf by another name (find -delete,
@@ -1132,4 +1150,6 @@ WORKSPACE_ORDINARY = [
     "ex -sc '%s/a/b/|x' notes.txt",
     "vim -c 'w out.txt' notes.txt",
     "cd - && ls",
+    "time make",
+    "time (make test)",
 ]
