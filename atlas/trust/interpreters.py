@@ -10,6 +10,7 @@ import re
 import shlex
 from collections.abc import Callable
 
+from atlas.trust.code_literals import comma_literals, string_list, string_literal, transformed
 from atlas.trust.parse_types import SUBSTITUTION, Part
 
 SHELLS = {"bash", "sh", "zsh", "dash", "ksh", "ash", "fish", "mksh", "yash", "rbash"}
@@ -134,69 +135,6 @@ def _awk_program(words: list[str]) -> str | None:
     return words[index] if index < len(words) else None
 
 
-# ---------------------------------------------------------------- reading code
-
-
-def string_literal(text: str, start: int) -> tuple[str, int] | None:
-    """The string literal at `start` (after optional r/b/u/f prefixes): (value, end index)."""
-    index = start
-    while index < len(text) and text[index] in " \t\n(":
-        index += 1
-    while index < len(text) and text[index] in "rbufRBUF" and index - start < 3:
-        index += 1
-    if index >= len(text) or text[index] not in "'\"`":
-        return None
-    formatted = "f" in text[start:index].lower() or text[index] == "`"
-    quote = text[index]
-    value: list[str] = []
-    index += 1
-    while index < len(text) and text[index] != quote:
-        if text[index] == "\\" and index + 1 < len(text):
-            value.append(text[index + 1])
-            index += 2
-            continue
-        value.append(text[index])
-        index += 1
-    literal = "".join(value)
-    if formatted and "{" in literal:  # f"rm -rf {x}", `rm -rf ${x}`: filled in at run time
-        literal = FIELD.sub(SUBSTITUTION, literal)
-    return literal, index + 1
-
-
-FIELD = re.compile(r"\$?\{[^{}\n]{0,300}\}")
-
-
-def string_list(text: str, start: int) -> tuple[list[str], int] | None:
-    """`["rm", "-rf", x]` at `start`: its string items (a non-literal item → $SUBSTITUTION)."""
-    index = start
-    while index < len(text) and text[index] in " \t\n(,":
-        index += 1
-    if index >= len(text) or text[index] not in "[{":
-        return None
-    closer = "]" if text[index] == "[" else "}"
-    items: list[str] = []
-    index += 1
-    while index < len(text) and text[index] != closer and len(items) < 256:
-        literal = string_literal(text, index)
-        if literal is not None and not _transformed(text, literal[1]):
-            items.append(literal[0])
-            index = literal[1]
-            continue
-        if literal is not None:  # `'r'+'m'`, `'mr'[::-1]`: built at run time
-            items.append(SUBSTITUTION)
-            index = literal[1]
-            while index < len(text) and text[index] not in ",]}":
-                index += 1
-            continue
-        elif text[index] not in " \t\n,":
-            items.append(SUBSTITUTION)
-            while index < len(text) and text[index] not in ",]}":
-                index += 1
-            continue
-        index += 1
-    return items, index + 1
-
-
 Analyse = Callable[[str, int], list[Part]]
 
 
@@ -207,7 +145,7 @@ def _run_call(code: str, start: int, analyse: Analyse, depth: int) -> list[Part]
     if listed is not None:
         return _words_run(listed[0] or [SUBSTITUTION], analyse, depth)
     literal = string_literal(code, start)
-    if literal is None or _transformed(code, literal[1]):
+    if literal is None or transformed(code, literal[1]):
         return [Part([SUBSTITUTION])]  # a variable, or a string joined, sliced or formatted
     after = code[literal[1] : literal[1] + 300].lstrip(" \t\n")
     if after[:1] == "," and " " not in literal[0]:  # spawn("rm", ["-rf", "/"]), exec "rm", "-rf"
@@ -217,39 +155,15 @@ def _run_call(code: str, start: int, analyse: Analyse, depth: int) -> list[Part]
             arguments = string_list(after, opening)
             listed_words = arguments[0] if arguments else [SUBSTITUTION]
         else:
-            listed_words = _comma_literals(after)
+            listed_words = comma_literals(after)
         return _words_run([literal[0], *listed_words], analyse, depth)
     return _no_bare_shell(analyse(literal[0], depth + 1))
-
-
-def _comma_literals(text: str) -> list[str]:
-    """`, "-rf", "/usr"`: the literals of an argument list written without brackets."""
-    found: list[str] = []
-    index = 0
-    while index < len(text) and text[index] == "," and len(found) < 64:
-        literal = string_literal(text, index + 1)
-        if literal is None:
-            found.append(SUBSTITUTION)
-            break
-        found.append(literal[0])
-        index = literal[1]
-        while index < len(text) and text[index] in " \t\n":
-            index += 1
-    return found
 
 
 def _words_run(words: list[str], analyse: Analyse, depth: int) -> list[Part]:
     """A program and its argument list, read as the shell would run them (so `/bin/rm` is rm and
     `["bash", "-c", CODE]` has its code judged)."""
     return _no_bare_shell(analyse(shlex.join(words), depth + 1))
-
-
-def _transformed(code: str, end: int) -> bool:
-    """A literal that is joined (`+`, `.`, `..`), sliced, indexed or formatted (`%`) before use."""
-    after = code[end : end + 8].lstrip(" \t\n")
-    if after[:1] in ("+", "[", "%", "*", '"', "'"):  # joined, sliced, formatted, juxtaposed
-        return True
-    return after[:1] == "." and not after[1:2].isdigit()
 
 
 def _no_bare_shell(parts: list[Part]) -> list[Part]:
