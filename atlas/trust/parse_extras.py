@@ -72,6 +72,8 @@ def code_strings(words: list[str]) -> list[str]:
         return _sed(words)
     if head == "zip":
         return _valued(words, {"-TT", "--unzip-command"})
+    if head.startswith(("python", "pypy")) and _runs_code_module(words):
+        return ["$SUBSTITUTION"]  # `python -m timeit 'os.system(…)'`, `python -m pdb -c CMD`
     if head in ("less", "more", "most"):
         return [w[2:] for w in words[1:] if w.startswith("+!")]  # `less '+!CMD'`
     if head in ("make", "gmake"):  # `make SHELL=CMD`: every recipe runs through CMD
@@ -316,3 +318,18 @@ def foreign_code(words: list[str]) -> tuple[str, str] | None:
             encoded = "enc" in word.lower()
             return (head, code) if encoded or FOREIGN_ACTS.search(code[:100_000]) else None
     return None
+
+
+def _runs_code_module(words: list[str]) -> bool:
+    """A module that runs code given on the line: timeit's statements, pdb's -c commands."""
+    if "-m" not in words[:4]:
+        return False
+    module = words[words.index("-m") + 1] if words.index("-m") + 1 < len(words) else ""
+    rest = words[words.index("-m") + 2 :]
+    code = [w for w in rest if not w.startswith("-")]
+    return (module == "timeit" and any(CODE_WORDS.search(w) for w in code)) or (
+        module == "pdb" and "-c" in rest
+    )
+
+
+CODE_WORDS = re.compile(r"\b(?:os|subprocess|shutil|system|exec|eval|open|socket|__import__)\b")

@@ -699,6 +699,8 @@ OPAQUE = [
     "node -e \"require('child_process').execSync(`rm -rf ${process.env.HOME}`)\"",
     'perl -e \'open(P,"|sh");print P "rm -rf ~"\'',
     'awk \'BEGIN{system("rm" " -rf ~")}\'',
+    "python3 -m timeit -s 'import os' 'os.system(\"rm -rf ~\")'",
+    "python -m pdb -c 'import os; os.system(\"rm -rf ~\")' x.py",
 ]
 
 # Disguises of destructive commands (issue #18): blocked in every mode.
