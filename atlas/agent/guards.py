@@ -1,47 +1,116 @@
-"""Loop guards: a call that keeps failing the same way is warned about, then halted."""
+"""Loop guards: a call that keeps failing the same way is warned about, then halted.
+
+Two failures of one tool within a turn are "the same failure" when
+- their arguments are equal once normalised (key order, runs of whitespace, a trailing slash,
+  a null value left out), whatever the errors say; or
+- their errors are equal once normalised (whitespace, every number read as one) and their
+  arguments are near-identical: equal once every number is read as one, or alike by difflib's
+  ratio (>= NEAR_IDENTICAL) — `sleep 5` then `sleep 10`, or a path changed by one letter, both
+  answered by the same error.
+A failure-tolerant tool (run_command, web_fetch, a browser, MCP tools) fails for reasons the
+model is diagnosing, so it is warned and never halted. A call the approval gate denied is not
+a tool failing: the loop counts it as an ordinary failure even for a failure-tolerant tool.
+"""
 
 from __future__ import annotations
 
 import json
-from collections import Counter
+import re
 from dataclasses import dataclass, field
+from difflib import SequenceMatcher
+from typing import Any
 
 WARN_AT = 2
 HALT_AT = 3
+NEAR_IDENTICAL = 0.9  # difflib ratio of two calls' normalised arguments
+ERROR_CHARS = 300  # the start of an error is what says what went wrong
+
+_SPACES = re.compile(r"\s+")
+_NUMBERS = re.compile(r"\d+(?:\.\d+)?")
 
 
-def _call_key(name: str, arguments: str) -> tuple[str, str]:
+def _normal_value(value: Any) -> Any:
+    if isinstance(value, str):
+        text = _SPACES.sub(" ", value).strip()
+        return text.rstrip("/") if len(text) > 1 else text  # "dir/" and "dir" name one folder
+    if isinstance(value, dict):
+        return {k: _normal_value(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_normal_value(v) for v in value]
+    return value
+
+
+def normalise_arguments(arguments: str) -> str:
+    """The arguments as one canonical JSON text; text that is not JSON, with its spaces evened."""
     try:
-        canonical = json.dumps(json.loads(arguments), sort_keys=True)
+        parsed = json.loads(arguments)
     except (json.JSONDecodeError, TypeError):
-        canonical = arguments
-    return name, canonical
+        return _SPACES.sub(" ", str(arguments)).strip()
+    return json.dumps(_normal_value(parsed), sort_keys=True, ensure_ascii=False)
+
+
+def normalise_error(error: str) -> str:
+    return _NUMBERS.sub("0", _SPACES.sub(" ", error[:ERROR_CHARS]).strip().lower())
+
+
+@dataclass
+class _Failure:
+    """The latest failure of one group of same failures, and how many the group has had."""
+
+    name: str
+    arguments: str  # normalised
+    error: str  # normalised
+    count: int = 1
+
+    def same_as(self, name: str, arguments: str, error: str) -> bool:
+        if name != self.name:
+            return False
+        if arguments == self.arguments:
+            return True
+        if error != self.error:
+            return False
+        if _NUMBERS.sub("0", arguments) == _NUMBERS.sub("0", self.arguments):
+            return True
+        return SequenceMatcher(None, arguments, self.arguments).ratio() >= NEAR_IDENTICAL
 
 
 @dataclass
 class RepeatGuard:
-    """Counts identical failing calls within one turn. Failure-tolerant tools (the web, a
-    browser) fail for reasons outside the model's control, so they are never counted."""
+    """Counts the same failure within one turn: warns at WARN_AT; halts at HALT_AT, except a
+    failure-tolerant tool's, which is warned again instead."""
 
-    failures: Counter[tuple[str, str]] = field(default_factory=Counter)
+    failures: list[_Failure] = field(default_factory=list)
     halted: str | None = None
 
     def record_failure(self, name: str, arguments: str, error: str, *, tolerant: bool) -> str:
         """Returns a note to add to the result (empty when none); sets `halted` past the limit."""
-        if tolerant:
+        count = self._count(name, normalise_arguments(arguments), normalise_error(error))
+        if count < WARN_AT:
             return ""
-        key = _call_key(name, arguments)
-        self.failures[key] += 1
-        count = self.failures[key]
+        if tolerant:
+            return (
+                f"\nNote: {name} has now failed {count} times the same way in this turn. Find "
+                "out why before trying again (read the error, check what it depends on), or "
+                "tell the user what is in the way."
+            )
         if count >= HALT_AT:
             self.halted = (
-                f"I stopped: the call {name} failed {count} times with the same arguments. "
-                f"Last error: {error[:500]}"
+                f"I stopped: the call {name} failed {count} times the same way (the same or "
+                f"near-identical arguments). Last error: {error[:500]}"
             )
             return ""
-        if count >= WARN_AT:
-            return (
-                f"\nWarning: this exact call has now failed {count} times. Do not repeat it: "
-                "change the arguments or the approach, or explain the problem to the user."
-            )
-        return ""
+        return (
+            f"\nWarning: this call has now failed {count} times the same way. Do not repeat it "
+            "or a near copy of it: change the approach, or explain the problem to the user."
+        )
+
+    def _count(self, name: str, arguments: str, error: str) -> int:
+        for failure in self.failures:
+            if failure.same_as(name, arguments, error):
+                # The group follows its latest member: a call drifting a little each time
+                # (sleep 1, sleep 2, sleep 3) stays one failure.
+                failure.arguments, failure.error = arguments, error
+                failure.count += 1
+                return failure.count
+        self.failures.append(_Failure(name, arguments, error))
+        return 1

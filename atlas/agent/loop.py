@@ -272,11 +272,13 @@ class ToolLoop:
         if hooks.on_tool_call:
             await _maybe_await(hooks.on_tool_call(call))
         tool = self.registry.get(call.name)
+        denied = False
         if tool is None:
             result = await self.registry.call(run, call.name, call.arguments)  # names the tools
         else:
             decision = await settle(self.gate, call, tool, run)
             if isinstance(decision, Deny):
+                denied = True
                 result = ToolResult(
                     f"Error: the approval gate denied this call: {decision.reason}", is_error=True
                 )
@@ -284,9 +286,10 @@ class ToolLoop:
                 result = await self.registry.call(run, call.name, call.arguments)
         text = result.text
         if result.is_error:
-            text += turn.guard.record_failure(
-                call.name, call.arguments, text, tolerant=bool(tool and tool.failure_tolerant)
-            )
+            # A denial is the gate's answer, not the tool failing: pressing on halts even a
+            # failure-tolerant tool.
+            tolerant = bool(tool and tool.failure_tolerant) and not denied
+            text += turn.guard.record_failure(call.name, call.arguments, text, tolerant=tolerant)
         elif not (tool and tool.pages_itself):
             path = run.home.spill_dir / run.bot.name / str(run.conversation_id) / f"{call.id}.txt"
             text = await asyncio.to_thread(spill, text, run.settings.limits.tool_result_chars, path)

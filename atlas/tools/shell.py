@@ -355,7 +355,7 @@ async def _start_job(
     return job
 
 
-@tool()
+@tool(failure_tolerant=True)  # retrying a command another way is diagnosis (loop guards)
 async def run_command(
     run: RunContext,
     command: str | None = None,
