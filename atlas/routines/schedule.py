@@ -1,8 +1,9 @@
 """The schedule grammar: a few plain-English forms, cron and ISO dates → APScheduler triggers.
 
 Every form is read in the user's time zone, and wall-clock forms stay on the wall clock across
-DST changes: a daily 02:30 runs once on the night the clocks go back, and at 03:30 on the night
-they skip 02:30. Day 29-31 of a month falls back to the month's last day in shorter months.
+DST changes (cron_trigger.py): a daily 02:30 runs once on the night the clocks go back, and at
+03:30 on the night they skip 02:30. Day 29-31 of a month falls back to the month's last day in
+shorter months.
 
     schedule = parse_schedule("weekdays at 9am", "Europe/Paris")
     next_fire_times("every month on the 31st at 8:00", "UTC", count=3)
@@ -21,6 +22,7 @@ from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from atlas.errors import AtlasError
+from atlas.routines.cron_trigger import WallClockTrigger, cron_steps, cron_weekdays, wall_cron
 
 ACCEPTED_FORMS = (
     "every 30m | every 2h | every 1d   (repeats from when the routine is set up)",
@@ -39,7 +41,6 @@ MIN_INTERVAL = timedelta(minutes=1)
 _UNITS = {"m": "minutes", "h": "hours", "d": "days"}
 _UNIT = r"(?P<n>\d+)\s*(?P<unit>m|mins?|minutes?|h|hrs?|hours?|d|days?)"
 _DAY_WORD = r"(?:mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun)[a-z]*"
-_CRON_DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")  # cron numbering: 0 = Sunday
 _SHORT_MONTHS = {
     29: "2",
     30: "2",
@@ -79,45 +80,6 @@ def zone(tz: str | tzinfo) -> tzinfo:
 def normalise(moment: datetime, tz: tzinfo) -> datetime:
     """The same instant shown in the zone: a wall time the clocks skipped becomes the real one."""
     return moment.astimezone(UTC).astimezone(tz)
-
-
-class WallClockTrigger(BaseTrigger):
-    """The union of cron triggers, each fire time once: a repeated wall time (the night the
-    clocks go back) fires only the first time when `fixed_hours` (a daily 02:30 is one run)."""
-
-    def __init__(self, triggers: list[CronTrigger], tz: tzinfo, *, fixed_hours: bool) -> None:
-        self.triggers = triggers
-        self.timezone = tz
-        self.fixed_hours = fixed_hours
-
-    def get_next_fire_time(
-        self, previous_fire_time: datetime | None, now: datetime
-    ) -> datetime | None:
-        previous = previous_fire_time
-        for _ in range(4):  # at most one repeated wall time to step over, with room to spare
-            found = [t.get_next_fire_time(previous, now) for t in self.triggers]
-            candidates = [normalise(f, self.timezone) for f in found if f is not None]
-            if not candidates:
-                return None
-            best = min(candidates)
-            if not (self.fixed_hours and _is_repeat(best, self.timezone)):
-                return best
-            previous = best
-            now = best
-        return None
-
-    def __str__(self) -> str:
-        return " | ".join(str(t) for t in self.triggers)
-
-
-def _is_repeat(moment: datetime, tz: tzinfo) -> bool:
-    """True for the second occurrence of a wall time the clocks went back over."""
-    wall = moment.astimezone(tz).replace(tzinfo=None)
-    first = wall.replace(tzinfo=tz, fold=0)
-    second = wall.replace(tzinfo=tz, fold=1)
-    if first.utcoffset() == second.utcoffset():
-        return False
-    return moment.astimezone(UTC) == second.astimezone(UTC)
 
 
 class DayIntervalTrigger(BaseTrigger):
@@ -243,7 +205,7 @@ def _weekdays(spoken: str, text: str) -> list[str]:
 
 
 def _daily(at: time, **fields: str) -> CronTrigger:
-    return CronTrigger(hour=at.hour, minute=at.minute, **fields)
+    return wall_cron(hour=at.hour, minute=at.minute, **fields)
 
 
 def _monthly(day: str, at: time, text: str) -> list[CronTrigger]:
@@ -261,63 +223,28 @@ def _monthly(day: str, at: time, text: str) -> list[CronTrigger]:
 def _cron(
     text: str, tz: tzinfo, triggers: list[CronTrigger], period: timedelta, *, fixed: bool = True
 ) -> Schedule:
-    for trigger in triggers:
-        trigger.timezone = tz
     return Schedule(text, WallClockTrigger(triggers, tz, fixed_hours=fixed), False, period)
 
 
 def _crontab(text: str, spoken: str, tz: tzinfo) -> Schedule:
     minute, hour, day, month, weekday = spoken.split()
     try:
-        weekday = _cron_weekdays(weekday)
+        weekday = cron_weekdays(weekday)
+        fields = {
+            "minute": cron_steps(minute, "minute"),
+            "hour": cron_steps(hour, "hour"),
+            "month": cron_steps(month, "month"),
+        }
+        day = cron_steps(day, "day")
         if day != "*" and weekday != "*":
             # Cron runs when either the day of the month or the weekday matches.
-            triggers = [
-                CronTrigger(minute=minute, hour=hour, day=day, month=month, timezone=tz),
-                CronTrigger(
-                    minute=minute, hour=hour, month=month, day_of_week=weekday, timezone=tz
-                ),
-            ]
+            triggers = [wall_cron(day=day, **fields), wall_cron(day_of_week=weekday, **fields)]
         else:
-            triggers = [
-                CronTrigger(
-                    minute=minute, hour=hour, day=day, month=month, day_of_week=weekday, timezone=tz
-                )
-            ]
+            triggers = [wall_cron(day=day, day_of_week=weekday, **fields)]
     except ValueError as exc:
         raise refusal(text, f"not a valid cron expression ({exc})") from None
     schedule = _cron(text, tz, triggers, timedelta(days=1), fixed=not hour.startswith("*"))
     return Schedule(text, schedule.trigger, False, _shortest_gap(schedule.trigger, tz))
-
-
-def _cron_weekdays(field: str) -> str:
-    """Cron's weekday field (0 or 7 = Sunday) in names: APScheduler 3 counts 0 as Monday."""
-    if field in ("*", "?"):
-        return "*"
-    chosen: set[int] = set()
-    for part in field.split(","):
-        body, slash, step_text = part.partition("/")
-        step = int(step_text) if step_text.isdigit() else 0
-        if slash and step < 1:
-            raise ValueError(f"bad step in weekday {part!r}")
-        low, dash, high = body.partition("-")
-        first = 0 if body == "*" else _cron_day_number(low)
-        last = _cron_day_number(high) if dash else (6 if body == "*" or slash else first)
-        if dash and last == 0:
-            last = 7  # `5-0`: Friday to Sunday
-        if last < first:
-            raise ValueError(f"weekday range {part!r} runs backwards")
-        chosen.update(n % 7 for n in range(first, last + 1, step or 1))
-    return ",".join(_CRON_DAY_NAMES[n] for n in sorted(chosen))
-
-
-def _cron_day_number(token: str) -> int:
-    """0-7 (7 is Sunday again) or a name; names give 0-6."""
-    if token.isdigit() and 0 <= int(token) <= 7:
-        return int(token)
-    if token[:3] in _CRON_DAY_NAMES:
-        return _CRON_DAY_NAMES.index(token[:3])
-    raise ValueError(f"{token!r} is not a weekday (0-7 or sun-sat)")
 
 
 def _shortest_gap(trigger: BaseTrigger, tz: tzinfo) -> timedelta:
