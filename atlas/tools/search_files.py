@@ -24,9 +24,9 @@ from atlas.tools.documents import DOCUMENT_SUFFIXES, cached_markdown_file, is_do
 from atlas.tools.fences import Fence, fenced_inodes, inside
 from atlas.tools.paths import judged_path, shown_path
 from atlas.tools.registry import RunContext, tool
+from atlas.tools.search_scope import Matching, scope_flags, skipped_folder_globs
 
 SEARCH_TIMEOUT_S = 60.0
-GIT_TIMEOUT_S = 5.0
 
 
 def _ripgrep() -> str:
@@ -128,57 +128,6 @@ async def _run_rg(
     return stopped, stderr
 
 
-def _inside_hidden(run: RunContext, resolved: Path) -> bool:
-    try:  # inside the workspace only the part below it counts (the home itself is often ~/.atlas)
-        parts = resolved.relative_to(run.bot.workspace.resolve()).parts
-    except ValueError:
-        parts = resolved.parts
-    return any(p.startswith(".") and p not in (".", "..") for p in parts)
-
-
-async def _git_ignored(resolved: Path, folder: Path) -> bool:
-    git = shutil.which("git")
-    if git is None:
-        return False
-    proc = await asyncio.create_subprocess_exec(
-        git, "-C", str(folder), "check-ignore", "-q", "--", str(resolved),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        return await asyncio.wait_for(proc.wait(), GIT_TIMEOUT_S) == 0
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        return False
-
-
-async def _scope_flags(run: RunContext, resolved: Path, is_dir: bool) -> list[str]:
-    """Hidden and ignored files are skipped, unless the search starts inside such a folder."""
-    flags = ["--hidden"] if _inside_hidden(run, resolved) else []
-    if await _git_ignored(resolved, resolved if is_dir else resolved.parent):
-        flags.append("--no-ignore")
-    return flags
-
-
-def _content_flags(output_mode: str, context: int, ignore_case: bool) -> list[str]:
-    flags = ["--sort=path", "--color=never", "--with-filename"]
-    if output_mode == "files_only":
-        flags.append("--files-with-matches")
-    elif output_mode == "count":
-        flags += ["--count", "--null"]
-    else:
-        flags += [
-            "--null",
-            "--line-number",
-            "--no-heading",
-            "--max-columns=500",
-            "--max-columns-preview",
-        ]
-        if context:
-            flags.append(f"--context={context}")
-    return [*flags, "--ignore-case"] if ignore_case else flags
-
-
 GLOB_SPECIAL = re.compile(r"([*?\[\]{}\\!])")
 
 
@@ -264,7 +213,12 @@ class _Search:
     ) -> list[str]:
         if not is_dir:
             return [arg]
-        globs = ["--glob", file_glob] if file_glob else [f"--iglob=*{s}" for s in DOCUMENT_SUFFIXES]
+        if file_glob:
+            globs = ["--glob", file_glob]
+        elif any(flag.startswith("--type=") for flag in scope):
+            globs = []  # the type chooses (type=pdf finds PDFs); a glob would override it
+        else:
+            globs = [f"--iglob=*{s}" for s in DOCUMENT_SUFFIXES]
         found: list[str] = []
         args = ["--files", "--sort=path", *scope, *globs, *fences, "--", arg]
         await self.rg_lines(args, found.append)
@@ -338,7 +292,15 @@ def _answer(search: _Search, summary: str) -> str:
 @tool(
     read_only=True,
     pages_itself=True,
-    aliases={"glob": "file_glob", "-i": "ignore_case", "-C": "context", "head_limit": "limit"},
+    aliases={
+        "glob": "file_glob",
+        "-i": "ignore_case",
+        "-C": "context",
+        "-A": "context_after",
+        "-B": "context_before",
+        "type": "file_type",
+        "head_limit": "limit",
+    },
 )
 async def find_files(
     run: RunContext,
@@ -348,17 +310,23 @@ async def find_files(
     target: Literal["content", "files"] = "content",
     path: Annotated[str, Field(description="file or folder to search")] = ".",
     file_glob: Annotated[str | None, Field(description="only files matching, e.g. '*.py'")] = None,
+    file_type: Annotated[str, Field(description="rg file type, e.g. py, js")] = "",
     output_mode: Literal["content", "files_only", "count"] = "content",
     context: Annotated[int, Field(ge=0, le=10, description="lines around each match")] = 0,
+    context_before: Annotated[int, Field(ge=0, le=10)] = 0,
+    context_after: Annotated[int, Field(ge=0, le=10)] = 0,
     ignore_case: bool = False,
+    multiline: Annotated[bool, Field(description="a match may span lines")] = False,
     limit: Annotated[int, Field(ge=1, le=500, description="result lines per page")] = 50,
     offset: Annotated[int, Field(ge=0, description="result lines to skip")] = 0,
 ) -> str:
     """Search with ripgrep: file contents by regex (documents such as PDF and Word too), or file
-    names by glob (target=files). Skips hidden and git-ignored files unless path is inside them."""
-    if target == "files" and file_glob:
+    names by glob (target=files). Skips hidden, git-ignored, dependency and build folders
+    (node_modules, .venv, dist, target...) unless path is inside them."""
+    if target == "files" and (file_glob or file_type):
         raise ToolError(
-            "file_glob is for target=content; with target=files put the glob in pattern"
+            "file_glob and file_type are for target=content; with target=files put the glob "
+            "in pattern"
         )
     rg = _ripgrep()
     resolved = judged_path(run, "find_files", path)
@@ -372,15 +340,19 @@ async def find_files(
     loop = asyncio.get_running_loop()
     fenced = await _FenceFilter.for_search(fence, cwd, resolved)
     search = _Search(run, rg, cwd, loop.time() + SEARCH_TIMEOUT_S, _Results(offset, limit), fenced)
-    scope = await _scope_flags(run, resolved, is_dir)
-    fences = fenced.globs(resolved)  # last before "--": rg's later globs win over earlier
+    scope = await scope_flags(run, resolved, is_dir, file_type)
+    # Last before "--": rg's later globs win over earlier ones, the model's file_glob included.
+    fences = [*skipped_folder_globs(run, resolved), *fenced.globs(resolved)]
     mode = "files" if target == "files" else output_mode
     if target == "files":
         glob_flag = "--iglob" if ignore_case else "--glob"
         args = ["--files", "--sort=path", *scope, glob_flag, pattern, *fences, "--", arg]
         await search.rg_lines(args, _collector(search.results, mode, _strip_dot, fenced.keep))
     else:
-        flags = [*_content_flags(output_mode, context, ignore_case), "--regexp", pattern]
+        matching = Matching(
+            output_mode, context, context_before, context_after, ignore_case, multiline
+        )
+        flags = [*matching.flags(), "--regexp", pattern]
         if is_dir or not is_document(resolved):
             skip_documents = [f"--iglob=!*{s}" for s in DOCUMENT_SUFFIXES]  # searched as Markdown
             globs = ["--glob", file_glob] if file_glob else []
