@@ -237,7 +237,12 @@ def _description(budget: int, groups: tuple[tuple[str, tuple[str, ...]], ...]) -
     return text
 
 
-@tool(read_only=True, available=_when_something_is_deferred, describe=describe_tool_search)
+@tool(
+    read_only=True,
+    available=_when_something_is_deferred,
+    describe=describe_tool_search,
+    aliases={"max_results": "limit"},  # Claude Code's name
+)
 async def tool_search(
     run: RunContext,
     query: Annotated[str, Field(min_length=1, max_length=500)],
