@@ -38,6 +38,7 @@ ACCEPTED_FORMS = (
 )
 
 MIN_INTERVAL = timedelta(minutes=1)
+_TICK = timedelta(microseconds=1)
 _UNITS = {"m": "minutes", "h": "hours", "d": "days"}
 _UNIT = r"(?P<n>\d+)\s*(?P<unit>m|mins?|minutes?|h|hrs?|hours?|d|days?)"
 _DAY_WORD = r"(?:mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun)[a-z]*"
@@ -82,6 +83,12 @@ def normalise(moment: datetime, tz: tzinfo) -> datetime:
     return moment.astimezone(UTC).astimezone(tz)
 
 
+def later(moment: datetime, elapsed: timedelta, tz: tzinfo) -> datetime:
+    """`elapsed` real time after `moment`, in the zone. Adding to an aware datetime moves its
+    wall clock instead: 01:50 + 30m would be 02:20, 90 minutes on the night the clocks go back."""
+    return normalise(moment.astimezone(UTC) + elapsed, tz)
+
+
 class DayIntervalTrigger(BaseTrigger):
     """Every N days at the anchor's wall-clock time (a day is a calendar day, 23-25 hours)."""
 
@@ -98,7 +105,7 @@ class DayIntervalTrigger(BaseTrigger):
     def get_next_fire_time(
         self, previous_fire_time: datetime | None, now: datetime
     ) -> datetime | None:
-        after = previous_fire_time + timedelta(microseconds=1) if previous_fire_time else now
+        after = previous_fire_time.astimezone(UTC) + _TICK if previous_fire_time else now
         today = after.astimezone(self.timezone).date()
         steps = max(0, -(-(today - self.first).days // self.days))  # ceiling division
         day = self.first + timedelta(days=steps * self.days)
@@ -127,7 +134,7 @@ def parse_schedule(
     if m := re.fullmatch(rf"every {_UNIT}", spoken):
         return _interval(text, _amount(m, text), anchor, tz)
     if m := re.fullmatch(rf"in {_UNIT}", spoken):
-        when = normalise(now + _amount(m, text), tz)
+        when = later(now, _amount(m, text), tz)
         return Schedule(text, DateTrigger(when, timezone=tz), once=True, period=None)
     if m := re.fullmatch(r"(?:every day|daily) at (?P<at>.+)", spoken):
         at = parse_time_of_day(m["at"], text)
@@ -166,7 +173,8 @@ def _interval(text: str, every: timedelta, anchor: datetime, tz: tzinfo) -> Sche
         # Whole days follow the calendar, so a daily run keeps its hour across DST changes.
         trigger: BaseTrigger = DayIntervalTrigger(every.days, anchor, tz)
     else:
-        trigger = IntervalTrigger(seconds=int(every.total_seconds()), start_date=anchor + every)
+        start = later(anchor, every, tz)
+        trigger = IntervalTrigger(seconds=int(every.total_seconds()), start_date=start)
         trigger.timezone = tz  # fire times shown in the user's zone
     return Schedule(text, trigger, once=False, period=every)
 
@@ -296,7 +304,7 @@ def next_fire_times(
         start = start.replace(tzinfo=tz)
     if isinstance(schedule, str):
         schedule = parse_schedule(schedule, tz, now=start, anchor=start)
-    after = start + timedelta(microseconds=1)  # strictly after start: `--from 09:00` skips 09:00
+    after = start.astimezone(UTC) + _TICK  # strictly after start: `--from 09:00` skips 09:00
     times = _fire_times(schedule.trigger, after, count)
     return [normalise(t, tz) for t in times if _ts(t) > _ts(start)]  # a past one-off: none
 
@@ -338,6 +346,7 @@ def last_fire_between(schedule: Schedule, after: datetime, now: datetime) -> dat
     """The latest fire time in (after, now], or None: what a routine missed while Atlas was
     down. Searched in growing windows back from now, so a long downtime costs few steps."""
     trigger = schedule.trigger
+    after, now = after.astimezone(UTC), now.astimezone(UTC)  # real time, not wall-clock sums
     for span in (timedelta(hours=1), timedelta(days=1), timedelta(days=32), timedelta(days=400)):
         start = max(after, now - span)
         latest = _last_in(trigger, start, after, now)

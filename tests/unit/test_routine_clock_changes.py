@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from atlas.routines.cli import print_next
-from atlas.routines.schedule import next_fire_times, parse_schedule
+from atlas.routines.schedule import next_fire_times, parse_schedule, pin
 
 # (zone, schedule, the day of the change, its fire time on that day): spring-forward and
 # fall-back, both hemispheres, a 30-minute change, and changes at midnight.
@@ -200,6 +200,21 @@ def test_a_step_past_the_end_of_its_range_is_one_value_as_in_cron(
         day = next_fire_times(schedule, "UTC", datetime.fromisoformat(start), 61)
         assert [t.hour for t in day[:60]] == [23] * 60
         assert day[60] - day[59] == timedelta(hours=23, minutes=1)
+
+
+def test_elapsed_times_count_real_minutes_in_the_repeated_hour() -> None:
+    # 01:50 EDT on the night New York goes back: 30 minutes later is 01:20 EST, not 02:20.
+    new_york = ZoneInfo("America/New_York")
+    now = datetime(2026, 11, 1, 1, 50, tzinfo=new_york)
+    assert pin("in 30m", new_york, now) == "2026-11-01T01:20:00-05:00"
+    every = parse_schedule("every 30m", new_york, now=now, anchor=now)
+    assert next_fire_times(every, new_york, now, 1)[0].isoformat() == "2026-11-01T01:20:00-05:00"
+    # Counting from the second 01:10 (EST) gives the fires after it, not after the first 01:10.
+    second = datetime(2026, 11, 1, 1, 10, tzinfo=new_york, fold=1)
+    assert [t.isoformat() for t in next_fire_times("*/20 * * * *", new_york, second, 2)] == [
+        "2026-11-01T01:20:00-05:00",
+        "2026-11-01T01:40:00-05:00",
+    ]
 
 
 def test_the_trigger_keeps_apschedulers_contract_and_pickles() -> None:
