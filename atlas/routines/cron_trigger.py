@@ -124,11 +124,13 @@ def _offset_of(moment: datetime) -> timedelta:
 
 
 def _naive(moment: datetime) -> datetime:
+    """A UTC-labelled datetime as a naive one (a wall time, or an instant's UTC reading)."""
     return moment.astimezone(UTC).replace(tzinfo=None)
 
 
-def _aware(wall: datetime) -> datetime:
-    return wall.replace(tzinfo=UTC)
+def _aware(naive: datetime) -> datetime:
+    """A naive datetime labelled UTC: how wall times reach the matchers and instants leave."""
+    return naive.replace(tzinfo=UTC)
 
 
 def cron_steps(field: str, name: str) -> str:
