@@ -9,6 +9,10 @@
 
 Each request takes the next scripted answer; with none left it answers 500 saying so and counts
 the overrun, so a test can tell "the script ran out" from a real failure.
+
+With `count_prompt` set (a function of the request body), the usage reports that many input
+tokens, and the Anthropic fake answers `/v1/messages/count_tokens` with it: a provider's own
+count, made deterministic (scripts/measure_tools.py).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import contextlib
 import itertools
 import json
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
@@ -61,6 +66,7 @@ class FakeModelServer:
         self.requests: list[dict[str, Any]] = []  # JSON bodies, in order
         self.request_headers: list[dict[str, str]] = []
         self.overruns = 0  # requests that found the script empty
+        self.count_prompt: Callable[[dict[str, Any]], int] | None = None  # see the module doc
         self.script: deque[Scripted] = deque()
         self.base_url = ""
         self._ids = itertools.count(1)
@@ -212,8 +218,11 @@ class FakeOpenAIServer(FakeModelServer):
         kind = "invalid_request_error" if status < 500 else "server_error"
         return {"error": {"message": message, "type": kind, "param": None, "code": None}}
 
-    def _usage(self, item: Scripted) -> dict[str, Any]:
-        return item.usage or {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    def _usage(self, item: Scripted, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        usage = item.usage or {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        if self.count_prompt is not None and body is not None:
+            usage = {**usage, "prompt_tokens": self.count_prompt(body)}
+        return usage
 
     def _answer(self, body: dict[str, Any], item: Scripted) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": item.text or None}
@@ -239,7 +248,7 @@ class FakeOpenAIServer(FakeModelServer):
                     "finish_reason": "tool_calls" if item.calls else "stop",
                 }
             ],
-            "usage": self._usage(item),
+            "usage": self._usage(item, body),
         }
 
     def _events(self, body: dict[str, Any], item: Scripted) -> list[str]:
@@ -277,7 +286,7 @@ class FakeOpenAIServer(FakeModelServer):
                 "created": 0,
                 "model": model,
                 "choices": [],
-                "usage": self._usage(item),
+                "usage": self._usage(item, body),
             }
             frames.append(f"data: {json.dumps(data)}\n\n")
         frames.append("data: [DONE]\n\n")
@@ -300,6 +309,22 @@ class FakeAnthropicServer(FakeModelServer):
 
     endpoint = "/v1/messages"
     name = "FakeAnthropicServer"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count_requests: list[dict[str, Any]] = []  # bodies sent to count_tokens
+
+    def _add_routes(self, app: web.Application) -> None:
+        super()._add_routes(app)
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
+
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.count_requests.append(body)
+        if self.count_prompt is None:
+            message = f"{self.name}: count_tokens needs count_prompt set"
+            return web.json_response(self._error_body(500, message), status=500)
+        return web.json_response({"input_tokens": self.count_prompt(body)})
 
     def _error_body(self, status: int, message: str) -> dict[str, Any]:
         kind = ANTHROPIC_ERROR_TYPES.get(status, "api_error")
