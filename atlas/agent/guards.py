@@ -5,8 +5,8 @@ Two failures of one tool within a turn are "the same failure" when
   a null value left out), whatever the errors say; or
 - their errors are equal once normalised (whitespace, every number read as one) and their
   arguments are near-identical: equal once every number is read as one, or alike by difflib's
-  ratio (>= NEAR_IDENTICAL) — `sleep 5` then `sleep 10`, or a path changed by one letter, both
-  answered by the same error.
+  ratio (>= NEAR_IDENTICAL, for arguments up to COMPARED_CHARS) — `sleep 5` then `sleep 10`,
+  or a path changed by one letter, both answered by the same error.
 A failure-tolerant tool (run_command, web_fetch, a browser, MCP tools) fails for reasons the
 model is diagnosing, so it is warned and never halted. A call the approval gate denied is not
 a tool failing: the loop counts it as an ordinary failure even for a failure-tolerant tool.
@@ -24,6 +24,8 @@ WARN_AT = 2
 HALT_AT = 3
 NEAR_IDENTICAL = 0.9  # difflib ratio of two calls' normalised arguments
 ERROR_CHARS = 300  # the start of an error is what says what went wrong
+# difflib is quadratic: longer arguments (a file's content) count only when equal as above.
+COMPARED_CHARS = 2_000
 
 _SPACES = re.compile(r"\s+")
 _NUMBERS = re.compile(r"\d+(?:\.\d+)?")
@@ -71,7 +73,10 @@ class _Failure:
             return False
         if _NUMBERS.sub("0", arguments) == _NUMBERS.sub("0", self.arguments):
             return True
-        return SequenceMatcher(None, arguments, self.arguments).ratio() >= NEAR_IDENTICAL
+        if max(len(arguments), len(self.arguments)) > COMPARED_CHARS:
+            return False
+        alike = SequenceMatcher(None, arguments, self.arguments)
+        return alike.real_quick_ratio() >= NEAR_IDENTICAL and alike.ratio() >= NEAR_IDENTICAL
 
 
 @dataclass

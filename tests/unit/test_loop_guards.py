@@ -4,11 +4,12 @@ and a call the gate denies halts even a failure-tolerant tool."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-from atlas.agent.guards import normalise_arguments
+from atlas.agent.guards import RepeatGuard, normalise_arguments
 from atlas.agent.loop import ToolLoop
 from atlas.errors import ToolError
 from atlas.providers.base import Message, ToolCall
@@ -76,6 +77,14 @@ def test_arguments_are_normalised() -> None:
     assert normalise_arguments('{"b": 1, "a": "x  y"}') == normalise_arguments('{"a":"x y","b":1}')
     assert normalise_arguments('{"path": "/"}') == '{"path": "/"}'  # the root stays the root
     assert normalise_arguments('{"path": "a"}') != normalise_arguments('{"path": "b"}')
+
+
+def test_long_arguments_are_compared_only_when_equal() -> None:
+    guard = RepeatGuard()
+    for letter in "abc":  # a file's content, one letter apart: not compared letter by letter
+        content = json.dumps({"path": "f.txt", "content": "x" * 50_000 + letter})
+        assert guard.record_failure("write_file", content, "Error: disk full", tolerant=False) == ""
+    assert guard.halted is None
 
 
 @pytest.mark.parametrize(
