@@ -1,7 +1,8 @@
 """find_files: file contents by regex, or file names by glob, with ripgrep (documents as Markdown).
 
-Hidden and git-ignored files are skipped unless the search starts inside them; a search stops at
-SEARCH_TIMEOUT_S and answers with what it found so far, one page of result lines at a time.
+Hidden and git-ignored files, and dependency and build folders, are skipped unless the search
+starts inside them (search_scope.py); a search stops at SEARCH_TIMEOUT_S and answers with what it
+found so far, one page of result lines at a time.
 """
 
 from __future__ import annotations
