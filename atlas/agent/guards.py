@@ -1,8 +1,9 @@
 """Loop guards: a call that keeps failing the same way is warned about, then halted.
 
+A failure is an `Error:` result, or a result the tool marks failed (a command's non-zero exit).
 Two failures of one tool within a turn are "the same failure" when
 - their arguments are equal once normalised (key order, runs of whitespace, a trailing slash,
-  a null value left out), whatever the errors say; or
+  a null value left out), whatever the errors say (a failed output must be the same too); or
 - their errors are equal once normalised (whitespace, every number read as one) and their
   arguments are near-identical: equal once every number is read as one, or alike by difflib's
   ratio (>= NEAR_IDENTICAL, for arguments up to COMPARED_CHARS) — `sleep 5` then `sleep 10`,
@@ -52,7 +53,11 @@ def normalise_arguments(arguments: str) -> str:
 
 
 def normalise_error(error: str) -> str:
-    return _NUMBERS.sub("0", _SPACES.sub(" ", error[:ERROR_CHARS]).strip().lower())
+    """What says how a call failed: an error's start, and a long output's end too (a command's
+    last lines and exit code)."""
+    if len(error) > ERROR_CHARS:
+        error = error[: ERROR_CHARS // 2] + " " + error[-ERROR_CHARS // 2 :]
+    return _NUMBERS.sub("0", _SPACES.sub(" ", error).strip().lower())
 
 
 @dataclass
@@ -64,13 +69,15 @@ class _Failure:
     error: str  # normalised
     count: int = 1
 
-    def same_as(self, name: str, arguments: str, error: str) -> bool:
+    def same_as(self, name: str, arguments: str, error: str, output: bool) -> bool:
         if name != self.name:
             return False
-        if arguments == self.arguments:
+        if arguments == self.arguments and not output:
             return True
         if error != self.error:
             return False
+        if arguments == self.arguments:
+            return True
         if _NUMBERS.sub("0", arguments) == _NUMBERS.sub("0", self.arguments):
             return True
         if max(len(arguments), len(self.arguments)) > COMPARED_CHARS:
@@ -87,9 +94,14 @@ class RepeatGuard:
     failures: list[_Failure] = field(default_factory=list)
     halted: str | None = None
 
-    def record_failure(self, name: str, arguments: str, error: str, *, tolerant: bool) -> str:
-        """Returns a note to add to the result (empty when none); sets `halted` past the limit."""
-        count = self._count(name, normalise_arguments(arguments), normalise_error(error))
+    def record_failure(
+        self, name: str, arguments: str, error: str, *, tolerant: bool, output: bool = False
+    ) -> str:
+        """Returns a note to add to the result (empty when none); sets `halted` past the limit.
+        `output`: the failure is a result marked failed, not an error (a command's non-zero
+        exit); the same call counts only with the same output, since running a command again
+        after a change is how work goes."""
+        count = self._count(name, normalise_arguments(arguments), normalise_error(error), output)
         if count < WARN_AT:
             return ""
         if tolerant:
@@ -109,9 +121,9 @@ class RepeatGuard:
             "or a near copy of it: change the approach, or explain the problem to the user."
         )
 
-    def _count(self, name: str, arguments: str, error: str) -> int:
+    def _count(self, name: str, arguments: str, error: str, output: bool) -> int:
         for failure in self.failures:
-            if failure.same_as(name, arguments, error):
+            if failure.same_as(name, arguments, error, output):
                 # The group follows its latest member: a call drifting a little each time
                 # (sleep 1, sleep 2, sleep 3) stays one failure.
                 failure.arguments, failure.error = arguments, error

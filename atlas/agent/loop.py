@@ -285,14 +285,20 @@ class ToolLoop:
             else:
                 result = await self.registry.call(run, call.name, call.arguments)
         text = result.text
-        if result.is_error:
+        if not result.is_error and not (tool and tool.pages_itself):
+            path = run.home.spill_dir / run.bot.name / str(run.conversation_id) / f"{call.id}.txt"
+            text = await asyncio.to_thread(spill, text, run.settings.limits.tool_result_chars, path)
+        if result.is_error or result.failed:
             # A denial is the gate's answer, not the tool failing: pressing on halts even a
             # failure-tolerant tool.
             tolerant = bool(tool and tool.failure_tolerant) and not denied
-            text += turn.guard.record_failure(call.name, call.arguments, text, tolerant=tolerant)
-        elif not (tool and tool.pages_itself):
-            path = run.home.spill_dir / run.bot.name / str(run.conversation_id) / f"{call.id}.txt"
-            text = await asyncio.to_thread(spill, text, run.settings.limits.tool_result_chars, path)
+            text += turn.guard.record_failure(
+                call.name,
+                call.arguments,
+                result.text,
+                tolerant=tolerant,
+                output=not result.is_error,
+            )
         turn.files.extend(result.files)
         if not result.is_error and (result.untrusted or (tool and tool.untrusted)):
             text = wrap_untrusted(call.name, text)

@@ -88,6 +88,9 @@ class ToolResult:
     is_error: bool = False
     untrusted: bool = False  # text from outside (a document, a page): wrapped as data for the model
     files: list[Path] = field(default_factory=list)  # attached to the turn's reply
+    # Not an error, yet the call did not succeed (a command's non-zero exit): the loop guards
+    # count it as a failure.
+    failed: bool = False
 
 
 # Says why a tool is unavailable to a run, or None when it is available.

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import secrets
 import signal
 import time
@@ -22,7 +23,7 @@ from pydantic import Field
 
 from atlas.errors import ToolError
 from atlas.sandbox.commands import Launch, launch, with_hint
-from atlas.tools.registry import Notifier, RunContext, Tool, tool
+from atlas.tools.registry import Notifier, RunContext, Tool, ToolResult, tool
 
 if TYPE_CHECKING:
     from atlas.home import Home
@@ -355,6 +356,15 @@ async def _start_job(
     return job
 
 
+_EXIT_LINE = re.compile(r"^\[(?:exit code (-?\d+)|killed after timeout \d+s)\]$", re.MULTILINE)
+
+
+def _command_failed(output: str) -> bool:
+    """A foreground command that exited non-zero or was killed: its last such line says."""
+    ends = _EXIT_LINE.findall(output)
+    return bool(ends) and ends[-1] != "0"
+
+
 @tool(failure_tolerant=True)  # retrying a command another way is diagnosis (loop guards)
 async def run_command(
     run: RunContext,
@@ -396,7 +406,8 @@ async def run_command(
     workdir = _resolve_cwd(run, cwd)
     if not background:
         async with launch(run, command, workdir, sandbox=sandbox) as how:
-            return with_hint(await _run_foreground(how, timeout or DEFAULT_TIMEOUT), how)
+            output = with_hint(await _run_foreground(how, timeout or DEFAULT_TIMEOUT), how)
+        return ToolResult(output, failed=_command_failed(output))
     notify = run.notify if notify_on_complete else None
     job = await _start_job(run, command, workdir, sandbox, timeout, notify)
     notice = ""

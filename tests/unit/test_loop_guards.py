@@ -17,6 +17,7 @@ from atlas.providers.scripted import Reply, ScriptedModel
 from atlas.store.conversations import ConversationStore
 from atlas.tools.catalog import default_registry
 from atlas.tools.registry import RunContext, Tool, ToolRegistry, tool
+from atlas.tools.shell import _command_failed
 from atlas.trust.gate import BaseGate, Decision, Deny, OpenGate
 from tests.helpers import run_context
 
@@ -141,3 +142,36 @@ async def test_a_denied_call_halts_even_a_failure_tolerant_tool(home, store) -> 
     outcome, results = await turn(home, store, default_registry(), calls, gate=DenyAll())
     assert outcome.halted and "run_command failed 3 times" in outcome.text
     assert "Warning" in results[1]
+
+
+async def test_a_command_that_exits_non_zero_is_a_failure_the_guard_sees(home, store) -> None:
+    failing = ("run_command", {"command": "ls no-such-file-here"})
+    calls = [failing, ("run_command", {"command": "echo fine"}), failing, failing]
+    outcome, results = await turn(home, store, default_registry(), calls)
+    assert not outcome.halted and outcome.text == "gave up"  # tolerant: never halted
+    assert "[exit code 2]" in results[0] and "Note:" not in results[0]
+    assert results[1].startswith("fine") and "Note:" not in results[1]
+    assert "Note: run_command has now failed 2 times the same way" in results[2]
+    assert "failed 3 times the same way" in results[3]
+
+
+async def test_a_command_rerun_with_another_outcome_is_not_the_same_failure(home, store) -> None:
+    # Each run prints more lines: the same command, failing differently, as after a fix.
+    growing = ("run_command", {"command": "echo x >> grows.txt; cat grows.txt; exit 1"})
+    outcome, results = await turn(home, store, default_registry(), [growing] * 3)
+    assert not outcome.halted
+    assert all("[exit code 1]" in r and "Note:" not in r for r in results)
+
+
+@pytest.mark.parametrize(
+    ("output", "failed"),
+    [
+        ("ok\n[exit code 0]", False),
+        ("[exit code 0]\n[exit code 1]", True),
+        ("no\n[exit code 2]\nThe sandbox stopped it: hint", True),
+        ("partial\n[killed after timeout 5s]", True),
+        ("Started background job j1 (pid 5) in /w.", False),
+    ],
+)
+def test_which_command_outputs_are_failures(output: str, failed: bool) -> None:
+    assert _command_failed(output) is failed
