@@ -1,9 +1,13 @@
-"""Slack Web API calls that survive 429s, 5xx and dropped connections, never posting twice.
+"""Slack Web API calls that survive 429s, 5xx, unreadable answers (a proxy's HTML 502 page, an
+empty body, JSON cut short) and dropped connections, never posting twice.
 
-A 429 is retried after its Retry-After. A 5xx or a dropped connection is ambiguous for
-`chat.postMessage`: Slack may have posted the message before the answer was lost. Every post
-therefore carries its own id in the message metadata, and before posting again we look in the
-channel (or thread) for a message with that id; if it is there, the post is done.
+A 429 is retried after its Retry-After. A 5xx, a 2xx answer nobody can read or a dropped
+connection is ambiguous for `chat.postMessage`: Slack may have posted the message before the
+answer was lost (slack_errors.py sorts the failures). Every post therefore carries its own id in
+the message metadata, and before posting again we look in the channel (or thread) for a
+message with that id; if it is there, the post is done. If that cannot be told (the look-up
+is refused, or the attempts run out while in doubt), the post raises MaybeDelivered and is
+never repeated.
 
 Files go up the way slack_sdk's `files_upload_v2` sends them (files.getUploadURLExternal, the
 bytes to the URL it returns, files.completeUploadExternal), but step by step: the first two
@@ -25,7 +29,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import aiohttp
 
 from atlas.channels.chat_common import unsendable as shared_unsendable
-from atlas.errors import AtlasError
+from atlas.channels.send_errors import MaybeDelivered, NeverRetry, RetryLater, SendError
+from atlas.channels.slack_errors import SlackVerdict, classify
 
 if TYPE_CHECKING:
     from slack_sdk.web.async_client import AsyncWebClient
@@ -40,8 +45,9 @@ UPLOAD_LIMIT = 1024 * 1024 * 1024
 T = TypeVar("T")
 
 
-class SlackDeliveryError(AtlasError):
-    """A Slack call that failed for good (after retries, or refused by Slack)."""
+# A Slack call that failed for good: one of the kinds in send_errors.py (RetryLater after the
+# retries, NeverRetry when Slack refused, MaybeDelivered when it may have been carried out).
+SlackDeliveryError = SendError
 
 
 class SlackSender:
@@ -70,14 +76,67 @@ class SlackSender:
         return await self._repeated(method, once)
 
     async def _repeated(self, what: str, action: Callable[[], Awaitable[T]]) -> T:
-        """`action` until it succeeds, retried on 429, 5xx and dropped connections."""
+        """`action` until it succeeds, retried on 429, 5xx, unreadable answers and dropped
+        connections (for calls that are safe to repeat)."""
         for attempt in range(1, self.attempts + 1):
             try:
                 return await action()
             except Exception as exc:  # classified below; anything else is re-raised
-                delay = self._retry_delay(what, exc, attempt)
+                delay = self._retry_delay(what, _verdict(exc), attempt)
             await asyncio.sleep(delay)
         raise AssertionError("unreachable: the last attempt raises")
+
+    async def _exactly_once(
+        self,
+        what: str,
+        act: Callable[[], Awaitable[T]],
+        landed: Callable[[], Awaitable[T | None]],
+    ) -> T:
+        """`act` (which Slack may carry out although its answer is lost) until it succeeds,
+        asking `landed` before each repeat whether the lost attempt took effect (its result if
+        so). MaybeDelivered when that cannot be told."""
+        uncertain = False
+        for attempt in range(1, self.attempts + 1):
+            try:
+                if uncertain:
+                    if (found := await landed()) is not None:
+                        log.info("slack: %s took effect despite the error; not repeated", what)
+                        return found
+                    uncertain = False  # it did not land: repeating cannot duplicate it
+                return await act()
+            except Exception as exc:  # classified below; anything else is re-raised
+                verdict = _verdict(exc)
+                if uncertain and not verdict.retry:  # the look-up was refused
+                    raise MaybeDelivered(
+                        f"Slack {what} may have been carried out, and whether it was cannot "
+                        f"be checked: {verdict.reason}"
+                    ) from exc
+                uncertain = uncertain or verdict.maybe_done
+                if uncertain and verdict.retry and attempt == self.attempts:
+                    return await self._settle(what, landed, verdict, attempt)
+                delay = self._retry_delay(what, verdict, attempt)
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable: the last attempt raises")
+
+    async def _settle(
+        self,
+        what: str,
+        landed: Callable[[], Awaitable[T | None]],
+        verdict: SlackVerdict,
+        attempts: int,
+    ) -> T:
+        """The attempts ran out with the last one in doubt: one more look tells whether it
+        took effect (done), did not (RetryLater: it is kept and sent later) or cannot be told."""
+        failed = f"Slack {what} failed after {attempts} attempts: {verdict.reason}"
+        try:
+            found = await landed()
+        except Exception as exc:
+            _verdict(exc)  # re-raises what is neither Slack's nor the network's
+            raise MaybeDelivered(f"{failed}; whether the last one arrived is unknown") from exc
+        if found is None:
+            raise RetryLater(failed)
+        log.info("slack: %s took effect despite the error; not repeated", what)
+        return found
 
     async def upload(self, channel: str, path: Path, *, thread_ts: str | None = None) -> str:
         """Share a file into the channel (and thread) exactly once; returns its file id."""
@@ -92,26 +151,19 @@ class SlackSender:
             return str(slot["file_id"])
 
         file_id = await self._repeated("files.getUploadURLExternal", prepare)
-        complete = "files.completeUploadExternal"
-        uncertain = False
-        for attempt in range(1, self.attempts + 1):
-            try:
-                if uncertain:
-                    if await self._is_shared(file_id, channel):
-                        log.info("slack: file %s reached %s despite the error", path.name, channel)
-                        return file_id
-                    uncertain = False  # not shared: completing again cannot share it twice
-                await self.client.files_completeUploadExternal(
-                    files=[{"id": file_id, "title": path.name}],
-                    channel_id=channel,
-                    thread_ts=thread_ts,
-                )
-                return file_id
-            except Exception as exc:  # classified below; anything else is re-raised
-                delay = self._retry_delay(complete, exc, attempt)
-                uncertain = uncertain or _maybe_done(exc)
-            await asyncio.sleep(delay)
-        raise AssertionError("unreachable: the last attempt raises")
+
+        async def complete() -> str:
+            await self.client.files_completeUploadExternal(
+                files=[{"id": file_id, "title": path.name}],
+                channel_id=channel,
+                thread_ts=thread_ts,
+            )
+            return file_id
+
+        async def shared() -> str | None:
+            return file_id if await self._is_shared(file_id, channel) else None
+
+        return await self._exactly_once("files.completeUploadExternal", complete, shared)
 
     async def _send_bytes(self, url: str, data: bytes, name: str) -> None:
         """Step two of an upload: the bytes to the URL Slack handed out (no token needed)."""
@@ -127,7 +179,7 @@ class SlackSender:
                     response.request_info, (), status=response.status, message=body[:200]
                 )
             if response.status != 200:
-                raise SlackDeliveryError(
+                raise NeverRetry(
                     f"Slack refused the upload of {name}: HTTP {response.status} {body[:200]}"
                 )
 
@@ -155,23 +207,15 @@ class SlackSender:
         }
         if thread_ts:
             params["thread_ts"] = thread_ts
-        uncertain = False
-        for attempt in range(1, self.attempts + 1):
-            try:
-                if uncertain:
-                    if ts := await self._find_post(channel, thread_ts, post_id):
-                        log.info(
-                            "slack: a post to %s landed despite the error; not resent", channel
-                        )
-                        return ts
-                    uncertain = False  # it did not land: posting again cannot duplicate it
-                response = await self.client.api_call("chat.postMessage", json=params)
-                return str(response["ts"])
-            except Exception as exc:  # classified below; anything else is re-raised
-                delay = self._retry_delay("chat.postMessage", exc, attempt)
-                uncertain = uncertain or _maybe_done(exc)
-            await asyncio.sleep(delay)
-        raise AssertionError("unreachable: the last attempt raises")
+
+        async def post() -> str:
+            response = await self.client.api_call("chat.postMessage", json=params)
+            return str(response["ts"])
+
+        async def posted() -> str | None:
+            return await self._find_post(channel, thread_ts, post_id)
+
+        return await self._exactly_once("chat.postMessage", post, posted)
 
     async def _find_post(self, channel: str, thread_ts: str | None, post_id: str) -> str | None:
         """The ts of our post with this id, if Slack has it."""
@@ -196,30 +240,20 @@ class SlackSender:
                 return str(message["ts"])
         return None
 
-    def _retry_delay(self, method: str, exc: Exception, attempt: int) -> float:
-        """How long to wait before the next attempt; raises when there is none."""
-        from slack_sdk.errors import SlackApiError
-
-        retry_after: float | None = None
-        if isinstance(exc, SlackApiError):
-            status = exc.response.status_code
-            if status == 429:
-                retry_after = _retry_after(exc.response.headers)
-            elif status < 500:
-                error = exc.response.get("error") if isinstance(exc.response.data, dict) else None
-                raise SlackDeliveryError(f"Slack refused {method}: {error or status}") from exc
-        elif not isinstance(exc, aiohttp.ClientError | asyncio.TimeoutError | ConnectionError):
-            raise exc
+    def _retry_delay(self, method: str, verdict: SlackVerdict, attempt: int) -> float:
+        """How long to wait before the next attempt; NeverRetry or RetryLater when none."""
+        if not verdict.retry:
+            raise NeverRetry(f"Slack refused {method}: {verdict.reason}")
         if attempt >= self.attempts:
-            raise SlackDeliveryError(
-                f"Slack {method} failed after {attempt} attempts: {_describe(exc)}"
-            ) from exc
+            raise RetryLater(f"Slack {method} failed after {attempt} attempts: {verdict.reason}")
         backoff = min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
-        delay = retry_after if retry_after is not None else random.uniform(backoff / 2, backoff)
+        delay = verdict.retry_after
+        if delay is None:
+            delay = random.uniform(backoff / 2, backoff)
         log.warning(
             "slack: %s failed (%s); attempt %d of %d in %.1f s",
             method,
-            _describe(exc),
+            verdict.reason,
             attempt + 1,
             self.attempts,
             delay,
@@ -227,35 +261,12 @@ class SlackSender:
         return min(delay, self.max_delay)
 
 
-def _maybe_done(exc: Exception) -> bool:
-    """Whether Slack may have acted although the call failed (so a retry could duplicate)."""
-    from slack_sdk.errors import SlackApiError
-
-    if isinstance(exc, SlackApiError):
-        return exc.response.status_code >= 500
-    # A connection refused before anything was sent cannot have posted.
-    return not isinstance(exc, aiohttp.ClientConnectorError)
-
-
-def _retry_after(headers: Any) -> float:
-    for name in ("Retry-After", "retry-after"):
-        value = headers.get(name) if headers else None
-        if isinstance(value, list):
-            value = value[0] if value else None
-        if value is not None:
-            try:
-                return max(0.0, float(value))
-            except ValueError:
-                break
-    return 1.0
-
-
-def _describe(exc: Exception) -> str:
-    from slack_sdk.errors import SlackApiError
-
-    if isinstance(exc, SlackApiError):
-        return f"HTTP {exc.response.status_code}"
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+def _verdict(exc: Exception) -> SlackVerdict:
+    """The verdict on `exc`, which is re-raised when it is neither Slack's nor the network's."""
+    verdict = classify(exc)
+    if verdict is None:
+        raise exc
+    return verdict
 
 
 def unsendable(path: Path, limit: int = UPLOAD_LIMIT) -> str | None:

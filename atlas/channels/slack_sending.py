@@ -1,5 +1,6 @@
-"""What the Slack channel sends: replies rendered to mrkdwn and split (kept when undeliverable),
-files uploaded into the same thread, and the reaction that says a reply is being written."""
+"""What the Slack channel sends: replies rendered to mrkdwn and split (kept when undeliverable,
+never sent twice when they may have arrived), files uploaded into the same thread, and the
+reaction that says a reply is being written."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from atlas.channels.base import Address
 from atlas.channels.chat_common import BackgroundTasks, platform_chat, sort_attached
 from atlas.channels.markdown import RULE
+from atlas.channels.send_errors import MAYBE_LOST, MaybeDelivered
 from atlas.channels.slack_delivery import SlackDeliveryError, SlackSender, unsendable
 from atlas.channels.slack_format import SLACK_TEXT_LIMIT, markdown_to_mrkdwn
 from atlas.channels.text import split_message
@@ -75,7 +77,8 @@ class SlackSending:
         """Render, split and post, each chunk exactly once, then upload its files into the same
         channel and thread. A reply that cannot be delivered is kept (and sent with the next
         reply that gets through, or alone when `text` is empty) and the error is raised; a file
-        that cannot be sent is named in the reply with the reason."""
+        that cannot be sent is named in the reply with the reason. A part that may have arrived
+        but cannot be checked (MaybeDelivered) is not posted again: the person is told."""
         await self._stop_typing(address)
         sendable, refused = await sort_attached(files, unsendable, self.name)
         kept_only = not text.strip() and not files and self.holds_undelivered(address)
@@ -93,13 +96,26 @@ class SlackSending:
             after = (RULE, rendered) if rendered else ()
             rendered = "\n\n".join(part for part in (EARLIER_REPLY, kept, *after) if part)
         chunks = split_message(rendered, SLACK_TEXT_LIMIT) if rendered else []
+        unsure = False  # a part may not have arrived
         for number, chunk in enumerate(chunks):
             try:
                 await self.sender.post(
                     slack_channel(address), chunk, thread_ts=address.thread or None
                 )
+            except MaybeDelivered as exc:
+                unsure = True
+                log.warning(
+                    "%s: part %d of %d of a reply to %s may not have arrived; not posted again: %s",
+                    self.name,
+                    number + 1,
+                    len(chunks),
+                    address,
+                    exc,
+                )
             except SlackDeliveryError as exc:
                 kept_parts = "\n".join(chunks[number:])
+                if unsure:
+                    kept_parts += f"\n\n{MAYBE_LOST}"
                 if sendable:
                     kept_parts += f"\n\n(Not sent with it: {', '.join(p.name for p in sendable)}.)"
                 self.undelivered.setdefault(address, []).append(kept_parts)
@@ -112,7 +128,21 @@ class SlackSending:
                     exc,
                 )
                 raise
+        if unsure:
+            await self._tell_maybe_lost(address)
         await self._send_files(address, sendable)
+
+    async def _tell_maybe_lost(self, address: Address) -> None:
+        """Say that part of the reply may be missing; if even that fails, it is kept."""
+        try:
+            await self.sender.post(
+                slack_channel(address), MAYBE_LOST, thread_ts=address.thread or None
+            )
+        except MaybeDelivered as exc:
+            log.warning("%s: the notice to %s may not have arrived: %s", self.name, address, exc)
+        except SlackDeliveryError as exc:
+            log.warning("%s: notice to %s kept undelivered: %s", self.name, address, exc)
+            self.undelivered.setdefault(address, []).append(MAYBE_LOST)
 
     async def _send_files(self, address: Address, files: list[Path]) -> None:
         """Upload each file; those that fail are named in a reply of their own."""
@@ -121,6 +151,14 @@ class SlackSending:
             try:
                 await self.sender.upload(
                     slack_channel(address), path, thread_ts=address.thread or None
+                )
+            except MaybeDelivered as exc:
+                log.warning(
+                    "%s: file %s may not have reached %s: %s", self.name, path, address, exc
+                )
+                failed.append(
+                    f"(The connection broke while I was sending the file {path.name}, so it "
+                    "may not have reached you. Ask again if it did not.)"
                 )
             except (SlackDeliveryError, OSError) as exc:
                 log.warning("%s: file %s not sent to %s: %s", self.name, path, address, exc)

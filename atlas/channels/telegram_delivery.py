@@ -1,9 +1,12 @@
 """Sending to Telegram reliably: HTML chunks under the limit, a plain-text fallback when Telegram
-rejects the markup, and retries on 429 (honouring retry_after), 5xx and dropped connections.
+rejects the markup, and retries on 429 (honouring retry_after), 5xx, answers nobody can read
+(a proxy's HTML 502 page) and connections that could not be made.
 
 Each chunk is its own request and is retried on its own, so a failure mid-reply never sends an
-earlier chunk again. (A connection dropped after Telegram accepted a message cannot be told
-apart from one dropped before; Telegram offers no idempotency key, so such a chunk may repeat.)
+earlier chunk again. A connection dropped after a sendMessage went out cannot be told apart
+from one dropped before Telegram took it, and Telegram offers no idempotency key: such a chunk
+is not sent again (MaybeDelivered), so nothing ever arrives twice. telegram_errors.py says which
+failure is which.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from atlas.channels.chat_common import MB
 from atlas.channels.chat_common import unsendable as shared_unsendable
+from atlas.channels.send_errors import MaybeDelivered, NeverRetry, RetryLater, SendError
+from atlas.channels.telegram_errors import classify
 from atlas.channels.text import markdown_to_telegram_html, split_message, utf16_len
-from atlas.errors import AtlasError
 
 if TYPE_CHECKING:
     from aiogram import Bot as TelegramBot
@@ -32,8 +36,9 @@ SELF_HOSTED_UPLOAD_LIMIT = 2000 * MB
 T = TypeVar("T")
 
 
-class DeliveryError(AtlasError):
-    """Telegram would not take a message, even after retries."""
+# Telegram would not (certainly) take a message, even after retries: one of the kinds in
+# send_errors.py (RetryLater, NeverRetry, MaybeDelivered).
+DeliveryError = SendError
 
 
 @dataclass(frozen=True)
@@ -70,36 +75,42 @@ class Retrying:
     max_delay: float = 30.0
 
     async def call(self, what: str, action: Callable[[], Awaitable[T]]) -> T:
-        from aiogram.exceptions import (
-            TelegramEntityTooLarge,
-            TelegramNetworkError,
-            TelegramRetryAfter,
-            TelegramServerError,
-        )
-
+        """`action` (a call of the Bot API method `what`) until it succeeds. Raises RetryLater
+        when the attempts run out, NeverRetry when Telegram refuses, MaybeDelivered when a call
+        that posts may have posted (it is not repeated); the aiogram error is the cause."""
         delay = self.base_delay
         for attempt in range(1, self.attempts + 1):
             try:
                 return await action()
-            except TelegramEntityTooLarge:
-                raise  # a 413 stays a 413: sending the same file again cannot help
-            except TelegramRetryAfter as exc:
-                wait = float(exc.retry_after)
-                reason = f"rate limited, retry after {exc.retry_after} s"
-            except (TelegramServerError, TelegramNetworkError) as exc:
-                wait = delay
-                delay = min(delay * 2, self.max_delay)
-                reason = f"{type(exc).__name__}: {exc}"
-            if attempt == self.attempts:
-                raise DeliveryError(f"{what} failed after {attempt} attempts: {reason}")
+            except Exception as exc:
+                verdict = classify(exc, what)
+                if verdict is None:
+                    raise
+                if verdict.kind == "refused":
+                    raise NeverRetry(f"Telegram refused {what}: {verdict.reason}") from exc
+                if verdict.kind == "maybe":
+                    raise MaybeDelivered(
+                        f"{what} may or may not have arrived: {verdict.reason}"
+                    ) from exc
+                if attempt == self.attempts:
+                    raise RetryLater(
+                        f"{what} failed after {attempt} attempts: {verdict.reason}"
+                    ) from exc
+                wait = verdict.retry_after
+                if wait is None:
+                    wait, delay = delay, min(delay * 2, self.max_delay)
             log.info(
-                "telegram %s: %s (attempt %d); retrying in %.1f s", what, reason, attempt, wait
+                "telegram %s: %s (attempt %d); retrying in %.1f s",
+                what,
+                verdict.reason,
+                attempt,
+                wait,
             )
             await asyncio.sleep(wait)
         raise AssertionError("unreachable")
 
 
-def _is_markup_error(exc: Exception) -> bool:
+def _is_markup_error(exc: BaseException | None) -> bool:
     text = str(exc).lower()
     return "can't parse entities" in text or "unsupported start tag" in text
 
@@ -113,8 +124,8 @@ async def send_chunk(
     thread_id: int | None = None,
     reply_markup: Any = None,
 ) -> int:
-    """Send one chunk (HTML, else plain text); its message id. DeliveryError when it cannot."""
-    from aiogram.exceptions import TelegramBadRequest, TelegramForbiddenError
+    """Send one chunk (HTML, else plain text); its message id. A SendError when it cannot:
+    NeverRetry (refused), RetryLater (retries ran out) or MaybeDelivered (not repeated)."""
 
     async def send(text: str, parse_mode: str | None) -> int:
         message = await retrying.call(
@@ -129,17 +140,17 @@ async def send_chunk(
         )
         return message.message_id
 
+    if chunk.html is not None:
+        try:
+            return await send(chunk.html, "HTML")
+        except NeverRetry as exc:
+            if not _is_markup_error(exc.__cause__):
+                raise NeverRetry(f"{exc} (chat {chat_id})") from exc.__cause__
+            log.info("telegram rejected the markup (%s); sending plain text", exc.__cause__)
     try:
-        if chunk.html is not None:
-            try:
-                return await send(chunk.html, "HTML")
-            except TelegramBadRequest as exc:
-                if not _is_markup_error(exc):
-                    raise
-                log.info("telegram rejected the markup (%s); sending plain text", exc)
         return await send(chunk.plain, None)
-    except (TelegramBadRequest, TelegramForbiddenError) as exc:
-        raise DeliveryError(f"Telegram refused the message to chat {chat_id}: {exc}") from exc
+    except NeverRetry as exc:
+        raise NeverRetry(f"{exc} (chat {chat_id})") from exc.__cause__
 
 
 def unsendable(path: Path, limit: int) -> str | None:

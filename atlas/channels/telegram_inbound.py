@@ -23,6 +23,7 @@ from atlas.channels.chat_common import NEW_CONVERSATION, ChatGenerations, platfo
 from atlas.channels.inbox import FileTooLarge, check_size, name_files, save_stream
 from atlas.channels.telegram_asking import TelegramAsking
 from atlas.channels.telegram_delivery import Chunk, DeliveryError, send_chunk
+from atlas.channels.telegram_errors import describe
 from atlas.channels.telegram_sending import target
 from atlas.errors import AtlasError
 from atlas.home import Bot
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 UPDATE_KINDS = ["message", "callback_query"]
 SEEN_UPDATES = 4096
+POLL_RETRY_FIRST = 1.0  # seconds before polling again after a failure; doubles up to a minute
 HELP = (
     "Hello! Write to me and I answer. Commands: /new starts a fresh conversation, "
     "/stop cancels what I am doing, /status shows the model and context, /mode sets approvals."
@@ -68,11 +70,14 @@ class TelegramInbound(TelegramAsking):
     # ------------------------------------------------------------ updates
 
     async def _poll(self) -> None:
-        from aiogram.exceptions import TelegramAPIError, TelegramRetryAfter
+        """Long polling until cancelled. Any failure of getUpdates (Telegram's errors, a dropped
+        connection, a proxy's HTML 502 page, an answer cut short) is logged and retried, more
+        slowly each time; getUpdates is safe to repeat, as unconfirmed updates come again."""
+        from aiogram.exceptions import AiogramError, TelegramRetryAfter
 
         tg = self._connected()
         offset: int | None = None
-        delay = 1.0
+        delay = POLL_RETRY_FIRST
         while True:
             try:
                 updates = await tg.get_updates(
@@ -81,13 +86,19 @@ class TelegramInbound(TelegramAsking):
                     allowed_updates=UPDATE_KINDS,
                     request_timeout=self.settings.poll_timeout + 15,
                 )
-                delay = 1.0
+                delay = POLL_RETRY_FIRST
             except TelegramRetryAfter as exc:
                 await asyncio.sleep(exc.retry_after)
                 continue
-            except TelegramAPIError as exc:
-                # Network trouble, Telegram's 5xx, a revoked token: keep trying, more slowly.
-                log.warning("%s: getUpdates failed (%s); retrying in %.0f s", self.name, exc, delay)
+            except AiogramError as exc:
+                # Network trouble, Telegram's 5xx, an unreadable answer, a revoked token: keep
+                # trying, more slowly (ClientDecodeError is an AiogramError, not an API error).
+                log.warning(
+                    "%s: getUpdates failed (%s); retrying in %g s",
+                    self.name,
+                    describe(exc),
+                    delay,
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 60.0)
                 continue
@@ -303,14 +314,12 @@ class TelegramInbound(TelegramAsking):
         return saved, problems
 
     async def _download(self, file_id: str, size: int | None, name: str) -> Path:
-        from aiogram.exceptions import TelegramAPIError
-
         limit = self.settings.inbox_max_bytes
         check_size(size, limit, name)
         tg = self._connected()
         try:
             info = await self.retrying.call("getFile", lambda: tg.get_file(file_id))
-        except TelegramAPIError as exc:
+        except DeliveryError as exc:
             raise AtlasError(f"Telegram would not give the file: {exc}") from exc
         check_size(info.file_size, limit, name)
         if not info.file_path:

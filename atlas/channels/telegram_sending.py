@@ -1,5 +1,6 @@
-"""What the Telegram channel sends: replies in chunks (kept when undeliverable), files as
-documents, the "typing…" indicator, and edits of the messages that carry buttons."""
+"""What the Telegram channel sends: replies in chunks (kept when undeliverable, never sent twice
+when they may have arrived), files as documents, the "typing…" indicator, and edits of the
+messages that carry buttons."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from atlas.channels.base import Address
 from atlas.channels.chat_common import BackgroundTasks, platform_chat, sort_attached
+from atlas.channels.send_errors import MAYBE_LOST, MaybeDelivered, SendError
 from atlas.channels.settings import TelegramSettings
 from atlas.channels.telegram_delivery import (
     SELF_HOSTED_UPLOAD_LIMIT,
     UPLOAD_LIMIT,
+    Chunk,
     DeliveryError,
     Retrying,
     send_chunk,
@@ -68,7 +71,7 @@ class TelegramSending:
             task.cancel()
 
     async def _keep_typing(self, address: Address) -> None:
-        from aiogram.exceptions import TelegramAPIError
+        from aiogram.exceptions import AiogramError
 
         chat_id, thread_id = target(address)
         with contextlib.suppress(TimeoutError):
@@ -78,7 +81,7 @@ class TelegramSending:
                         await self.tg.send_chat_action(
                             chat_id, "typing", message_thread_id=thread_id
                         )
-                    except TelegramAPIError as exc:
+                    except AiogramError as exc:  # an HTML 502 page too: it is only a hint
                         log.debug("%s: typing indicator failed: %s", self.name, exc)
                     await asyncio.sleep(TYPING_EVERY)
 
@@ -97,7 +100,8 @@ class TelegramSending:
     async def send(self, address: Address, text: str, files: list[Path] | None = None) -> None:
         """The reply in chunks, each retried on its own, then its files as documents. What
         cannot be sent is kept, logged, and sent ahead of the next message to that address;
-        a file that cannot be sent is named in the reply with the reason."""
+        a file that cannot be sent is named in the reply with the reason. A chunk that may have
+        arrived (MaybeDelivered) is not sent again: the person is told it may be missing."""
         self._stop_typing(address)
         chat_id, thread_id = target(address)
         limit = SELF_HOSTED_UPLOAD_LIMIT if self.settings.api_base else UPLOAD_LIMIT
@@ -112,13 +116,27 @@ class TelegramSending:
             rest = f"\n\n---\n\n{text}" if text.strip() else ""
             text = f"{EARLIER_REPLY}\n\n{earlier}{rest}"
         chunks = telegram_chunks(text) if text.strip() else []
+        unsure = False  # a chunk may not have arrived
         for index, chunk in enumerate(chunks):
             try:
                 await send_chunk(
                     self._connected(), self.retrying, chat_id, chunk, thread_id=thread_id
                 )
+            except MaybeDelivered as exc:
+                unsure = True
+                log.warning(
+                    "%s: part %d of %d of a reply to chat %s may not have arrived; not sent "
+                    "again: %s",
+                    self.name,
+                    index + 1,
+                    len(chunks),
+                    chat_id,
+                    exc,
+                )
             except DeliveryError as exc:
                 kept = "\n\n".join(c.plain for c in chunks[index:])
+                if unsure:
+                    kept += f"\n\n{MAYBE_LOST}"
                 if sendable:
                     names = ", ".join(path.name for path in sendable)
                     kept += f"\n\n(Not sent with it: {names}.)"
@@ -131,7 +149,28 @@ class TelegramSending:
                     exc,
                 )
                 raise
+        if unsure:
+            await self._tell_maybe_lost(address)
         await self._send_files(address, sendable)
+
+    async def _tell_maybe_lost(self, address: Address) -> None:
+        """Say that part of the reply may be missing; if even that fails, it is kept."""
+        chat_id, thread_id = target(address)
+        try:
+            await send_chunk(
+                self._connected(),
+                self.retrying,
+                chat_id,
+                Chunk(None, MAYBE_LOST),
+                thread_id=thread_id,
+            )
+        except MaybeDelivered as exc:
+            log.warning(
+                "%s: the notice to chat %s may not have arrived: %s", self.name, chat_id, exc
+            )
+        except SendError as exc:
+            log.warning("%s: notice to chat %s kept undelivered: %s", self.name, chat_id, exc)
+            self._undelivered.setdefault(address, []).append(MAYBE_LOST)
 
     async def _send_files(self, address: Address, files: list[Path]) -> None:
         """Each file as a document; those that fail are named in a reply of their own."""
@@ -140,6 +179,14 @@ class TelegramSending:
         for path in files:
             try:
                 await self._send_file(chat_id, thread_id, path)
+            except MaybeDelivered as exc:
+                log.warning(
+                    "%s: file %s may not have reached chat %s: %s", self.name, path, chat_id, exc
+                )
+                failed.append(
+                    f"(The connection broke while I was sending the file {path.name}, so it "
+                    "may not have reached you. Ask again if it did not.)"
+                )
             except DeliveryError as exc:
                 log.warning("%s: file %s not sent to chat %s: %s", self.name, path, chat_id, exc)
                 failed.append(f"(I could not send the file {path.name}: {exc})")
@@ -147,8 +194,7 @@ class TelegramSending:
             await self.send(address, "\n".join(failed))
 
     async def _send_file(self, chat_id: int, thread_id: int | None, path: Path) -> None:
-        """One file as a document, retried like a chunk; DeliveryError says why it did not go."""
-        from aiogram.exceptions import TelegramAPIError
+        """One file as a document, retried like a chunk; a SendError says why it did not go."""
         from aiogram.types import FSInputFile
 
         tg = self._connected()
@@ -157,8 +203,6 @@ class TelegramSending:
                 "sendDocument",
                 lambda: tg.send_document(chat_id, FSInputFile(path), message_thread_id=thread_id),
             )
-        except TelegramAPIError as exc:  # refused (400, 403) or too large (413)
-            raise DeliveryError(f"Telegram refused it ({exc})") from exc
         except OSError as exc:  # removed or unreadable since the tool attached it
             raise DeliveryError(f"it could not be read ({exc.strerror or exc})") from exc
 
@@ -177,8 +221,6 @@ class TelegramSending:
         self, chat_id: int, message_id: int, text: str, reply_markup: Any = None
     ) -> None:
         """Edit a question's message (no reply_markup: its buttons go); a failure is logged."""
-        from aiogram.exceptions import TelegramBadRequest
-
         if self.tg is None:
             return
         tg = self.tg
@@ -193,7 +235,9 @@ class TelegramSending:
                     reply_markup=reply_markup,
                 ),
             )
-        except (AtlasError, TelegramBadRequest) as exc:
+        except AtlasError as exc:
+            if "message is not modified" in str(exc.__cause__):
+                return  # an earlier attempt made the edit; only its answer was lost
             log.warning("%s: could not edit the question message: %s", self.name, exc)
 
 

@@ -33,8 +33,9 @@ _BY_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Shared
 def shared_session(api_base: str | None) -> AiohttpSession:
     """The session for bots on `api_base` (None: Telegram's own servers). Every call must be
     matched by one `release_session`."""
-    from aiogram.client.session.aiohttp import AiohttpSession
     from aiogram.client.telegram import PRODUCTION, TelegramAPIServer
+
+    from atlas.channels.telegram_errors import status_keeping_session
 
     sessions = _BY_LOOP.setdefault(asyncio.get_running_loop(), {})
     key = api_base or ""
@@ -43,7 +44,7 @@ def shared_session(api_base: str | None) -> AiohttpSession:
         api = TelegramAPIServer.from_base(api_base) if api_base else PRODUCTION
         # No cap on connections: each polling bot holds one for its long poll, so aiogram's
         # cap of 100 for one bot would stall the 101st bot; sends are bounded by the turns.
-        shared = sessions[key] = _Shared(AiohttpSession(api=api, limit=0))
+        shared = sessions[key] = _Shared(status_keeping_session(api=api, limit=0))
     shared.users += 1
     return shared.session
 

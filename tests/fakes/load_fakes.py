@@ -13,7 +13,9 @@ a turn the daemon is not responsible for).
 Outages: give either fake a `FaultMix` and a share of its requests fail at random (seeded): the
 model answers 429 with Retry-After, 500, hangs past the client's timeout, says the context is
 too long, or sends a tool call with malformed arguments; Telegram answers 429 with
-retry_after, 500, or drops the connection before the request reaches the API.
+retry_after, 500 or nginx's HTML 502 page, or drops the connection before the request reaches
+the API (not on sendMessage: a send cut off that way may have arrived, so Atlas does not repeat
+it and tells the person instead, which would cost a message, not time).
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ CONTEXT_OVERFLOW_BODY = {
 
 
 MODEL_FAULTS = ("429", "500", "timeout", "context_length")
-TELEGRAM_FAULTS = ("429", "500", "drop")
+TELEGRAM_FAULTS = ("429", "500", "html502", "drop")
+TELEGRAM_SEND_FAULTS = ("429", "500", "html502")  # what Atlas retries on sendMessage
 # What a bot calls on every turn; a fault in any of them must cost time, never a message.
 TELEGRAM_FAULTY_METHODS = frozenset({"getUpdates", "sendMessage", "sendChatAction"})
 
@@ -215,7 +218,8 @@ class TimedTelegram(FakeTelegram):
     async def _api(self, request: web.Request) -> web.StreamResponse:
         method = request.match_info["method"]
         if self.random_faults and method in TELEGRAM_FAULTY_METHODS:
-            kind = self.random_faults.draw(TELEGRAM_FAULTS)
+            kinds = TELEGRAM_SEND_FAULTS if method == "sendMessage" else TELEGRAM_FAULTS
+            kind = self.random_faults.draw(kinds)
             if kind:
                 self.fail_next(method, kind, retry_after=self.random_faults.retry_after)
         response = await super()._api(request)

@@ -2,8 +2,9 @@
 
 The real slack-bolt / slack_sdk code talks to it: `AsyncWebClient(base_url=fake.api_url)` and
 `apps.connections.open` hands out this server's websocket URL. Tests push Events API and
-interactive envelopes, check that each is acknowledged, inject 429s, 5xx and dropped
-connections, and read what was called.
+interactive envelopes, check that each is acknowledged, inject faults (429, a 5xx, a connection
+dropped before or after the call was carried out, and answers a proxy spoils: nginx's HTML 502
+page, an empty body, truncated JSON; see tests/fakes/http_faults.py), and read what was called.
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ from typing import Any, Literal
 
 from aiohttp import WSMsgType, web
 
-Failure = Literal["429", "500", "drop_before", "drop_after"]
+from tests.fakes.http_faults import SPOILED_ANSWERS, carried_out, drop, spoiled_answer
+
+Failure = Literal[
+    "429", "500", "drop_before", "drop_after", "html502", "empty", "truncated", "missing_scope"
+]
 
 BOT_USER_ID = "UBOT"
 BOT_ID = "BBOT"
@@ -72,7 +77,8 @@ class FakeSlack:
         self.web_api_peers: set[Any] = (
             set()
         )  # (host, port) of each connection a Web API call came on
-        self._failures: dict[str, list[tuple[Failure, float]]] = {}
+        # method -> (failure, Retry-After, status of a spoiled answer) for its next calls
+        self._failures: dict[str, list[tuple[Failure, float, int | None]]] = {}
         self._ts = itertools.count(1)
         self._ids = itertools.count(1)
         self._socket: web.WebSocketResponse | None = None
@@ -108,11 +114,18 @@ class FakeSlack:
     # --- what tests script -----------------------------------------------------------------
 
     def fail(
-        self, method: str, failure: Failure, *, times: int = 1, retry_after: float = 1
+        self,
+        method: str,
+        failure: Failure,
+        *,
+        times: int = 1,
+        retry_after: float = 1,
+        status: int | None = None,
     ) -> None:
-        """The next `times` calls of `method` fail this way (a 429 carries Retry-After).
+        """The next `times` calls of `method` fail this way (a 429 carries Retry-After; a
+        spoiled answer with a 2xx `status` is carried out first, see http_faults).
         `upload` is the POST of a file's bytes to the URL files.getUploadURLExternal gave."""
-        self._failures.setdefault(method, []).extend([(failure, retry_after)] * times)
+        self._failures.setdefault(method, []).extend([(failure, retry_after, status)] * times)
 
     def add_file(self, name: str, content: bytes, mimetype: str = "text/plain") -> dict[str, Any]:
         """A file a user shared; its url_private_download needs the bot token."""
@@ -246,12 +259,21 @@ class FakeSlack:
             return web.Response(status=503, text="upstream unavailable", content_type="text/plain")
         if failure and failure[0] == "drop_before":
             self.calls.append(Call(method + " (dropped)", params))
-            return _drop(request)
+            return drop(request)
+        if failure and failure[0] == "missing_scope":  # the app was not granted what it needs
+            self.calls.append(Call(method + " (missing_scope)", params))
+            return web.json_response({"ok": False, "error": "missing_scope"})
+        spoiled = failure[0] if failure and failure[0] in SPOILED_ANSWERS else ""
+        if failure and spoiled and not carried_out(spoiled, failure[2]):
+            self.calls.append(Call(f"{method} ({spoiled})", params))
+            return spoiled_answer(spoiled, failure[2], None)  # nginx never reached the API
         self.calls.append(Call(method, params))
-        body = self._handle(method, params)
+        answer = web.json_response(self._handle(method, params))
         if failure and failure[0] == "drop_after":
-            return _drop(request)  # done, but the client never hears so
-        return web.json_response(body)
+            return drop(request)  # done, but the client never hears so
+        if failure and spoiled:
+            return spoiled_answer(spoiled, failure[2], answer)
+        return answer
 
     def _handle(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         if method == "auth.test":
@@ -354,7 +376,7 @@ class FakeSlack:
         failure = queued.pop(0) if queued else None
         if failure and failure[0] in ("drop_before", "drop_after"):
             self.calls.append(Call("upload (dropped)", {"file": file_id}))
-            return _drop(request)
+            return drop(request)
         if failure:
             self.calls.append(Call(f"upload ({failure[0]})", {"file": file_id}))
             status = 429 if failure[0] == "429" else 503
@@ -445,13 +467,6 @@ class FakeSlack:
         if self._socket is socket:
             self._socket_ready.clear()
         return socket
-
-
-def _drop(request: web.Request) -> web.StreamResponse:
-    """Close the TCP connection without an answer: the client sees a dropped connection."""
-    if request.transport is not None:
-        request.transport.abort()
-    return web.Response(status=500)
 
 
 async def _params(request: web.Request) -> dict[str, Any]:

@@ -1,5 +1,7 @@
 """A fake Telegram Bot API on 127.0.0.1 for tests: the real wire format, recorded calls, injected
-updates, and injected faults (429 with retry_after, 5xx, dropped connections)."""
+updates, and injected faults: 429 with retry_after, a JSON 5xx, a refusal (400), a connection
+dropped before or after the request was carried out, answers a proxy spoils (nginx's HTML 502
+page, an empty body, truncated JSON; see tests/fakes/http_faults.py) and slow answers."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.http_faults import SPOILED_ANSWERS, carried_out, drop, spoiled_answer
+
 TOKEN = "123456:TEST-token"
 BOT_ID = 999
 BOT_USERNAME = "atlas_test_bot"
@@ -22,8 +26,15 @@ JSON_FIELDS = {"reply_markup", "allowed_updates", "link_preview_options", "reply
 @dataclass
 class Fault:
     method: str
-    kind: str  # "429" | "500" | "drop" | "400" (Telegram refuses: e.g. a chat it does not know)
+    # "429" | "500" | "400" (Telegram refuses: e.g. a chat it does not know)
+    # | "drop" (alias "drop_before": closed before the API saw the request)
+    # | "drop_after" (carried out, then closed without an answer)
+    # | "html502" | "empty" | "truncated" (a spoiled answer; see tests/fakes/http_faults.py)
+    # | "slow" (answered normally after `delay` seconds)
+    kind: str
     retry_after: int = 1
+    status: int | None = None  # of a spoiled answer: 2xx means the request was carried out
+    delay: float = 0.0
 
 
 @dataclass
@@ -155,8 +166,18 @@ class FakeTelegram:
             }
         }
 
-    def fail_next(self, method: str, kind: str, *, retry_after: int = 1, times: int = 1) -> None:
-        self.faults.extend(Fault(method, kind, retry_after) for _ in range(times))
+    def fail_next(
+        self,
+        method: str,
+        kind: str,
+        *,
+        retry_after: int = 1,
+        times: int = 1,
+        status: int | None = None,
+        delay: float = 0.0,
+    ) -> None:
+        """The next `times` calls of `method` meet this fault (the kinds are listed at Fault)."""
+        self.faults.extend(Fault(method, kind, retry_after, status, delay) for _ in range(times))
 
     # ------------------------------------------------------------ what tests read
 
@@ -209,22 +230,31 @@ class FakeTelegram:
         method = request.match_info["method"]
         params = await self._params(request)
         fault = self._fault_for(method)
-        if fault and fault.kind == "drop":
+        if fault and fault.kind in ("drop", "drop_before"):
             # The request never arrives as far as the API is concerned: no record, no reply.
             assert request.transport is not None
             request.transport.close()
             return web.Response()
+        if fault and fault.kind == "slow":
+            await asyncio.sleep(fault.delay)
+            fault = None
+        spoiled = fault.kind if fault and fault.kind in (*SPOILED_ANSWERS, "drop_after") else ""
+        if fault and spoiled and not carried_out(spoiled, fault.status):
+            return spoiled_answer(spoiled, fault.status, None)  # nginx never reached the API
         if fault and fault.kind == "429":
             return _error(429, "Too Many Requests", {"retry_after": fault.retry_after})
         if fault and fault.kind == "400":
             return _error(400, "Bad Request: chat not found")
-        if fault:
+        if fault and not spoiled:
             return _error(500, "Internal Server Error")
         self.calls.append((method, params))
         handler = getattr(self, f"_m_{method}", None)
-        if handler is None:
-            return _ok(True)
-        return await handler(params)
+        answer = _ok(True) if handler is None else await handler(params)
+        if fault and spoiled == "drop_after":
+            return drop(request)  # carried out, but the bot never hears so
+        if fault and spoiled:
+            return spoiled_answer(spoiled, fault.status, answer)
+        return answer
 
     async def _m_getMe(self, params: dict[str, Any]) -> web.Response:
         return _ok({"id": BOT_ID, "is_bot": True, "first_name": "Atlas", "username": BOT_USERNAME})
@@ -238,13 +268,16 @@ class FakeTelegram:
             return [u for u in self.updates if u["update_id"] >= offset or u.get("_again")]
 
         async with self._new_update:
+            # As Telegram does: an update stays until a later offset confirms it, so one whose
+            # answer was lost is handed out again; a forced re-delivery goes once.
+            self.updates = [u for u in self.updates if u["update_id"] >= offset or u.get("_again")]
             if not ready() and timeout:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(
                         self._new_update.wait_for(lambda: bool(ready()) or self._stopping), timeout
                     )
             handed = ready()
-            self.updates = [u for u in self.updates if u not in handed]
+            self.updates = [u for u in self.updates if not (u.get("_again") and u in handed)]
         clean = [{k: v for k, v in u.items() if k != "_again"} for u in handed]
         self._history.extend(clean)
         return _ok(clean)

@@ -184,11 +184,13 @@ async def telegram(
         await fake.stop()
 
 
-async def test_telegram_429_5xx_and_a_dropped_connection_deliver_exactly_once(
+async def test_telegram_429_5xx_and_a_proxys_502_page_deliver_exactly_once(
     telegram: tuple[TimedTelegram, AutoOpenAIServer],
 ) -> None:
+    # (A dropped connection on sendMessage is not retried, as the send may have arrived:
+    # tests/integration/test_telegram_faults.py.)
     fake, _ = telegram
-    fake.fail_next("sendMessage", "drop")  # never reached the API: sent again
+    fake.fail_next("sendMessage", "html502")  # nginx never reached the API: sent again
     fake.fail_next("sendMessage", "429", retry_after=1)
     fake.fail_next("sendMessage", "500")
     reply = fake.expect("T0-1-0")
@@ -205,6 +207,7 @@ async def test_telegram_polling_survives_5xx_and_a_dropped_connection(
     fake, _ = telegram
     fake.fail_next("getUpdates", "500")
     fake.fail_next("getUpdates", "drop")
+    fake.fail_next("getUpdates", "html502")
     await fake.wait_for(lambda: not fake.faults, timeout=10)  # both met: the poller went on
     polls = fake.polls
     reply = fake.expect("T0-1-0")

@@ -277,9 +277,11 @@ async def test_a_duplicate_update_is_dropped(tg: Harness) -> None:
     assert tg.fake.sent_texts(OWNER) == ["only once", "second"]
 
 
-async def test_rate_limit_and_dropped_connection_deliver_each_chunk_once(tg: Harness) -> None:
+async def test_rate_limit_5xx_and_a_proxys_502_page_deliver_each_chunk_once(tg: Harness) -> None:
+    # A dropped connection is not among these: a sendMessage it cuts off may have arrived, so
+    # it is not sent again (tests/integration/test_telegram_faults.py).
     tg.fake.fail_next("sendMessage", "429", retry_after=1)
-    tg.fake.fail_next("sendMessage", "drop")
+    tg.fake.fail_next("sendMessage", "html502")
     tg.fake.fail_next("sendMessage", "500")
     paragraph = "word " * 700
     tg.model.add(Reply(f"{paragraph}\n\nFIRST END\n\n{paragraph}\n\nSECOND END"))

@@ -1,0 +1,140 @@
+"""Telegram as real servers sometimes answer (issue 19, items 1 and 2): the nginx in front of
+the Bot API answers 502 with its HTML page, an empty body or JSON cut short, or the connection
+closes after Telegram carried the request out. Real aiogram against the fake, with the real
+Dispatcher: a reply arrives once, or the person is told it may not have; polling goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from atlas.channels import telegram_inbound
+from atlas.channels.base import Address
+from atlas.channels.send_errors import MAYBE_LOST
+from atlas.providers.scripted import Reply
+from atlas.recovery import find_owed_answers
+from tests.integration.test_telegram import OWNER, Harness, _harness
+
+ANSWER = "the answer"
+ADDRESS = Address("atlas", "telegram:atlas", str(OWNER))
+
+# (shape, status): the fake carries out a request whose spoiled answer has a 2xx status.
+NOT_CARRIED_OUT = [("html502", None), ("empty", None), ("truncated", 502)]
+CARRIED_OUT = [("truncated", None), ("empty", 200), ("drop_after", None)]
+
+
+@pytest.fixture
+async def tg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Harness]:
+    async with _harness(tmp_path, monkeypatch) as harness:
+        yield harness
+
+
+async def owed_answers(tg: Harness) -> list[object]:
+    """What a restart now would send again (or say may be lost)."""
+    await tg.dispatcher.wait_idle(ADDRESS)
+    store = await tg.runtime.store(tg.home.bot("atlas"))
+    now = datetime.now(UTC)
+    return list(
+        await find_owed_answers(
+            store, "atlas", since=now - timedelta(hours=1), before=now + timedelta(seconds=1)
+        )
+    )
+
+
+@pytest.mark.parametrize(("shape", "status"), NOT_CARRIED_OUT)
+async def test_a_send_the_proxy_spoiled_is_retried_and_arrives_once(
+    tg: Harness, shape: str, status: int | None
+) -> None:
+    tg.fake.fail_next("sendMessage", shape, status=status)
+    tg.model.add(Reply(ANSWER))
+    await tg.fake.push(tg.fake.message("hello", user_id=OWNER))
+    await tg.fake.wait_for(lambda: not tg.fake.faults and ANSWER in tg.fake.sent_texts(OWNER))
+    assert await owed_answers(tg) == []
+    assert tg.fake.sent_texts(OWNER) == [ANSWER]
+
+
+@pytest.mark.parametrize(("shape", "status"), CARRIED_OUT)
+async def test_a_send_whose_answer_was_lost_is_not_repeated_and_the_person_is_told(
+    tg: Harness, shape: str, status: int | None
+) -> None:
+    tg.fake.fail_next("sendMessage", shape, status=status)
+    tg.model.add(Reply(ANSWER))
+    await tg.fake.push(tg.fake.message("hello", user_id=OWNER))
+    await tg.fake.wait_for(lambda: MAYBE_LOST in tg.fake.sent_texts(OWNER))
+    assert await owed_answers(tg) == []  # a restart does not send it again either
+    assert tg.fake.sent_texts(OWNER) == [ANSWER, MAYBE_LOST]
+
+
+async def test_a_send_dropped_before_telegram_took_it_is_not_repeated_either(
+    tg: Harness,
+) -> None:
+    """From the bot's side a connection dropped before the request reached Telegram looks the
+    same as one dropped after: at most once means the person is told instead."""
+    tg.fake.fail_next("sendMessage", "drop")
+    tg.model.add(Reply(ANSWER))
+    await tg.fake.push(tg.fake.message("hello", user_id=OWNER))
+    await tg.fake.wait_for(lambda: MAYBE_LOST in tg.fake.sent_texts(OWNER))
+    assert await owed_answers(tg) == []
+    assert tg.fake.sent_texts(OWNER) == [MAYBE_LOST]
+
+
+async def test_only_the_part_whose_answer_was_lost_is_in_doubt(tg: Harness) -> None:
+    paragraph = "word " * 700  # two parts
+    tg.fake.fail_next("sendMessage", "drop_after")
+    tg.fake.fail_next("sendMessage", "html502")  # the second part: retried
+    tg.model.add(Reply(f"{paragraph}\n\nFIRST END\n\n{paragraph}\n\nSECOND END"))
+    await tg.fake.push(tg.fake.message("long please", user_id=OWNER))
+    await tg.fake.wait_for(lambda: MAYBE_LOST in tg.fake.sent_texts(OWNER))
+    first, second, notice = tg.fake.sent_texts(OWNER)
+    assert first.rstrip().endswith("FIRST END") and second.rstrip().endswith("SECOND END")
+    assert notice == MAYBE_LOST
+    assert not tg.fake.faults
+
+
+async def test_a_button_tap_answered_with_a_502_page_is_answered_again(tg: Harness) -> None:
+    """answerCallbackQuery and editMessageText are safe to repeat: retried like a 5xx."""
+    tg.fake.fail_next("answerCallbackQuery", "html502")
+    tg.fake.fail_next("editMessageText", "drop_after")
+    waiting = asyncio.create_task(tg.channel.ask(ADDRESS, "Go?", ["Yes", "No"]))
+    await tg.fake.wait_for(lambda: bool(tg.fake.messages))
+    [message_id] = tg.fake.messages
+    markup = tg.fake.messages[message_id]["params"]["reply_markup"]["inline_keyboard"]
+    yes = next(row[0]["callback_data"] for row in markup if row[0]["text"] == "Yes")
+    await tg.fake.push(tg.fake.tap(message_id, yes, user_id=OWNER))
+    assert await asyncio.wait_for(waiting, 5) == "Yes"
+    await tg.fake.wait_for(lambda: len(tg.fake.calls_to("editMessageText")) == 2)
+    assert len(tg.fake.calls_to("answerCallbackQuery")) == 1  # the 502 never reached the API
+    assert "Yes" in tg.fake.messages[message_id]["text"]
+
+
+@pytest.mark.parametrize(
+    ("shape", "status"), [*NOT_CARRIED_OUT, *CARRIED_OUT, ("drop", None), ("500", None)]
+)
+async def test_polling_goes_on_after_getupdates_fails_in_any_shape(
+    tg: Harness,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    shape: str,
+    status: int | None,
+) -> None:
+    monkeypatch.setattr(telegram_inbound, "POLL_RETRY_FIRST", 0.05)
+    tg.model.add(Reply("first answer"), Reply("second answer"))
+    # The poll waiting now is past the fault check: the next one (after this message) meets it.
+    tg.fake.fail_next("getUpdates", shape, status=status)
+    await tg.fake.push(tg.fake.message("one", user_id=OWNER))
+    await tg.replies(OWNER, 1)
+    await tg.fake.wait_for(lambda: not tg.fake.faults)
+    # A poll the fake carried out handed this message before its answer was spoiled: Telegram
+    # hands it again to the next poll, and it is answered once.
+    await tg.fake.push(tg.fake.message("two", user_id=OWNER))
+    await tg.replies(OWNER, 2)
+    await tg.dispatcher.wait_idle(ADDRESS)
+    assert tg.fake.sent_texts(OWNER) == ["first answer", "second answer"]
+    failures = [r for r in caplog.records if "getUpdates failed" in r.getMessage()]
+    assert [r.levelno for r in failures] == [logging.WARNING]
+    assert "<body>" not in failures[0].getMessage()  # named shortly, not the whole page
