@@ -17,12 +17,20 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, BinaryIO
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 
 from pydantic import Field
+from pydantic.json_schema import SkipJsonSchema
 
 from atlas.errors import ToolError
 from atlas.sandbox.commands import Launch, launch, with_hint
+from atlas.tools.command_wait import (
+    GRACE_AFTER_COMMAND,
+    check_loop,
+    end_notice,
+    timeout_seconds,
+    wait_outcome,
+)
 from atlas.tools.registry import Notifier, RunContext, Tool, ToolResult, tool
 
 if TYPE_CHECKING:
@@ -171,6 +179,10 @@ class Job:
     stop_requested: bool = False
     task: asyncio.Task[None] | None = None
     cleanup: contextlib.AsyncExitStack | None = None  # closed when the job ends (its proxy channel)
+    description: str | None = None  # Claude Code's Bash `description`: shown with the job
+    check: str | None = None  # a wait (`until`): the check its loop polls (command_wait.py)
+    watched: Job | None = None  # a wait's command, started with it: its end ends the wait
+    gave_up: str | None = None  # why a wait stopped before its check passed
 
     @property
     def running(self) -> bool:
@@ -226,14 +238,18 @@ class JobTable:
         time_limit: int | None = None,
         notify: Notifier | None = None,
         cleanup: contextlib.AsyncExitStack | None = None,
+        description: str | None = None,
+        check: str | None = None,
+        watched: Job | None = None,
     ) -> Job:
         """Start a command detached from the turn, its output going to `jobs_dir/<id>.log`;
-        `cleanup` is closed when it ends."""
+        `cleanup` is closed when it ends. With `check`, the launch is that check's loop (a
+        wait), which ends early when the `watched` job ends first and the check still fails."""
         job_id, log_path = _new_log(jobs_dir)
         with log_path.open("wb") as log_file:
             process = await _spawn(launch, stdout=log_file.fileno())
-        job = Job(job_id, bot, launch.command, log_path, process, time_limit, notify)
-        job.cleanup = cleanup
+        job = Job(job_id, bot, check or launch.command, log_path, process, time_limit, notify)
+        job.cleanup, job.description, job.check, job.watched = cleanup, description, check, watched
         job.task = asyncio.create_task(self._supervise(job), name=f"job {job_id}")
         self._jobs[job_id] = job
         return job
@@ -264,7 +280,7 @@ class JobTable:
         timed_out = False
         try:
             async with asyncio.timeout(job.timeout):
-                await job.process.wait()
+                await self._ended(job)
         except TimeoutError:
             timed_out = True
             await _kill_tree(job.process)
@@ -276,18 +292,39 @@ class JobTable:
         self._finish(job, timed_out=timed_out)
         # A stopped job's end is told by `stop` itself (or nobody is left to hear it at shutdown).
         if job.notify and not job.stop_requested:
-            text = (
-                f"Background job {job.id} ended: {job.outcome}\n$ {job.command}\n"
-                f"Last lines of {job.log_path}:\n{_tail(job.log_path, NOTIFY_TAIL_LINES, 1)}"
-            )
+            text = end_notice(job, _tail(job.log_path, NOTIFY_TAIL_LINES, 1))
             try:
                 await job.notify(text)
             except Exception:  # a failed notice must not lose the job's record
                 log.warning("could not deliver the notice for job %s", job.id, exc_info=True)
 
     @staticmethod
+    async def _ended(job: Job) -> None:
+        """Until the job's process exits; a wait also stops soon after the command it waits
+        beside has ended, if its check has not passed by then."""
+        watched = job.watched
+        if watched is None or watched.task is None:
+            await job.process.wait()
+            return
+        exited = asyncio.ensure_future(job.process.wait())
+        try:
+            await asyncio.wait({exited, watched.task}, return_when=asyncio.FIRST_COMPLETED)
+            if not exited.done():  # the command ended first: one last chance for the check
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(GRACE_AFTER_COMMAND):
+                        await asyncio.shield(exited)
+            if not exited.done():
+                job.gave_up = f"its command (job {watched.id}) ended first: {watched.outcome}"
+                await _kill_tree(job.process)
+        finally:
+            exited.cancel()
+
+    @staticmethod
     def _finish(job: Job, *, timed_out: bool) -> None:
-        if job.stop_requested:
+        if job.check is not None:
+            elapsed = time.monotonic() - job.started
+            outcome = wait_outcome(job, timed_out=timed_out, elapsed=elapsed)
+        elif job.stop_requested:
             outcome = "[stopped]"
         elif timed_out:
             outcome = f"[killed after timeout {job.timeout}s]"
@@ -341,8 +378,10 @@ async def _start_job(
     sandbox: bool,
     time_limit: int | None,
     notify: Notifier | None,
+    **about: Any,
 ) -> Job:
-    """A background job, its sandbox's proxy channel held open until the job ends."""
+    """A background job, its sandbox's proxy channel held open until the job ends. `about`:
+    JobTable.start's description, check and watched."""
     async with contextlib.AsyncExitStack() as stack:
         how = await stack.enter_async_context(launch(run, command, workdir, sandbox=sandbox))
         job = await jobs_for(run.home).start(
@@ -352,8 +391,46 @@ async def _start_job(
             time_limit=time_limit,
             notify=notify,
             cleanup=stack.pop_all(),
+            **about,
         )
     return job
+
+
+async def _start_wait(
+    run: RunContext,
+    until: str,
+    interval: int,
+    workdir: Path,
+    time_limit: int,
+    description: str | None,
+    beside: Job | None,
+) -> str:
+    """`until`: the check's loop as a background job that always tells how it ended. A run
+    no notice can reach (a routine run) waits for it here instead."""
+    job = await _start_job(
+        run,
+        check_loop(until, interval),
+        workdir,
+        True,  # the check always runs in the sandbox, even beside a command let out of it
+        time_limit,
+        run.notify,
+        description=description,
+        check=until,
+        watched=beside,
+    )
+    if run.notify is None:
+        assert job.task is not None
+        try:
+            await asyncio.shield(job.task)
+        except asyncio.CancelledError:  # the turn was stopped: so is its wait
+            await jobs_for(run.home).stop(job.id)
+            raise
+        return f"Wait {job.id}: {job.outcome}\n{_tail(job.log_path, NOTIFY_TAIL_LINES, 1)}"
+    return (
+        f"Waiting (job {job.id}): `{until}` runs every {interval}s for up to {time_limit}s. "
+        f"A notice will tell you when it passes or the time is up; its log is {job.log_path}. "
+        f'Stop it with stop="{job.id}".'
+    )
 
 
 _EXIT_LINE = re.compile(r"^\[(?:exit code (-?\d+)|killed after timeout \d+s)\]$", re.MULTILINE)
@@ -371,13 +448,22 @@ async def run_command(
     command: str | None = None,
     cwd: Annotated[str | None, Field(description="Default: the workspace; relative to it")] = None,
     timeout: Annotated[
-        int | None, Field(description="Seconds, 1-600; default 120, none in background")
+        int | None,
+        Field(description="Seconds, 1-600; default 120, none in background, 600 with until"),
     ] = None,
     background: bool = False,
     notify_on_complete: Annotated[
         bool, Field(description="Background only: tell this chat when it ends")
     ] = False,
     stop: Annotated[str | None, Field(description="Job id to stop (no command)")] = None,
+    until: Annotated[
+        str | None,
+        Field(
+            description="Check command run every interval, in background, until it exits 0 "
+            "or timeout; a notice tells you. A command given starts in background"
+        ),
+    ] = None,
+    interval: Annotated[int, Field(ge=1, le=300, description="Seconds between checks")] = 5,
     sandbox: Annotated[
         bool,
         Field(
@@ -385,7 +471,11 @@ async def run_command(
             "the person is asked every time"
         ),
     ] = True,
-) -> str:
+    # Claude Code's Bash names, accepted and not advertised: they mark its shape, where
+    # `timeout` is in milliseconds (command_wait.timeout_seconds).
+    description: SkipJsonSchema[str | None] = None,
+    run_in_background: SkipJsonSchema[bool | None] = None,
+) -> str | ToolResult:
     """Run a bash command; returns its output (stdout+stderr) and exit code.
 
     Runs in a sandbox: only the workspace is writable, network only via a proxy.
@@ -394,22 +484,40 @@ async def run_command(
     (read_file it; its last line tells how the job ended).
     """
     if stop is not None:
-        if command is not None:
-            raise ToolError("give either command or stop, not both")
+        if command is not None or until is not None:
+            raise ToolError("give either command/until or stop, not both")
         return await _stop_job(run, stop)
-    if not command or not command.strip():
-        raise ToolError("give a command to run (or stop=<job id>)")
-    if timeout is not None and not 1 <= timeout <= MAX_TIMEOUT:
-        raise ToolError(f"timeout must be between 1 and {MAX_TIMEOUT} seconds (got {timeout})")
+    if until is not None and not until.strip():
+        raise ToolError("until is empty: give the check command to poll")
+    if until is None and (not command or not command.strip()):
+        raise ToolError("give a command to run (or until=<check>, or stop=<job id>)")
+    claude_shape = description is not None or run_in_background is not None
+    seconds = timeout_seconds(timeout, claude_shape=claude_shape, maximum=MAX_TIMEOUT)
+    background = background or bool(run_in_background) or until is not None
     if notify_on_complete and not background:
         raise ToolError("notify_on_complete needs background=true")
     workdir = _resolve_cwd(run, cwd)
     if not background:
-        async with launch(run, command, workdir, sandbox=sandbox) as how:
-            output = with_hint(await _run_foreground(how, timeout or DEFAULT_TIMEOUT), how)
+        async with launch(run, command or "", workdir, sandbox=sandbox) as how:
+            output = with_hint(await _run_foreground(how, seconds or DEFAULT_TIMEOUT), how)
         return ToolResult(output, failed=_command_failed(output))
     notify = run.notify if notify_on_complete else None
-    job = await _start_job(run, command, workdir, sandbox, timeout, notify)
+    job = None
+    if command:  # beside a wait, the command has no time limit: `timeout` is the wait's
+        limit = None if until is not None else seconds
+        job = await _start_job(
+            run, command, workdir, sandbox, limit, notify, description=description
+        )
+    started = _started(job, workdir, notify_on_complete, notify) if job else ""
+    if until is None:
+        return started
+    waiting = await _start_wait(
+        run, until, interval, workdir, seconds or MAX_TIMEOUT, description, job
+    )
+    return f"{started}\n{waiting}" if started else waiting
+
+
+def _started(job: Job, workdir: Path, notify_on_complete: bool, notify: Notifier | None) -> str:
     notice = ""
     if notify_on_complete:
         notice = (
@@ -417,8 +525,9 @@ async def run_command(
             if notify
             else " (No notice can reach this run: check the log.)"
         )
+    label = f" ({job.description})" if job.description else ""
     return (
-        f"Started background job {job.id} (pid {job.process.pid}) in {workdir}.\n"
+        f"Started background job {job.id}{label} (pid {job.process.pid}) in {workdir}.\n"
         f"Output: {job.log_path}; its last line will say how the job ended.{notice}\n"
         f'Stop it with stop="{job.id}".'
     )

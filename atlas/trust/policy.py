@@ -134,10 +134,13 @@ class RuleGate(BaseGate):
             return bot_create_question(args)
         if tool.name in PATH_TOOLS and args.get("path"):
             return self._path_rules(tool.name, args["path"], run)
-        if tool.name == "run_command" and args.get("command"):
+        if tool.name == "run_command" and (args.get("command") or args.get("until")):
             cwd = resolve_path(run, args["cwd"]) if args.get("cwd") else run.bot.workspace
             escape = args.get("sandbox", True) is False and self.sandbox_enabled
-            return await self._command(args["command"], call, run, cwd, escape=escape)
+            # `until`'s check runs too: judged with the command as one script, the worst
+            # part deciding, so a check that would be asked or denied alone is asked or denied.
+            script = "\n".join(part for part in (args.get("command"), args.get("until")) if part)
+            return await self._command(script, call, run, cwd, escape=escape)
         if tool.name == "browser_exec" and args.get("code"):
             return await self._code(args["code"], call, run)
         return Allow("no rule applies to this tool")
