@@ -216,7 +216,7 @@ def _key_parts(dotted: str) -> tuple[str, ...]:
     return tuple(part.strip("\"'") for part in re.findall(_KEY_PART, dotted))
 
 
-def _find_line(text: str, loc: tuple[Any, ...]) -> int | None:
+def find_line(text: str, loc: tuple[Any, ...]) -> int | None:
     """Best-effort line of the key at `loc`, following [table] headers so that the same key in
     two tables is told apart; else the line of the nearest enclosing table or key."""
     keys = tuple(str(part) for part in loc if isinstance(part, str))
@@ -243,7 +243,7 @@ def _describe(path: Path, text: str, error: ValidationError) -> str:
     for item in error.errors():
         loc = tuple(item["loc"])
         key = ".".join(str(p) for p in loc) or "(top level)"
-        line = _find_line(text, loc)
+        line = find_line(text, loc)
         where = f" (line {line})" if line else ""
         if item["type"] == "extra_forbidden":
             what = "unknown key"
@@ -289,7 +289,7 @@ def _check_providers(
         try:
             settings.provider_for(model)
         except ConfigError as exc:
-            line = _find_line(text, tuple(key.split(".")))
+            line = find_line(text, tuple(key.split(".")))
             where = f" (line {line})" if line else ""
             raise ConfigError(f"{path}: {key}{where}: {exc}") from None
 

@@ -15,12 +15,16 @@ from atlas.recovery import resume_interrupted_turns
 from atlas.routines.scheduler import RoutineScheduler
 from atlas.sandbox.proxy import stop_proxies
 from atlas.services import start_core, stop_turns
+from atlas.start_checks import check_before_start
 
 log = logging.getLogger("atlas.daemon")
 
 
 async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
     """Run until `stop` is set or a signal arrives; then stop everything in order."""
+    # Damaged databases, wrong [channels.*] keys, unset tokens, unknown tool names: the daemon
+    # stops here, having started and changed nothing.
+    check_before_start(home)
     started_at = datetime.now(UTC)  # before anything is stored: older messages are a crash's
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()

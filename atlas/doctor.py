@@ -74,6 +74,32 @@ def _sandbox_check(home) -> Check:  # type: ignore[no-untyped-def]
     return Check("sandbox", ok, detail, fix)
 
 
+def _start_checks(home) -> list[Check]:  # type: ignore[no-untyped-def]
+    """What `atlas run` refuses to start with, and each database's PRAGMA quick_check."""
+    from atlas.channels.settings import check_channels
+    from atlas.start_checks import check_tool_names, known_tool_names
+    from atlas.store.damage import damaged_message, quick_check
+
+    checks: list[Check] = []
+    for path in (home.db_path, *(bot.db_path for bot in home.bots.values())):
+        if not path.exists():
+            continue  # made at the first `atlas run`
+        problem = quick_check(path)
+        detail = damaged_message(path, problem) if problem else f"{path}: quick_check ok"
+        checks.append(Check("database", problem is None, detail))
+    known = known_tool_names()
+    for bot in home.bots.values():
+        for name, check in (
+            ("tools", lambda bot: check_tool_names(bot, known)),
+            ("channels", check_channels),
+        ):
+            try:
+                check(bot)
+            except AtlasError as exc:
+                checks.append(Check(f"bot {bot.name} {name}", False, str(exc), "fix bot.toml"))
+    return checks
+
+
 async def run_checks(root: Path, *, offline: bool = False) -> list[Check]:
     from atlas.home import Home
 
@@ -92,6 +118,7 @@ async def run_checks(root: Path, *, offline: bool = False) -> list[Check]:
                 "home and config", True, f"{home.root} (bots: {bots}; main: {home.settings.main})"
             )
         )
+        checks.extend(await asyncio.to_thread(_start_checks, home))
         if offline:
             checks.append(Check("provider", True, "skipped (--offline)"))
         else:

@@ -1,7 +1,8 @@
 """`[channels.telegram]` and `[channels.slack]` of a bot.toml, validated.
 
 BotSettings keeps `channels` as a plain dict (so config.py needs no channel knowledge); these
-models check it when a channel starts, with errors naming the bot.toml and the key. Secrets are
+models check it before the daemon starts anything (`check_channels`) and again when a channel
+starts, with errors naming the bot.toml, the key and its line. Secrets are
 never in the file: each names the environment variable that holds it.
 """
 
@@ -12,7 +13,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import Field, ValidationError, field_validator
 
-from atlas.config import Strict
+from atlas.config import Strict, find_line, read_toml
 from atlas.errors import ConfigError
 from atlas.home import Bot
 
@@ -70,8 +71,19 @@ class SlackSettings(ChannelSettings):
 _MODELS: dict[str, type[ChannelSettings]] = {"telegram": TelegramSettings, "slack": SlackSettings}
 
 
+def _line_note(bot: Bot, loc: tuple[str, ...]) -> str:
+    """` (line N)` of a key in the bot's bot.toml, or the line of its table; "" when unknown."""
+    try:
+        _, text = read_toml(bot.root / "bot.toml")
+    except ConfigError:
+        return ""
+    line = find_line(text, loc)
+    return f" (line {line})" if line else ""
+
+
 def channel_settings(bot: Bot, platform: str, model: type[SettingsT]) -> SettingsT:
-    """The bot's `[channels.<platform>]`, validated; ConfigError names bot.toml and the key."""
+    """The bot's `[channels.<platform>]`, validated; ConfigError names bot.toml, the key and
+    its line."""
     path = bot.root / "bot.toml"
     raw = bot.settings.channels.get(platform)
     if raw is None:
@@ -81,15 +93,45 @@ def channel_settings(bot: Bot, platform: str, model: type[SettingsT]) -> Setting
     except ValidationError as exc:
         problems = []
         for item in exc.errors():
-            key = ".".join(["channels", platform, *(str(part) for part in item["loc"])])
+            loc = ("channels", platform, *(str(part) for part in item["loc"]))
             if item["type"] == "extra_forbidden":
                 what = "unknown key"
-                if str(item["loc"][-1]) in ("token", "secret", "app_token", "bot_token"):
+                if loc[-1] in ("token", "secret", "app_token", "bot_token"):
                     what += "; secrets never go in bot.toml: name an environment variable (*_env)"
+                else:
+                    known = ", ".join(model.model_fields)
+                    what += f" (known: {known})"
             else:
                 what = f"{item['msg'].removeprefix('Value error, ')} (got {item.get('input')!r})"
-            problems.append(f"  {key}: {what}")
+            problems.append(f"  {'.'.join(loc)}{_line_note(bot, loc)}: {what}")
         raise ConfigError(f"{path}: invalid settings\n" + "\n".join(problems)) from None
+
+
+def required_secrets(platform: str, settings: ChannelSettings) -> list[tuple[str, str | None]]:
+    """(key, environment variable) of every secret a channel needs in its mode."""
+    if isinstance(settings, TelegramSettings):
+        needed: list[tuple[str, str | None]] = [("token_env", settings.token_env)]
+        if settings.mode == "webhook":
+            needed.append(("webhook_secret_env", settings.webhook_secret_env))
+        return needed
+    if isinstance(settings, SlackSettings):
+        needed = [("bot_token_env", settings.bot_token_env)]
+        if settings.mode == "socket":
+            needed.append(("app_token_env", settings.app_token_env))
+        else:
+            needed.append(("signing_secret_env", settings.signing_secret_env))
+        return needed
+    raise ValueError(f"no secrets known for platform {platform!r}")
+
+
+def check_channels(bot: Bot) -> None:
+    """Every enabled `[channels.*]` of a bot: known platform, known keys, valid values, and
+    each secret's environment variable set. Run before the daemon starts anything, so a
+    mistake stops it with the file, key and line instead of a silent "none configured"."""
+    for platform in configured_platforms(bot):
+        settings = channel_settings(bot, platform, _MODELS[platform])
+        for key, env_name in required_secrets(platform, settings):
+            secret(bot, platform, key, env_name)
 
 
 def configured_platforms(bot: Bot) -> list[str]:
@@ -99,7 +141,10 @@ def configured_platforms(bot: Bot) -> list[str]:
     for platform, raw in bot.settings.channels.items():
         if platform not in _MODELS:
             known = ", ".join(_MODELS)
-            raise ConfigError(f"{path}: [channels.{platform}]: unknown channel (known: {known})")
+            where = _line_note(bot, ("channels", platform))
+            raise ConfigError(
+                f"{path}: [channels.{platform}]{where}: unknown channel (known: {known})"
+            )
         if isinstance(raw, dict) and raw.get("enabled", True) is False:
             continue
         found.append(platform)
@@ -110,9 +155,15 @@ def secret(bot: Bot, platform: str, key: str, env_name: str | None) -> str:
     """The secret held by the environment variable a setting names; ConfigError when unset."""
     value = os.environ.get(env_name) if env_name else None
     if not value:
+        loc = ("channels", platform, key)
+        what = (
+            f"names the environment variable {env_name!r}, which is not set; "
+            "export it before `atlas run`"
+            if env_name
+            else "is not set: name the environment variable that holds this secret"
+        )
         raise ConfigError(
-            f"{bot.root / 'bot.toml'}: channels.{platform}.{key} names the environment variable "
-            f"{env_name!r}, which is not set; export it before `atlas run`"
+            f"{bot.root / 'bot.toml'}: channels.{platform}.{key}{_line_note(bot, loc)} {what}"
         )
     return value
 
@@ -123,6 +174,8 @@ __all__ = [
     "SlackSettings",
     "TelegramSettings",
     "channel_settings",
+    "check_channels",
     "configured_platforms",
+    "required_secrets",
     "secret",
 ]

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import sqlite_utils
 
 from atlas.errors import AtlasError
+from atlas.store.damage import check_database_file, damaged_error
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +188,18 @@ class Database:
             raise
 
     def _connect(self) -> sqlite_utils.Database:
+        # A garbage or truncated file is refused before SQLite opens it (and adds files beside).
+        check_database_file(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            return self._connect_checked()
+        except sqlite3.DatabaseError as exc:
+            # Damage the header did not show: named, with the way out, not a bare traceback.
+            if damaged := damaged_error(self.path, exc):
+                raise damaged from exc
+            raise
+
+    def _connect_checked(self) -> sqlite_utils.Database:
         # Shared between this thread and the loop, never at once: see `quick`.
         conn = sqlite3.connect(self.path, timeout=self.busy_timeout, check_same_thread=False)
         try:

@@ -15,7 +15,7 @@ import hashlib
 import os
 import secrets
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, BinaryIO
@@ -31,13 +31,13 @@ from atlas.tools.documents import (
     unconvertible_reason,
 )
 from atlas.tools.fences import Fence, PathChanged, open_folder
+from atlas.tools.file_reading import blocking_reason, cut_line, decoded_lines
 from atlas.tools.paths import PathArg, judged_path, shown_path
 from atlas.tools.registry import RunContext, Tool, ToolResult, tool
 from atlas.tools.search_files import find_files
 
 MAX_PAGE_LINES = 2000
 MAX_PAGE_CHARS = 100_000
-MAX_LINE_CHARS = 2000
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
 MAX_DIFF_LINES = 300
 IMAGE_SIGNATURES = {
@@ -146,7 +146,8 @@ def _image_type(head: bytes) -> str | None:
 
 
 def _page(lines: Iterable[str], offset: int, limit: int, shown: str) -> str:
-    """Lines numbered like `cat -n`, from `offset`, at most `limit` lines and MAX_PAGE_CHARS."""
+    """Lines numbered like `cat -n`, from `offset`, at most `limit` lines and MAX_PAGE_CHARS.
+    Each line comes already cut to MAX_LINE_CHARS (`cut_line`)."""
     page: list[str] = []
     chars = total = 0
     next_offset: int | None = None
@@ -154,10 +155,6 @@ def _page(lines: Iterable[str], offset: int, limit: int, shown: str) -> str:
         total = number  # every line is consumed: the total is reported, and the caller hashes
         if number < offset or next_offset is not None:
             continue
-        if len(line) > MAX_LINE_CHARS:
-            line = (
-                f"{line[:MAX_LINE_CHARS]}… [line cut: {len(line) - MAX_LINE_CHARS} more characters]"
-            )
         entry = f"{number:>6}\t{line}"
         if number >= offset + limit or (page and chars + len(entry) > MAX_PAGE_CHARS):
             next_offset = number
@@ -173,17 +170,6 @@ def _page(lines: Iterable[str], offset: int, limit: int, shown: str) -> str:
             f"… {total - next_offset + 1} more lines; call read_file with offset={next_offset}"
         )
     return "\n".join(page)
-
-
-def _decoded_lines(f: BinaryIO, digest: hashlib._Hash, invalid: list[int]) -> Iterator[str]:
-    for number, raw in enumerate(f, 1):
-        digest.update(raw)
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            line = raw.decode("utf-8", errors="replace")
-            invalid.append(number)
-        yield line.removesuffix("\n").removesuffix("\r")
 
 
 def _read_plain(
@@ -209,13 +195,15 @@ def _read_plain(
         f.seek(0)
         digest = hashlib.sha256()
         invalid: list[int] = []
-        text = _page(_decoded_lines(f, digest, invalid), offset, limit, shown)
+        text = _page(decoded_lines(f, digest, invalid), offset, limit, shown)
     if invalid:
         text += f"\n(not valid UTF-8 at line {invalid[0]}; undecodable bytes shown as \ufffd)"
     return text, digest.hexdigest()
 
 
 def _open_existing(fence: Fence, path: Path, shown: str) -> tuple[BinaryIO, os.stat_result]:
+    if reason := blocking_reason(path, shown):
+        raise ToolError(reason)
     try:
         return fence.open_file(path, shown)
     except FileNotFoundError:
@@ -255,7 +243,8 @@ async def read_file(
         if not markdown.strip():
             answer = f"({shown} has no text: it may hold only scanned images)"
         else:
-            answer = f"{shown} as Markdown:\n" + _page(markdown.splitlines(), offset, limit, shown)
+            lines = (cut_line(line) for line in markdown.splitlines())
+            answer = f"{shown} as Markdown:\n" + _page(lines, offset, limit, shown)
         run.state.file_hashes[str(resolved)] = digest
         return ToolResult(answer, untrusted=True)  # a document's text may come from anyone
     content, digest = await asyncio.to_thread(_read_plain, fence, resolved, shown, offset, limit)
