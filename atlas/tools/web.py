@@ -10,12 +10,14 @@ import logging
 import re
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import Field
+from pydantic.json_schema import SkipJsonSchema
 
 from atlas.errors import ToolError
 from atlas.tools.documents import DOCUMENT_SUFFIXES, MAX_DOCUMENT_BYTES
@@ -36,6 +38,7 @@ DOCUMENT_TYPES = {
     "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": ".xlsx",
     "application/epub+zip": ".epub",
 }
+MAX_FILTERED_ASK = 20  # results asked of an engine when a domain filter will thin them
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 TEXT_TYPES = ("application/json", "application/xml", "application/javascript")
 
@@ -50,7 +53,59 @@ class SearchHit:
     excerpt: str
 
 
-Engine = Callable[["WebSettings", str, str, int], Awaitable[list[SearchHit]]]
+@dataclass(frozen=True)
+class Domains:
+    """web_search's allowed_domains / blocked_domains (Claude Code's WebSearch): a domain
+    covers its subdomains. Passed to an engine that takes them, applied to every result."""
+
+    allowed: tuple[str, ...] = ()
+    blocked: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, allowed: Sequence[str], blocked: Sequence[str]) -> Domains:
+        return cls(_domains("allowed_domains", allowed), _domains("blocked_domains", blocked))
+
+    def __bool__(self) -> bool:
+        return bool(self.allowed or self.blocked)
+
+    def admits(self, url: str) -> bool:
+        host = (urlsplit(url).hostname or "").lower().rstrip(".")
+
+        def within(domain: str) -> bool:
+            return host == domain or host.endswith("." + domain)
+
+        if any(within(d) for d in self.blocked):
+            return False
+        return not self.allowed or any(within(d) for d in self.allowed)
+
+    def with_operators(self, query: str) -> str:
+        """The query with site: operators, for engines without domain parameters (Brave,
+        DuckDuckGo): they narrow the search; the filter on the results is what holds."""
+        parts = [query]
+        if len(self.allowed) == 1:
+            parts.append(f"site:{self.allowed[0]}")
+        parts += [f"-site:{d}" for d in self.blocked]
+        return " ".join(parts)
+
+    def describe(self) -> str:
+        said = [f"only {', '.join(self.allowed)}"] if self.allowed else []
+        said += [f"not {', '.join(self.blocked)}"] if self.blocked else []
+        return "; ".join(said)
+
+
+def _domains(key: str, entries: Sequence[str]) -> tuple[str, ...]:
+    """`example.com`, `https://www.example.com/x` or `*.example.com`: the host part, lower case."""
+    found: list[str] = []
+    for entry in entries:
+        host = entry.strip().lower().split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
+        host = host.lstrip("*.").rstrip(".")
+        if not host or " " in host:
+            raise ToolError(f"{key}: {entry!r} is not a domain (e.g. example.com)")
+        found.append(host)
+    return tuple(dict.fromkeys(found))
+
+
+Engine = Callable[["WebSettings", str, str, int, Domains], Awaitable[list[SearchHit]]]
 _TAGS = re.compile(r"<[^>]+>")
 
 
@@ -72,12 +127,19 @@ async def _post_json(settings: WebSettings, url: str, **kwargs: Any) -> Any:
         return await resp.json(content_type=None)
 
 
-async def _tavily(settings: WebSettings, key: str, query: str, limit: int) -> list[SearchHit]:
+async def _tavily(
+    settings: WebSettings, key: str, query: str, limit: int, domains: Domains
+) -> list[SearchHit]:
+    body: dict[str, Any] = {"query": query, "max_results": limit}
+    if domains.allowed:
+        body["include_domains"] = list(domains.allowed)
+    if domains.blocked:
+        body["exclude_domains"] = list(domains.blocked)
     data = await _post_json(
         settings,
         settings.tavily_url,
         method="POST",
-        json={"query": query, "max_results": limit},
+        json=body,
         headers={"Authorization": f"Bearer {key}"},
     )
     return [
@@ -86,12 +148,14 @@ async def _tavily(settings: WebSettings, key: str, query: str, limit: int) -> li
     ]
 
 
-async def _brave(settings: WebSettings, key: str, query: str, limit: int) -> list[SearchHit]:
+async def _brave(
+    settings: WebSettings, key: str, query: str, limit: int, domains: Domains
+) -> list[SearchHit]:
     data = await _post_json(
         settings,
         settings.brave_url,
         method="GET",
-        params={"q": query, "count": str(limit)},
+        params={"q": domains.with_operators(query), "count": str(limit)},
         headers={"X-Subscription-Token": key, "Accept": "application/json"},
     )
     results = (data.get("web") or {}).get("results") or []
@@ -101,11 +165,14 @@ async def _brave(settings: WebSettings, key: str, query: str, limit: int) -> lis
     ]
 
 
-async def _ddgs(settings: WebSettings, _key: str, query: str, limit: int) -> list[SearchHit]:
+async def _ddgs(
+    settings: WebSettings, _key: str, query: str, limit: int, domains: Domains
+) -> list[SearchHit]:
     def search() -> list[dict[str, Any]]:
         from ddgs import DDGS  # its own HTTP client; DDGS_PROXY in the environment routes it
 
-        return DDGS(timeout=int(settings.search_timeout)).text(query, max_results=limit)
+        searched = domains.with_operators(query)
+        return DDGS(timeout=int(settings.search_timeout)).text(searched, max_results=limit)
 
     async with asyncio.timeout(settings.search_timeout + 5):
         rows = await asyncio.to_thread(search)
@@ -125,8 +192,17 @@ def _engines(settings: WebSettings) -> list[tuple[str, str, Engine]]:
     return engines
 
 
-def _format_hits(engine: str, query: str, hits: list[SearchHit], failures: list[str]) -> str:
+def _format_hits(
+    engine: str,
+    query: str,
+    hits: list[SearchHit],
+    failures: list[str],
+    domains: Domains = Domains(),
+    left_out: int = 0,
+) -> str:
     lines = [f"{engine} results for {query!r}:"]
+    if domains:
+        lines[0] = f"{engine} results for {query!r} ({domains.describe()}):"
     if failures:
         lines[0] += f" (after {'; '.join(failures)})"
     if not hits:
@@ -135,6 +211,8 @@ def _format_hits(engine: str, query: str, hits: list[SearchHit], failures: list[
         lines.append(f"{number}. {hit.title or '(no title)'}\n   {hit.url}")
         if excerpt := " ".join(hit.excerpt.split()):
             lines.append(f"   {excerpt[:500]}")
+    if left_out:
+        lines.append(f"({left_out} results from other domains left out)")
     return "\n".join(lines)
 
 
@@ -143,21 +221,30 @@ async def web_search(
     run: RunContext,
     query: str,
     limit: Annotated[int, Field(ge=1, le=10)] = 5,
+    allowed_domains: Annotated[
+        tuple[str, ...], Field(description="only results from these (subdomains too)")
+    ] = (),
+    blocked_domains: Annotated[tuple[str, ...], Field(description="never from these")] = (),
 ) -> str:
     """Search the web: each result's title, address and excerpt. Read a result with web_fetch."""
     if not query.strip():
         raise ToolError("query is empty")
+    domains = Domains.parse(allowed_domains, blocked_domains)
+    # Filtered results are asked for generously: the filter may leave out some of them.
+    asked = min(limit * 3, MAX_FILTERED_ASK) if domains else limit
     settings = run.settings.web
     failures: list[str] = []
     for name, key, engine in _engines(settings):
         try:
-            hits = await engine(settings, key, query, limit)
+            found = await engine(settings, key, query, asked, domains)
         except Exception as exc:  # any engine fault falls through to the next engine
             log.warning("web_search: %s failed", name, exc_info=True)
             reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
             failures.append(f"{name} failed: {reason or type(exc).__name__}")
             continue
-        return _format_hits(name, query, hits, failures)
+        hits = [hit for hit in found if domains.admits(hit.url)]
+        left_out = len(found) - len(hits)
+        return _format_hits(name, query, hits[:limit], failures, domains, left_out)
     raise ToolError(f"web search failed with every engine: {'; '.join(failures)}")
 
 
@@ -300,6 +387,9 @@ async def web_fetch(
     run: RunContext,
     url: str,
     char_limit: Annotated[int, Field(ge=2_000, le=500_000)] = 15_000,
+    # Claude Code's WebFetch `prompt` (what to look for): no model reads the page for it here,
+    # so it is kept with the page as a reminder. Accepted, not advertised.
+    prompt: SkipJsonSchema[str | None] = None,
 ) -> str:
     """Read a web page (http/https) as Markdown with title and date; PDF and Office documents too.
     A redirect to another site is returned, not followed. Recent pages come from a cache."""
@@ -322,6 +412,8 @@ async def web_fetch(
         text = await _read(answer)
         _remember(run.home.root, url, text, ttl)
     fitted = await asyncio.to_thread(fit_to_budget, text, char_limit, _spill_path(run, url))
+    if prompt and prompt.strip():
+        note = f"(Fetched to answer: {' '.join(prompt.split())[:500]})\n" + note
     return note + fitted
 
 
