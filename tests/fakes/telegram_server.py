@@ -305,6 +305,13 @@ class FakeTelegram:
 
     async def _m_editMessageText(self, params: dict[str, Any]) -> web.Response:
         message_id = int(params["message_id"])
+        message = self.messages[message_id]
+        current = message.get("edited") or message["params"]
+        if (params["text"], params.get("reply_markup")) == (
+            message["text"],
+            current.get("reply_markup"),
+        ):  # as Telegram answers an edit made twice
+            return _error(400, "Bad Request: message is not modified")
         self.messages[message_id]["text"] = params["text"]
         self.messages[message_id]["edited"] = params
         return _ok(True)
