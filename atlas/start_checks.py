@@ -11,7 +11,6 @@ from atlas.errors import ConfigError
 from atlas.home import Bot, Home
 from atlas.store.damage import check_database_file
 
-# Tools a server adds once connected: their names are not known before the daemon starts.
 MCP_PREFIX = "mcp__"
 
 
@@ -29,20 +28,23 @@ def known_tool_names() -> list[str]:
 
 
 def check_tool_names(bot: Bot, known: list[str] | None = None) -> None:
-    """A bot.toml's `tools` list names only tools that exist (MCP tools, mcp__server__tool,
-    exist once their server connects and are not checked here)."""
+    """A bot.toml's `tools` list names only built-in tools (a bot's MCP tools come with the
+    servers its `mcp_servers` names, whatever this list says)."""
     wanted = bot.settings.tools or []
     known = known if known is not None else known_tool_names()
-    unknown = [name for name in wanted if name not in known and not name.startswith(MCP_PREFIX)]
+    unknown = [name for name in wanted if name not in known]
     if not unknown:
         return
     path = bot.root / "bot.toml"
     _, text = read_toml(path)
     line = find_line(text, ("tools",))
     where = f" (line {line})" if line else ""
+    hint = ""
+    if any(name.startswith(MCP_PREFIX) for name in unknown):
+        hint = "; MCP tools are not listed here: a bot gets them with the servers in mcp_servers"
     raise ConfigError(
-        f"{path}: tools{where}: unknown tool name(s) {', '.join(map(repr, unknown))}; "
-        f"known: {', '.join(known)} (and mcp__<server>__<tool> for MCP servers)"
+        f"{path}: tools{where}: unknown tool name(s) {', '.join(map(repr, unknown))}{hint}; "
+        f"known: {', '.join(known)}"
     )
 
 
