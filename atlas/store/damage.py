@@ -14,6 +14,8 @@ from atlas.errors import AtlasError
 
 MAGIC = b"SQLite format 3\x00"
 HEADER_BYTES = 100
+SQLITE_CORRUPT = 11
+SQLITE_NOTADB = 26
 
 
 class DamagedDatabase(AtlasError):
@@ -67,10 +69,18 @@ def check_database_file(path: Path) -> None:
         raise DamagedDatabase(damaged_message(path, problem))
 
 
-def damaged_error(path: Path, exc: sqlite3.DatabaseError) -> DamagedDatabase | None:
-    """SQLite's error on opening, as a DamagedDatabase; None for errors that are no damage
-    (a lock held by another process, a missing folder's permissions)."""
-    if isinstance(exc, sqlite3.OperationalError):
+def is_damage(exc: sqlite3.Error) -> bool:
+    """SQLite's own verdict that the file is no database or a damaged one (SQLITE_NOTADB,
+    SQLITE_CORRUPT), not a lock, a full disk or a mistake in a statement."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:  # an error raised without SQLite's code: judge by its words
+        return "not a database" in str(exc) or "malformed" in str(exc)
+    return code & 0xFF in (SQLITE_CORRUPT, SQLITE_NOTADB)
+
+
+def damaged_error(path: Path, exc: sqlite3.Error) -> DamagedDatabase | None:
+    """SQLite's error on opening, as a DamagedDatabase when it tells of damage; None else."""
+    if not is_damage(exc):
         return None
     return DamagedDatabase(damaged_message(path, f"SQLite says: {exc}"))
 
@@ -102,5 +112,6 @@ __all__ = [
     "damaged_error",
     "damaged_message",
     "header_problem",
+    "is_damage",
     "quick_check",
 ]

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import sqlite_utils
 
 from atlas.errors import AtlasError
-from atlas.store.damage import check_database_file, damaged_error
+from atlas.store.damage import check_database_file, damaged_error, is_damage
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,8 @@ def apply_migrations(
                 migrate(db)
                 db[MIGRATIONS_TABLE].insert({"name": name, "applied_at": utc_now_iso()})
         except sqlite3.Error as exc:
+            if is_damage(exc):
+                raise  # the file's fault, not the migration's: named as damage by the opener
             raise AtlasError(f"{where}: migration {name!r} failed: {exc}") from exc
         done.append(name)
     return done
@@ -193,7 +195,7 @@ class Database:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             return self._connect_checked()
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.Error as exc:
             # Damage the header did not show: named, with the way out, not a bare traceback.
             if damaged := damaged_error(self.path, exc):
                 raise damaged from exc

@@ -18,7 +18,7 @@ from atlas.doctor import run_checks
 from atlas.errors import ConfigError
 from atlas.home import Home
 from atlas.start_checks import check_before_start
-from atlas.store.damage import DamagedDatabase, quick_check
+from atlas.store.damage import DamagedDatabase, is_damage, quick_check
 from atlas.store.db import Database
 from atlas.tools.files import read_file
 from atlas.tools.registry import RunContext
@@ -105,6 +105,8 @@ async def test_damage_behind_a_good_header_is_named_when_the_file_opens(tmp_path
         await Database(path, []).open()
     assert f"{path} is damaged: SQLite says:" in str(caught.value)
     assert ".recover" in str(caught.value)
+    # A lock or a full disk is no damage: those keep SQLite's own error.
+    assert not is_damage(sqlite3.OperationalError("database is locked"))
 
 
 async def test_doctor_runs_quick_check_on_each_database(tmp_path: Path) -> None:
