@@ -130,6 +130,14 @@ def check_channels(bot: Bot) -> None:
     mistake stops it with the file, key and line instead of a silent "none configured"."""
     for platform in configured_platforms(bot):
         settings = channel_settings(bot, platform, _MODELS[platform])
+        telegram = settings if isinstance(settings, TelegramSettings) else None
+        if telegram and telegram.mode == "webhook" and not telegram.webhook_url:
+            loc = ("channels", platform, "mode")
+            raise ConfigError(
+                f"{bot.root / 'bot.toml'}: channels.telegram.mode{_line_note(bot, loc)} is "
+                "'webhook' but channels.telegram.webhook_url is not set (the public https "
+                "URL Telegram posts to)"
+            )
         for key, env_name in required_secrets(platform, settings):
             secret(bot, platform, key, env_name)
 

@@ -182,6 +182,20 @@ def test_unset_token_variable_stops_start_naming_variable_key_and_line(tmp_path:
     )
 
 
+def test_webhook_without_its_url_stops_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:abc")
+    root = tmp_path / "home"
+    make_home(root)
+    bot_toml = add_to_bot_toml(root, '\n[channels.telegram]\nmode = "webhook"\n')
+    with pytest.raises(ConfigError) as caught:
+        check_before_start(Home(root))
+    line = line_of(bot_toml, 'mode = "webhook"')
+    assert f"channels.telegram.mode (line {line}) is 'webhook' but" in str(caught.value)
+    assert "webhook_url is not set" in str(caught.value)
+
+
 async def test_doctor_reports_channel_and_tool_mistakes(tmp_path: Path) -> None:
     root = tmp_path / "home"
     make_home(root)
