@@ -8,6 +8,7 @@ import logging
 import signal
 from datetime import UTC, datetime
 
+from atlas.channels.health_file import HealthWriter, health_path
 from atlas.channels.manager import RunningChannels, start_channels, stop_channels
 from atlas.home import Home
 from atlas.process import freeze_long_lived_objects
@@ -33,6 +34,7 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
     dispatcher = await start_core(home, {})
     runtime = dispatcher.runtime
     running = RunningChannels()
+    health: HealthWriter | None = None
     routines: RoutineScheduler | None = None
     try:
         log.info("home %s: %d bot(s), main %s", home.root, len(home.bots), home.settings.main)
@@ -42,6 +44,8 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
         # Each channel registers itself in the dispatcher; one that fails is retried alone.
         running = await start_channels(home, dispatcher)
         log.info("channels: %s", ", ".join(running) or "none configured")
+        # For `atlas doctor`, another process: each channel's health, rewritten as it changes.
+        health = HealthWriter(health_path(home.root), running.health)
         # Turns a crash cut short: answered now, or the person is told (atlas/recovery.py).
         recovered = await resume_interrupted_turns(dispatcher, started_at=started_at)
         log.info("interrupted turns: %s", recovered.summary())
@@ -60,5 +64,7 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
         await stop_turns(dispatcher)
         await stop_proxies()  # after the turns: no command needs the network any more
         await stop_channels(running)
+        if health is not None:
+            health.close()
         await runtime.close()
         log.info("stopped cleanly")

@@ -18,6 +18,7 @@ from atlas.agent.context import build_system_prompt
 from atlas.agent.loop import TurnHooks, TurnOutcome
 from atlas.agent.review import REVIEW_PROMPT, QuietTimers, ReviewGate, has_substance, transcript
 from atlas.channels.base import Address, Channel, Question, QuestionOutcome
+from atlas.channels.supervisor import health_lines
 from atlas.errors import AtlasError
 from atlas.home import Bot
 from atlas.providers.base import Message, ToolCall
@@ -161,7 +162,7 @@ class Dispatcher:
         await self._send(address, reply)
 
     async def _status(self, inbound: Inbound, bot: Bot, store: ConversationStore) -> str:
-        """`/status`: the model, how full the context is, approvals waiting."""
+        """`/status`: the model, how full the context is, approvals waiting, channels' health."""
         address = inbound.address
         conversation = await self._conversation(inbound, bot, store)
         run = self._run_context(
@@ -183,6 +184,9 @@ class Dispatcher:
             f"Mode: {run.state.mode or bot.settings.mode}; {running}",
             f"Approvals waiting: {len(pending)}" + "".join(f"\n  - {q}" for q in pending),
         ]
+        channels = health_lines(self.channels, bot.name)
+        if channels:
+            lines.append("Channels:" + "".join(f"\n  - {line}" for line in channels))
         return "\n".join(lines)
 
     def has_lane(self, address: Address) -> bool:

@@ -113,7 +113,8 @@ async def sort_attached(
 
 
 class BackgroundTasks:
-    """Work that outlives the call that began it, cancelled when the channel stops."""
+    """Work that outlives the call that began it, cancelled when the channel stops. Work that
+    fails is logged with its traceback (asyncio would only say so when the task is collected)."""
 
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -121,7 +122,12 @@ class BackgroundTasks:
     def spawn(self, work: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.create_task(work)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error("background task %s failed", task.get_name(), exc_info=error)
 
     async def cancel_all(self) -> None:
         tasks = list(self._tasks)

@@ -4,6 +4,10 @@ A channel module (`atlas.channels.telegram`, `atlas.channels.slack`) is imported
 bot configures it, since aiogram and slack-bolt take seconds to import. Each exposes
 `create_channel(bot, dispatcher) -> Channel`; the channel is named `<platform>:<bot>`, which is
 the `Address.channel` of its conversations and its key in `dispatcher.channels`.
+
+Each channel's health (atlas/channels/supervisor.py) starts here: a start that fails makes it
+"reconnecting since T (why)" until a retry succeeds; a ConfigError (a token that can never
+work) makes it "stopped" with the error, and is not retried.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from typing import TYPE_CHECKING
 
 from atlas.channels.base import Channel
 from atlas.channels.settings import configured_platforms
-from atlas.errors import AtlasError
+from atlas.channels.supervisor import ChannelHealth, brief
+from atlas.errors import AtlasError, ConfigError
 from atlas.home import Bot, Home
 
 if TYPE_CHECKING:
@@ -33,11 +38,19 @@ def channel_name(platform: str, bot: str) -> str:
 
 
 class RunningChannels(dict[str, Channel]):
-    """The channels by name, plus the tasks that (re)start them: what stop_channels ends."""
+    """The channels by name, plus the tasks that (re)start them (what stop_channels ends) and
+    each one's health."""
 
     def __init__(self) -> None:
         super().__init__()
         self.supervisors: dict[str, asyncio.Task[None]] = {}
+        self.health: dict[str, ChannelHealth] = {}
+
+
+def health_of(name: str, channel: Channel) -> ChannelHealth:
+    """The channel's own health (Telegram and Slack keep one); a new one for others."""
+    health = getattr(channel, "health", None)
+    return health if isinstance(health, ChannelHealth) else ChannelHealth(name)
 
 
 def create_channel(bot: Bot, platform: str, dispatcher: Dispatcher) -> Channel:
@@ -46,7 +59,12 @@ def create_channel(bot: Bot, platform: str, dispatcher: Dispatcher) -> Channel:
 
 
 async def _keep_started(
-    name: str, channel: Channel, started: asyncio.Event, first_delay: float, max_delay: float
+    name: str,
+    channel: Channel,
+    health: ChannelHealth,
+    started: asyncio.Event,
+    first_delay: float,
+    max_delay: float,
 ) -> None:
     """Start the channel; on failure log it and try again, waiting longer each time."""
     delay = first_delay
@@ -55,13 +73,22 @@ async def _keep_started(
         attempt += 1
         try:
             await channel.start()
+        except ConfigError as exc:
+            log.error("channel %s not started: %s", name, exc)
+            health.stopped(f"could not start: {exc}")
+            started.set()
+            return
         except (AtlasError, OSError, TimeoutError, RuntimeError, ValueError) as exc:
             # A channel library raises its own errors too (network, auth); all are retried.
             log.warning("channel %s failed to start (attempt %d): %s", name, attempt, exc)
-        except Exception:
+            health.reconnecting(f"could not start (attempt {attempt}): {brief(exc)}")
+        except Exception as exc:
             log.exception("channel %s failed to start (attempt %d)", name, attempt)
+            health.reconnecting(f"could not start (attempt {attempt}): {brief(exc)}")
         else:
             log.info("channel %s started", name)
+            if getattr(channel, "health", None) is not health:
+                health.up("started")  # a channel that reports no health of its own
             started.set()
             return
         started.set()  # the first attempt is over: the daemon need not wait any longer
@@ -96,10 +123,11 @@ async def start_channels(
                 log.error("channel %s not started: %s", name, exc)
                 continue
             running[name] = channel
+            running.health[name] = health = health_of(name, channel)
             dispatcher.channels[name] = channel  # replies must find it from the first message
             started = asyncio.Event()
             running.supervisors[name] = asyncio.create_task(
-                _keep_started(name, channel, started, first_delay, max_delay),
+                _keep_started(name, channel, health, started, first_delay, max_delay),
                 name=f"start {name}",
             )
             first_attempts.append(asyncio.create_task(started.wait()))
@@ -124,8 +152,11 @@ async def stop_channels(running: RunningChannels, *, timeout: float = STOP_TIMEO
             log.warning("channel %s did not stop within %.0f s", name, timeout)
         except Exception:
             log.exception("channel %s failed while stopping", name)
+        health = running.health.get(name)
+        if health is not None:
+            health.stopped("Atlas stopped")
 
     await asyncio.gather(*(stop_one(name, channel) for name, channel in running.items()))
 
 
-__all__ = ["RunningChannels", "channel_name", "start_channels", "stop_channels"]
+__all__ = ["RunningChannels", "channel_name", "health_of", "start_channels", "stop_channels"]

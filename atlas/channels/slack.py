@@ -5,10 +5,17 @@ the message's thread. The channel is built in layers, each a module: slack_sendi
 files, the typing reaction), slack_asking (approvals and ask_user's questions), slack_inbound
 (events, conversation keys, commands); this module wires them to a bot and runs the
 connection. slack-bolt is imported only when a bot configures Slack.
+
+In Socket Mode, slack_sdk's client reconnects by itself when Slack drops the socket; a task of
+ours, run under a Supervisor, watches it. Health follows the client's connection ("connected",
+or "reconnecting since T" while it is down). If the client's own tasks died (then nothing would
+ever read an event again) the watch raises: the supervisor logs it with its traceback and the
+next run opens a fresh client, waiting longer after each failure.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections import OrderedDict
@@ -23,6 +30,7 @@ from atlas.channels.slack_format import ASK_ACTION_PREFIX
 from atlas.channels.slack_inbound import COMMANDS, SlackInbound
 from atlas.channels.slack_questions import QUESTION_ACTION_PREFIX
 from atlas.channels.slack_sending import slack_channel
+from atlas.channels.supervisor import ChannelHealth, Supervisor
 from atlas.errors import AtlasError
 from atlas.home import Bot
 
@@ -37,6 +45,13 @@ log = logging.getLogger(__name__)
 PLATFORM = "slack"
 DEFAULT_API = "https://slack.com/api/"
 WEB_API_TIMEOUT = 30  # seconds per Web API call: slack_sdk's default
+SOCKET_CHECK_SECONDS = 1.0  # how often the watch looks at the Socket Mode client
+SOCKET_CONNECTED = "connected (Socket Mode)"
+SOCKET_DOWN = "the Socket Mode connection is down; slack_sdk is reconnecting"
+
+
+class SocketModeDied(AtlasError):
+    """slack_sdk's Socket Mode client stopped working and will not recover by itself."""
 
 
 def create_channel(bot: Bot, dispatcher: Dispatcher) -> SlackChannel:
@@ -87,6 +102,17 @@ class SlackChannel(SlackInbound):
         self._team_id: str | None = None
         self._sender = None
         self._handler: Any = None  # AsyncSocketModeHandler, when in Socket Mode
+        self._app: AsyncApp | None = None
+        self.health = ChannelHealth(self.name)
+        limits = dispatcher.runtime.home.settings.limits
+        self.socket_check_seconds = SOCKET_CHECK_SECONDS
+        self._socket_watch = Supervisor(
+            f"{self.name} Socket Mode",
+            lambda: self._watch_socket(),
+            self.health,
+            first_delay=limits.retry_base_delay,
+            max_delay=limits.retry_max_delay,
+        )
         self._http: Any = None  # aiohttp AppRunner, when serving the Events API
         # The Web API client's session: slack_sdk opens (and closes) a session per call when it
         # has none, so every call paid a new connection and, against Slack, a TLS handshake.
@@ -105,6 +131,7 @@ class SlackChannel(SlackInbound):
         import aiohttp
         from slack_sdk.web.async_client import AsyncWebClient
 
+        await self._socket_watch.stop()
         await self._close_transport()  # a retried start must not leave a second socket
         base_url = self.settings.api_base or DEFAULT_API
         # slack_sdk's own per-call timeout, which it sets only on the sessions it makes.
@@ -126,17 +153,54 @@ class SlackChannel(SlackInbound):
         self.bot_user_id = str(identity.get("user_id", ""))
         self._bot_id = str(identity.get("bot_id", ""))
         self._team_id = identity.get("team_id")
-        app = self._build_app(client)
+        app = self._app = self._build_app(client)
         if self.settings.mode == "socket":
-            from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
-
-            self._handler = AsyncSocketModeHandler(app, self._app_token, web_client=client)
-            await self._handler.connect_async()
+            await self._open_socket()
+            self.health.up(SOCKET_CONNECTED)
+            self._socket_watch.start()
         else:
             await self._serve_http(app)
+            listen = f"{self.settings.http_listen}:{self.settings.http_port}"
+            self.health.up(f"serving the Events API on {listen}")
         log.info("%s: connected as %s (%s mode)", self.name, self.bot_user_id, self.settings.mode)
 
+    async def _open_socket(self) -> None:
+        from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
+        assert self._app is not None  # built by start()
+        app = self._app
+        self._handler = AsyncSocketModeHandler(app, self._app_token, web_client=app.client)
+        await self._handler.connect_async()
+
+    async def _watch_socket(self) -> None:
+        """Until cancelled: health follows the Socket Mode client's connection; raises
+        SocketModeDied when the client can no longer recover, after closing it."""
+        if self._handler is None:  # run again after a failure: a fresh client
+            await self._open_socket()
+        handler = self._handler
+        suspect: object = None
+        try:
+            while True:
+                client = handler.client
+                # While reconnecting, slack_sdk lets an old task end just before it swaps in
+                # the new one: only a task still ended at the next look is dead.
+                ended = _ended_task(client)
+                if ended is not None and ended is suspect:
+                    _raise_dead(client, ended)
+                suspect = ended
+                if await client.is_connected():
+                    self.health.up(SOCKET_CONNECTED)
+                else:
+                    self.health.reconnecting(SOCKET_DOWN)
+                await asyncio.sleep(self.socket_check_seconds)
+        except Exception:
+            if self._handler is handler:
+                self._handler = None
+                await handler.close_async()
+            raise
+
     async def stop(self) -> None:
+        await self._socket_watch.stop()
         for pending in list(self._asks.values()):
             if not pending.answer.done():
                 pending.answer.set_result(None)
@@ -222,6 +286,31 @@ class SlackChannel(SlackInbound):
             await runner.cleanup()
             raise
         self._http = runner
+
+
+SOCKET_TASKS = ("message_processor", "message_receiver", "current_session_monitor")
+
+
+def _ended_task(client: Any) -> object:
+    """The client itself if it was closed behind our back, or the first of the tasks it needs
+    to read events that has ended (it restarts none of them by itself); else None."""
+    if client.closed:
+        return client
+    for part in SOCKET_TASKS:
+        task = getattr(client, part, None)
+        if task is not None and task.done():
+            return task
+    return None
+
+
+def _raise_dead(client: Any, ended: Any) -> None:
+    if ended is client:
+        raise SocketModeDied("slack_sdk closed its Socket Mode client")
+    part = next(part for part in SOCKET_TASKS if getattr(client, part, None) is ended)
+    if ended.cancelled():
+        raise SocketModeDied(f"slack_sdk's Socket Mode {part} was cancelled")
+    error = ended.exception()
+    raise SocketModeDied(f"slack_sdk's Socket Mode {part} ended ({error!r})") from error
 
 
 __all__ = ["PendingAsk", "SlackChannel", "create_channel", "slack_channel"]

@@ -7,20 +7,28 @@ conversation keys, commands); this module wires them to a bot and runs the conne
 
 Updates are handled one at a time and each is stored (Dispatcher.submit) before the next
 getUpdates confirms it, so a crash never loses a message; an update id seen before is dropped.
+
+The poller runs under a Supervisor: if it dies, it is logged and restarted with backoff. Its
+health is "polling" while getUpdates answers and "reconnecting since T (why)" from the first
+failure (whether the poll loop retries it or the supervisor restarts the loop) until the next
+answer; `/status` shows it with the bot's other channels.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from atlas.channels.access import Access
 from atlas.channels.aiogram_import import import_aiogram
+from atlas.channels.base import Address
 from atlas.channels.chat_common import BackgroundTasks, ChatGenerations
 from atlas.channels.manager import channel_name
 from atlas.channels.settings import TelegramSettings, channel_settings, secret
+from atlas.channels.supervisor import ChannelHealth, Supervisor, brief, health_lines
 from atlas.channels.telegram_delivery import Retrying
 from atlas.channels.telegram_inbound import TelegramInbound
 from atlas.channels.telegram_sending import target
@@ -87,7 +95,14 @@ class TelegramChannel(TelegramInbound):
         self.tg: TelegramBot | None = None
         self.username = ""
         self.bot_id = 0
-        self._poller: asyncio.Task[None] | None = None
+        self.health = ChannelHealth(self.name)
+        self._poller = Supervisor(
+            f"{self.name} polling",
+            lambda: self._poll(),  # looked up each run: a restart runs the current method
+            self.health,
+            first_delay=limits.retry_base_delay,
+            max_delay=limits.retry_max_delay,
+        )
         self._webhook = None
         self._seen = OrderedDict()
         self._typing = {}
@@ -111,14 +126,16 @@ class TelegramChannel(TelegramInbound):
             raise AtlasError(f"Telegram for bot {self.bot.name}: {exc}") from exc
         self.tg, self.username, self.bot_id = tg, me.username or "", me.id
         if self.settings.mode == "polling":
-            self._poller = asyncio.create_task(self._poll(), name=f"{self.name} polling")
+            tg.health = self.health  # type: ignore[attr-defined]  # see _health_reporting_bot
+            self.health.up("polling")
+            self._poller.start()
         else:
             await self._start_webhook()
+            self.health.up(f"receiving by webhook ({self.settings.webhook_url})")
         log.info("%s: connected as @%s (%s)", self.name, self.username, self.settings.mode)
 
     async def _client(self) -> TelegramBot:
         """An aiogram Bot for the token, on Telegram's API or the configured one."""
-        from aiogram import Bot as TelegramBot
         from aiogram.utils.token import TokenValidationError
 
         from atlas.channels.telegram_models import pin_response_models
@@ -126,7 +143,7 @@ class TelegramChannel(TelegramInbound):
         pin_response_models()  # aiogram would rebuild a pydantic model per API call otherwise
         session = shared_session(self.settings.api_base)
         try:
-            return TelegramBot(self.token, session=session)
+            return _health_reporting_bot()(self.token, session=session)
         except TokenValidationError:
             await release_session(session)
             raise ConfigError(
@@ -134,11 +151,14 @@ class TelegramChannel(TelegramInbound):
                 f"{self.settings.token_env} does not hold a Telegram bot token (123456:ABC…)"
             ) from None
 
+    async def _status(self, address: Address) -> str:
+        """/status, with the health of the bot's channels (this one's and any other's)."""
+        status = await super()._status(address)
+        lines = health_lines(self.dispatcher.channels, self.bot.name)
+        return status + "\n**Channels:**" + "".join(f"\n- {line}" for line in lines)
+
     async def stop(self) -> None:
-        if self._poller:
-            self._poller.cancel()
-            await asyncio.gather(self._poller, return_exceptions=True)
-            self._poller = None
+        await self._poller.stop()
         typing = list(self._typing.values())
         for task in typing:
             task.cancel()
@@ -155,6 +175,30 @@ class TelegramChannel(TelegramInbound):
         if self.tg is not None:
             await release_session(self.tg.session)
             self.tg = None
+
+
+@functools.cache
+def _health_reporting_bot() -> type[TelegramBot]:
+    """aiogram's Bot, telling the channel's health how each getUpdates went: the poll loop
+    retries failures on its own, so this is where a poller that cannot reach Telegram shows."""
+    from aiogram import Bot as TelegramBot
+    from aiogram.methods import GetUpdates
+
+    class HealthReportingBot(TelegramBot):
+        health: ChannelHealth | None = None
+
+        async def __call__(self, method: Any, request_timeout: int | None = None) -> Any:
+            if self.health is None or not isinstance(method, GetUpdates):
+                return await super().__call__(method, request_timeout)
+            try:
+                result = await super().__call__(method, request_timeout)
+            except Exception as exc:
+                self.health.reconnecting(f"getUpdates failed: {brief(exc)}")
+                raise
+            self.health.up("polling")
+            return result
+
+    return HealthReportingBot
 
 
 __all__ = ["TelegramChannel", "create_channel", "target"]
