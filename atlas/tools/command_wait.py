@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from atlas.errors import ToolError
 
 if TYPE_CHECKING:
-    from atlas.tools.shell import Job
+    from atlas.tools.jobs import Job
 
 CHECK_TAIL_LINES = 5  # lines of each check's output kept in the wait's log
 MIN_CHECK_LIMIT = 30  # seconds one check may take (at least; more with a long interval)
