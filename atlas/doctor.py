@@ -8,6 +8,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+from atlas.channels.health_file import channel_health_checks
 from atlas.errors import AtlasError
 
 CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
@@ -123,6 +124,8 @@ async def run_checks(root: Path, *, offline: bool = False) -> list[Check]:
             checks.append(Check("provider", True, "skipped (--offline)"))
         else:
             checks.append(await _provider_check(home))
+        # The running daemon's channels, as it records them in <home>/run/channels.json.
+        checks.extend(Check(*line) for line in channel_health_checks(home.root))
     rg = find_rg()
     checks.append(
         Check(
