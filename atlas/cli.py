@@ -32,7 +32,13 @@ def cmd_init(args: argparse.Namespace) -> int:
     for path in created:
         print(f"created {path}")
     print(f"home ready at {root}" + ("" if created else " (nothing to create: every file exists)"))
-    print("next: set your provider's key (see config.toml), then `atlas chat`")
+    config = root / "config.toml"
+    home_flag = "" if args.home is None else f" --home {args.home}"
+    print(
+        f"next: in {config}, pick the model and its [providers] table (uncomment base_url for "
+        "a server of your own); put the key in the environment variable its api_key_env "
+        f"names (OPENAI_API_KEY by default); then `atlas chat{home_flag}`"
+    )
     return 0
 
 
@@ -123,7 +129,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="atlas", description="A self-hosted home of agent bots.")
-    parser.add_argument("--home", help="the home folder (default: $ATLAS_HOME or ~/.atlas)")
+    parser.add_argument("--home", help=HOME_HELP)
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -187,7 +193,26 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--bot", help="into this bot's own skills (default: the home's library)")
     imp.add_argument("--replace", action="store_true", help="replace a skill of the same name")
     imp.set_defaults(func=cmd_skills_import)
+    _accept_home_anywhere(parser)
     return parser
+
+
+HOME_HELP = "the home folder (default: $ATLAS_HOME or ~/.atlas)"
+
+
+def _accept_home_anywhere(parser: argparse.ArgumentParser) -> None:
+    """`atlas init --home DIR` as well as `atlas --home DIR init`: every subcommand takes
+    `--home` too. Its default is SUPPRESS, so when it is not given there the value before the
+    subcommand stands. (`trust check` hands its options on untouched: it has its own.)"""
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for sub in set(action.choices.values()):
+            if sub.get_default("func") is cmd_trust_check:
+                continue
+            if "--home" not in sub._option_string_actions:
+                sub.add_argument("--home", default=argparse.SUPPRESS, help=HOME_HELP)
+            _accept_home_anywhere(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

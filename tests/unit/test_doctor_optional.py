@@ -1,0 +1,50 @@
+"""`atlas doctor`: a missing optional part (Chromium, socat) is a warning, not a failure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from atlas import doctor as doctor_module
+from atlas.doctor import Check, doctor
+from tests.helpers import make_home
+
+
+@pytest.fixture
+def nothing_optional(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh machine: no Chromium, no socat; the sandbox itself stands (checked elsewhere)."""
+    monkeypatch.setattr(doctor_module, "find_chromium", lambda: None)
+    real_which = doctor_module.shutil.which
+    monkeypatch.setattr(
+        doctor_module.shutil, "which", lambda name: None if name == "socat" else real_which(name)
+    )
+    monkeypatch.setattr(doctor_module, "_sandbox_check", lambda home: Check("sandbox", True, "ok"))
+
+
+async def test_offline_doctor_exits_0_without_the_optional_parts(
+    tmp_path: Path, nothing_optional: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_home(tmp_path / "home")
+    code = await doctor(tmp_path / "home", offline=True)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    lines = out.splitlines()
+    chromium = next(i for i, line in enumerate(lines) if line.startswith("[warn] chromium:"))
+    assert "browser_exec" in lines[chromium]  # what it enables
+    assert "apt-get install chromium" in lines[chromium + 1]  # how to get it
+    socat = next(i for i, line in enumerate(lines) if line.startswith("[warn] socat:"))
+    assert "network" in lines[socat]
+    assert "apt-get install socat" in lines[socat + 1]
+    assert "FAIL" not in out
+    assert lines[-1] == "all good (2 optional part(s) missing: chromium, socat)"
+
+
+async def test_a_required_failure_still_exits_1(
+    tmp_path: Path, nothing_optional: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = await doctor(tmp_path / "no-home", offline=True)
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "[FAIL] home and config" in out
+    assert "[warn] chromium" in out
