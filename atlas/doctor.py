@@ -20,6 +20,9 @@ class Check:
     ok: bool
     detail: str
     fix: str = ""
+    # An optional part (the browser, socat): missing, it is a warning that says what it
+    # enables, and `atlas doctor` still exits 0. Atlas runs without it.
+    optional: bool = False
 
 
 def find_rg() -> str | None:
@@ -136,25 +139,52 @@ async def run_checks(root: Path, *, offline: bool = False) -> list[Check]:
         )
     )
     checks.append(await asyncio.to_thread(_sandbox_check, home))  # starts bwrap a few times
+    checks.extend(optional_checks(home))
+    return checks
+
+
+def optional_checks(home) -> list[Check]:  # type: ignore[no-untyped-def]
+    """The parts Atlas runs without: each missing one is a warning naming what it enables."""
     chromium = find_chromium()
-    checks.append(
+    checks = [
         Check(
             "chromium",
             bool(chromium),
-            chromium or "no Chromium found",
-            "install it: `sudo apt-get install chromium` (the browser tool needs it)",
+            chromium or "not found: the browser_exec tool is unavailable (everything else works)",
+            "to browse pages with browser_exec: `sudo apt-get install chromium`",
+            optional=True,
         )
-    )
+    ]
+    if home is None or home.settings.sandbox.enabled:
+        socat = shutil.which("socat")
+        checks.append(
+            Check(
+                "socat",
+                bool(socat),
+                socat or "not found: commands, MCP servers and the browser get no network",
+                "to give them network through Atlas's proxy: `sudo apt-get install socat`",
+                optional=True,
+            )
+        )
     return checks
+
+
+def _mark(check: Check) -> str:
+    if check.ok:
+        return "ok  "
+    return "warn" if check.optional else "FAIL"
 
 
 async def doctor(root: Path, *, offline: bool = False) -> int:
     checks = await run_checks(root, offline=offline)
     for check in checks:
-        mark = "ok  " if check.ok else "FAIL"
-        print(f"[{mark}] {check.name}: {check.detail}")
+        print(f"[{_mark(check)}] {check.name}: {check.detail}")
         if not check.ok and check.fix:
-            print(f"       fix: {check.fix}")
-    failed = [c for c in checks if not c.ok]
-    print("all good" if not failed else f"{len(failed)} problem(s) found")
+            print(f"       {'enable' if check.optional else 'fix'}: {check.fix}")
+    failed = [c for c in checks if not c.ok and not c.optional]
+    warned = [c for c in checks if not c.ok and c.optional]
+    summary = "all good" if not failed else f"{len(failed)} problem(s) found"
+    if warned:
+        summary += f" ({len(warned)} optional part(s) missing: {', '.join(c.name for c in warned)})"
+    print(summary)
     return 1 if failed else 0
