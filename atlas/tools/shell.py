@@ -189,9 +189,10 @@ async def _start_wait(
     time_limit: int,
     description: str | None,
     beside: Job | None,
-) -> str:
+) -> ToolResult:
     """`until`: the check's loop as a background job that always tells how it ended. A run
-    no notice can reach (a routine run) waits for it here instead."""
+    no notice can reach (a routine run) waits for it here instead: a check that never passed
+    is then a failure the loop guards see."""
     job = await _start_job(
         run,
         check_loop(until, interval),
@@ -210,8 +211,9 @@ async def _start_wait(
         except asyncio.CancelledError:  # the turn was stopped: so is its wait
             await jobs_for(run.home).stop(job.id)
             raise
-        return f"Wait {job.id}: {job.outcome}\n{tail(job.log_path, NOTIFY_TAIL_LINES, 1)}"
-    return (
+        text = f"Wait {job.id}: {job.outcome}\n{tail(job.log_path, NOTIFY_TAIL_LINES, 1)}"
+        return ToolResult(text, failed=not (job.outcome or "").startswith("[check passed"))
+    return ToolResult(
         f"Waiting (job {job.id}): `{until}` runs every {interval}s for up to {time_limit}s. "
         f"A notice will tell you when it passes or the time is up; its log is {job.log_path}. "
         f'Stop it with stop="{job.id}".'
@@ -299,7 +301,9 @@ async def run_command(
     waiting = await _start_wait(
         run, until, interval, workdir, seconds or MAX_TIMEOUT, description, job
     )
-    return f"{started}\n{waiting}" if started else waiting
+    if started:
+        waiting.text = f"{started}\n{waiting.text}"
+    return waiting
 
 
 def _started(job: Job, workdir: Path, notify_on_complete: bool, notify: Notifier | None) -> str:

@@ -117,6 +117,10 @@ async def test_no_notice_can_reach_the_run_so_it_waits_here(run: RunContext) -> 
     (run.bot.workspace / "ready").touch()
     result = await call(run, until="test -f ready")
     assert re.match(r"Wait \w+: \[check passed after \d+\.\ds\]", result.text), result.text
+    assert not result.failed
+    never = await call(run, until="false", interval=1, timeout=1)
+    assert "[check not passed within the timeout of 1s]" in never.text
+    assert never.failed and not never.is_error  # a failure the loop guards count
 
 
 @pytest.mark.parametrize(
