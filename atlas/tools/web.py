@@ -403,7 +403,7 @@ async def web_fetch(
     else:
         answer = await get(url, settings, max(MAX_PAGE_BYTES, MAX_DOCUMENT_BYTES))
         if isinstance(answer, CrossSiteRedirect):
-            return (
+            return _hint(prompt) + (
                 f"{answer.source} redirects (HTTP {answer.status}) to another site: "
                 f"{answer.target}\nNot followed. To read it, call web_fetch with that address."
             )
@@ -412,9 +412,13 @@ async def web_fetch(
         text = await _read(answer)
         _remember(run.home.root, url, text, ttl)
     fitted = await asyncio.to_thread(fit_to_budget, text, char_limit, _spill_path(run, url))
-    if prompt and prompt.strip():
-        note = f"(Fetched to answer: {' '.join(prompt.split())[:500]})\n" + note
-    return note + fitted
+    return _hint(prompt) + note + fitted
+
+
+def _hint(prompt: str | None) -> str:
+    """Claude Code's WebFetch `prompt`, as a first line that reminds the model why it fetched."""
+    words = " ".join((prompt or "").split())
+    return f"(Fetched to answer: {words[:500]})\n" if words else ""
 
 
 WEB_TOOLS: list[Tool] = [web_search, web_fetch]

@@ -42,6 +42,7 @@ class FakeEngines:
         app.router.add_post("/tavily", self._tavily)
         app.router.add_get("/brave", self._brave)
         app.router.add_get("/page", self._page)
+        app.router.add_get("/away", self._away)
         return app
 
     async def _tavily(self, request: web.Request) -> web.Response:
@@ -56,6 +57,9 @@ class FakeEngines:
 
     async def _page(self, request: web.Request) -> web.Response:
         return web.Response(text=PAGE, content_type="text/html")
+
+    async def _away(self, request: web.Request) -> web.Response:
+        raise web.HTTPFound("https://elsewhere.example/")
 
 
 @pytest.fixture
@@ -167,6 +171,12 @@ async def test_fetch_keeps_the_prompt_with_the_page(
     assert result.text.startswith("(Fetched to answer: Find the first step)\n# Guide")
     again = await web_fetch.invoke(run, {"url": url})  # the cached page, with no prompt
     assert again.text.startswith("(cached copy from")
+    blank = await web_fetch.invoke(run, {"url": url, "prompt": "  "})
+    assert blank.text.startswith("(cached copy from")
+    away = f"http://127.0.0.1:{port}/away"
+    redirected = await web_fetch.invoke(run, {"url": away, "prompt": "Find the first step"})
+    assert redirected.text.startswith("(Fetched to answer: Find the first step)\n")
+    assert "redirects (HTTP 302) to another site: https://elsewhere.example/" in redirected.text
 
 
 def test_the_schemas() -> None:

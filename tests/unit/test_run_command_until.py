@@ -91,7 +91,7 @@ async def test_with_a_command_it_starts_beside_it_and_gives_up_when_it_ends(
     run: RunContext,
 ) -> None:
     notices = collecting(run)
-    answer = await call(run, command="sleep 0.5; touch built", until="test -f built", interval=1)
+    answer = await call(run, command="touch built; sleep 5", until="test -f built", interval=1)
     assert "Started background job" in answer.text and "Waiting (job" in answer.text
     assert (await ended(run, wait_id(answer.text))).startswith("[check passed after ")
     failing = await call(run, command="echo crash; exit 3", until="test -f never", interval=1)
