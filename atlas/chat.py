@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import logging
 import signal
 import sys
 from datetime import UTC, datetime
@@ -21,6 +22,19 @@ from atlas.trust.gate import Deny, settle
 EXIT_WORDS = {"/exit", "/quit"}
 
 
+class _ToldOnTheTerminal(logging.Filter):
+    """Drops the dispatcher's "turn failed" warning for a console turn: the reply printed just
+    before it already says the same thing to the same person."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        address = record.args[0] if isinstance(record.args, tuple) and record.args else None
+        return not (
+            str(record.msg).startswith("turn failed in")
+            and isinstance(address, Address)
+            and address.channel == "console"
+        )
+
+
 async def chat(
     home: Home, bot_name: str | None, *, chat_name: str | None = None, stream: bool = True
 ) -> int:
@@ -36,6 +50,10 @@ async def chat(
         if not dispatcher.stop_turn(address):
             console.write("\n(type /exit or press Ctrl-D to leave)\nyou> ")
 
+    # Piped input is not echoed by a terminal: echo it, so each prompt starts its own line.
+    interactive = sys.stdin.isatty()
+    told = _ToldOnTheTerminal()
+    logging.getLogger("atlas.dispatch").addFilter(told)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, on_interrupt)
     console.write(
@@ -46,6 +64,8 @@ async def chat(
         while True:
             console.write("you> ")
             line = (await reader.readline()).decode(errors="replace")
+            if line and not interactive:
+                console.write(line if line.endswith("\n") else line + "\n")
             if not line or line.strip() in EXIT_WORDS:
                 break
             if not line.strip():
@@ -54,10 +74,12 @@ async def chat(
             await dispatcher.wait_idle(address)
     finally:
         loop.remove_signal_handler(signal.SIGINT)
+        logging.getLogger("atlas.dispatch").removeFilter(told)
         await stop_turns(dispatcher)
         await dispatcher.runtime.close()
     console.write("\n")
-    return 0
+    # A script piping its questions in learns from the exit code that a turn failed.
+    return 1 if console.failed_turns and not interactive else 0
 
 
 async def run_one_tool(home: Home, bot_name: str | None, name: str, json_args: str) -> int:

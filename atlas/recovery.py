@@ -44,6 +44,9 @@ TOLD = (
     "(Atlas restarted while working on your last message and did not finish it. "
     "Send it again if you still want an answer.)"
 )
+# Stored (never sent) as the answer of a terminal turn left unfinished: `atlas chat` has ended,
+# nobody is there to tell, and `atlas chat --chat NAME` shows it when the chat is resumed.
+CONSOLE_UNANSWERED = "(This message was not answered: the terminal chat ended first.)"
 MAYBE_LOST = (
     "(Atlas restarted while sending its last answer, so it may not have reached you. "
     "Ask again if it did not.)"
@@ -80,6 +83,8 @@ class RecoveryReport:
     resumed: list[Unfinished] = field(default_factory=list)
     told: list[Unfinished] = field(default_factory=list)
     skipped: list[tuple[Unfinished | OwedAnswer, str]] = field(default_factory=list)
+    # Terminal turns settled without a word: the `atlas chat` that ran them has ended.
+    settled_console: list[Unfinished | OwedAnswer] = field(default_factory=list)
 
     def summary(self) -> str:
         return (
@@ -218,6 +223,9 @@ async def resume_interrupted_turns(
             if item.last_at >= started_at:
                 continue  # stored by this process: its lane is on it
             if item.address.channel not in dispatcher.channels:
+                if item.address.channel == "console":
+                    await _settle_console_turn(store, item, report, now, resume_within)
+                    continue
                 report.skipped.append((item, f"channel {item.address.channel} is not running"))
                 continue
             if dispatcher.has_lane(item.address):
@@ -249,6 +257,27 @@ async def resume_interrupted_turns(
     return report
 
 
+async def _settle_console_turn(
+    store: ConversationStore,
+    item: Unfinished,
+    report: RecoveryReport,
+    now: datetime,
+    recent: timedelta,
+) -> None:
+    """A terminal turn (a failed or interrupted `atlas chat` turn) cannot be resumed: its chat
+    has ended. A note stored as its answer, marked delivered, settles it once. A recent one is
+    left alone (an `atlas chat` may still be running it), without a warning."""
+    if now - item.last_at <= recent:
+        log.debug("terminal turn in %s left to its chat (recent)", item.address)
+        return
+    note_id = await store.append(
+        item.conversation_id, Message("assistant", CONSOLE_UNANSWERED), answers_upto=item.last_id
+    )
+    if note_id is not None:
+        await store.mark_delivered(note_id)
+    report.settled_console.append(item)
+
+
 async def _tell(
     dispatcher: Dispatcher,
     store: ConversationStore,
@@ -272,6 +301,10 @@ async def _settle_owed(
     dispatcher: Dispatcher, store: ConversationStore, owed: OwedAnswer, report: RecoveryReport
 ) -> None:
     if owed.address.channel not in dispatcher.channels:
+        if owed.address.channel == "console":  # the terminal printed it, or it is gone
+            await store.mark_delivered(owed.message_id)
+            report.settled_console.append(owed)
+            return
         report.skipped.append((owed, f"channel {owed.address.channel} is not running"))
         return
     if not owed.maybe_sent:
@@ -299,6 +332,7 @@ async def _settle_owed(
 
 
 __all__ = [
+    "CONSOLE_UNANSWERED",
     "LOOK_BACK",
     "MAYBE_LOST",
     "RESUME_NOTICE",

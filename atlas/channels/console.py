@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TextIO
 
 from atlas.channels.base import OTHER, Address, Answer, Question, QuestionOutcome
+from atlas.dispatch import TURN_FAILED
 from atlas.providers.base import ToolCall
 
 
@@ -56,6 +57,7 @@ class ConsoleChannel:
         self.reader = reader
         self.out = out
         self._streamed = False
+        self.failed_turns = 0  # replies that said a turn failed (`atlas chat`'s exit code)
 
     def write(self, text: str) -> None:
         self.out.write(text)
@@ -83,6 +85,8 @@ class ConsoleChannel:
         self.write(f"  → {describe_call(call)}\n")
 
     async def send(self, address: Address, text: str, files: list[Path] | None = None) -> None:
+        if text.startswith(TURN_FAILED):
+            self.failed_turns += 1
         if self._streamed:
             self.write("\n")  # the text itself was already streamed
             self._streamed = False

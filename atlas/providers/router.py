@@ -166,7 +166,8 @@ def _describe(failures: list[_Failure]) -> str:
             tries = f"failed ({failure.attempts} attempt{'s' if failure.attempts != 1 else ''})"
         else:
             tries = "could not be tried"
-        parts.append(f"{role} {failure.model} {tries}: {failure.error}")
+        # The SDKs' own messages end in a period ("Request timed out."): one stop, not two.
+        parts.append(f"{role} {failure.model} {tries}: {str(failure.error).rstrip('. ')}")
     return (
         "no model could answer: "
         + "; ".join(parts)

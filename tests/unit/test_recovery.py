@@ -140,11 +140,12 @@ async def test_other_kinds_and_stopped_channels_are_left_alone(home: Home) -> No
     store = await runtime.store(home.bot(None))
     routine = await store.conversation("routine", "r:1", kind="routine", bot="atlas")
     await store.append(routine.id, Message("user", "routine prompt"))
-    console = await store.conversation("console", "c", bot="atlas")
-    await store.append(console.id, Message("user", "typed"))
+    # A channel this process does not run (console turns: tests/unit/test_recovery_console.py).
+    stopped = await store.conversation("slack:atlas", "c", bot="atlas")
+    await store.append(stopped.id, Message("user", "typed"))
     report = await resume_interrupted_turns(dispatcher, started_at=RESTARTED)
     assert (report.resumed, report.told) == ([], [])
-    assert [item.conversation_id for item, _ in report.skipped] == [console.id]
+    assert [item.conversation_id for item, _ in report.skipped] == [stopped.id]
     assert channel.sent == []
     await dispatcher.shutdown()
     await runtime.close()
