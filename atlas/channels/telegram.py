@@ -30,6 +30,7 @@ from atlas.channels.manager import channel_name
 from atlas.channels.settings import TelegramSettings, channel_settings, secret
 from atlas.channels.supervisor import ChannelHealth, Supervisor, brief, health_lines
 from atlas.channels.telegram_delivery import Retrying
+from atlas.channels.telegram_errors import describe
 from atlas.channels.telegram_inbound import TelegramInbound
 from atlas.channels.telegram_sending import target
 from atlas.channels.telegram_session import release_session, shared_session
@@ -114,16 +115,18 @@ class TelegramChannel(TelegramInbound):
 
     async def start(self) -> None:
         import_aiogram()  # first: it makes the import itself cheap
-        from aiogram.exceptions import TelegramAPIError
+        # AiogramError covers Telegram's JSON errors and ClientDecodeError: an answer that is
+        # not JSON, such as the HTML 502 page of the nginx in front of the Bot API.
+        from aiogram.exceptions import AiogramError
 
         tg = await self._client()
         try:
             me = await tg.get_me()
             if self.settings.mode == "polling":
                 await tg.delete_webhook(drop_pending_updates=False)
-        except TelegramAPIError as exc:
+        except AiogramError as exc:
             await release_session(tg.session)
-            raise AtlasError(f"Telegram for bot {self.bot.name}: {exc}") from exc
+            raise AtlasError(f"Telegram for bot {self.bot.name}: {describe(exc)}") from exc
         self.tg, self.username, self.bot_id = tg, me.username or "", me.id
         if self.settings.mode == "polling":
             tg.health = self.health  # type: ignore[attr-defined]  # see _health_reporting_bot

@@ -267,3 +267,38 @@ async def test_the_daemon_records_channel_health_for_doctor(
         await fake.stop()
     [(name, ok, detail, _)] = channel_health_checks(root)
     assert name == "channels" and detail.startswith("daemon not running (it stopped at ")
+
+
+async def test_an_html_502_at_start_is_logged_in_one_line_and_the_start_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The nginx in front of the Bot API answers getMe with its HTML page: aiogram raises
+    ClientDecodeError (not a TelegramAPIError). The start fails with the page's title, not a
+    traceback, and the next attempt connects."""
+    fake = FakeTelegram()
+    base = await fake.start()
+    monkeypatch.setenv("ATLAS_TEST_TELEGRAM_TOKEN", TOKEN)
+    root = tmp_path / "home"
+    make_home(root)
+    bot_toml = root / "bots" / "atlas" / "bot.toml"
+    bot_toml.write_text(bot_toml.read_text() + TELEGRAM_TOML.format(base=base, owner=OWNER))
+    home = Home(root)
+    runtime = Runtime(home, model=ScriptedModel(), registry=ToolRegistry())
+    dispatcher = Dispatcher(runtime, {})
+    fake.fail_next("getMe", "html502")
+    caplog.set_level(logging.WARNING, logger="atlas.channels.manager")
+    running = await start_channels(home, dispatcher, wait=5, first_delay=0.05)
+    channel = running["telegram:atlas"]
+    assert isinstance(channel, TelegramChannel)
+    try:
+        await until(lambda: channel.health.current.state == "up")
+        failures = [r for r in caplog.records if "failed to start" in r.getMessage()]
+        assert len(failures) == 1, [r.getMessage() for r in caplog.records]
+        assert failures[0].exc_info is None  # one line, no traceback
+        assert "HTML page" in failures[0].getMessage()
+        assert fake.calls_to("getMe"), "the second attempt asked getMe again"
+    finally:
+        await dispatcher.shutdown()
+        await stop_channels(running)
+        await runtime.close()
+        await fake.stop()
