@@ -13,9 +13,11 @@ from atlas.channels.base import Address
 from atlas.channels.console import ConsoleChannel, stdin_reader
 from atlas.dispatch import Inbound
 from atlas.home import Home
+from atlas.mcp.manager import McpManager
 from atlas.providers.base import ToolCall
 from atlas.runtime import Runtime
 from atlas.services import start_core, stop_turns
+from atlas.tools.catalog import default_registry
 from atlas.tools.registry import RunContext
 from atlas.trust.gate import Deny, settle
 
@@ -85,10 +87,16 @@ async def chat(
 async def run_one_tool(home: Home, bot_name: str | None, name: str, json_args: str) -> int:
     """Run one tool as the bot would, through the gate; print its result. Exit 1 on an error."""
     bot = home.bot(bot_name)
-    runtime = Runtime(home)
+    # MCP servers as the daemon loads them (a malformed mcp.json fails here), started only
+    # when the tool is not a built-in one: `atlas tool read_file` stays instant.
+    mcp = McpManager(home)
+    built_in = default_registry()
+    runtime = Runtime(home, mcp=mcp, registry=built_in)
     console = ConsoleChannel(await stdin_reader())
     address = Address(bot.name, "console", "atlas-tool")
     try:
+        if built_in.get(name) is None:
+            await mcp.start()
         store = await runtime.store(bot)
         conversation = await store.conversation("console", "atlas-tool", bot=bot.name)
 
@@ -108,6 +116,12 @@ async def run_one_tool(home: Home, bot_name: str | None, name: str, json_args: s
         if tool is None:
             known = ", ".join(t.name for t in runtime.registry)
             print(f"atlas: no tool named {name!r} (tools: {known})", file=sys.stderr)
+            for server in mcp.status():  # why an MCP server's tools may be missing
+                if server.state != "ready":
+                    why = f": {server.error}" if server.error else ""
+                    print(
+                        f"atlas: MCP server {server.name} is {server.state}{why}", file=sys.stderr
+                    )
             return 2
         call = ToolCall("cli", name, json_args)
         decision = await settle(runtime.gate, call, tool, run)
