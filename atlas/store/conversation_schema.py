@@ -128,6 +128,37 @@ def _track_sending(db: sqlite_utils.Database) -> None:
     db["messages"].add_column("sending_at", str)
 
 
+def _create_outbox(db: sqlite_utils.Database) -> None:
+    """Every message going out is a row before it is sent (atlas/outbox/): its target, text,
+    files and state. Answers the old bookkeeping still owed (`answers_upto` set, no
+    `delivered_at`, from the last day, as recovery looked back) become rows: `sending` when
+    their sending had begun (the next start tells the person instead of sending), else
+    `pending`; from here on `sending_at` and `delivered_at` are no longer written."""
+    db.execute(
+        "CREATE TABLE outbox (id INTEGER PRIMARY KEY, channel TEXT NOT NULL, chat TEXT NOT NULL, "
+        "thread TEXT NOT NULL DEFAULT '', user TEXT NOT NULL DEFAULT '', kind TEXT NOT NULL, "
+        "text TEXT NOT NULL DEFAULT '', files TEXT, message_id INTEGER, key TEXT, "
+        "state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, error TEXT, "
+        "platform_id TEXT, created_at TEXT NOT NULL, sending_at TEXT, settled_at TEXT)"
+    )
+    # Enqueueing the same thing twice (a crash between enqueueing and recording it) is one row.
+    db.execute("CREATE UNIQUE INDEX outbox_key ON outbox (key) WHERE key IS NOT NULL")
+    # What a start resumes: the few rows not settled, found without reading the rest.
+    db.execute(
+        "CREATE INDEX outbox_open ON outbox (state) WHERE state IN ('pending', 'sending', 'kept')"
+    )
+    db.execute(
+        "INSERT INTO outbox (channel, chat, thread, user, kind, text, message_id, state, "
+        "created_at, sending_at) "
+        "SELECT c.channel, c.chat, c.thread, c.user, 'answer', m.content, m.id, "
+        "CASE WHEN m.sending_at IS NULL THEN 'pending' ELSE 'sending' END, m.created_at, "
+        "m.sending_at FROM messages m JOIN conversations c ON c.id = m.conversation_id "
+        "WHERE c.kind = 'conversation' AND m.role = 'assistant' AND m.answers_upto IS NOT NULL "
+        "AND m.delivered_at IS NULL "
+        "AND m.created_at >= strftime('%Y-%m-%dT%H:%M:%f', 'now', '-1 day') ORDER BY m.id"
+    )
+
+
 MIGRATIONS: list[Migration] = [
     ("001_conversations", _create_conversations),
     ("002_messages", _create_messages),
@@ -137,6 +168,7 @@ MIGRATIONS: list[Migration] = [
     ("006_delivery", _track_delivery),
     ("007_sending", _track_sending),
     ("008_deferred_message_index", defer_message_indexing),
+    ("009_outbox", _create_outbox),
 ]
 
 

@@ -172,12 +172,15 @@ class ConversationStore:
         answers_upto: int | None = None,
         settles: int | None = None,
         unless_user_after: int | None = None,
+        also: Callable[[sqlite_utils.Database, int], object] | None = None,
     ) -> int | None:
         """Store a message and return its id; None when `event_id` is already stored in this
         conversation (a platform redelivered an event), or when `unless_user_after` is given
         and a person's message newer than that id is stored. `settles`: an answer whose
         sending began before a crash; in the same transaction its `delivered_at` becomes the
-        moment its sending began, so that only this message is owed from then on."""
+        moment its sending began, so that only this message is owed from then on. `also`:
+        more to write in the same transaction, given the new message's id (the outbox rows
+        that deliver an answer: atlas/outbox/)."""
         if kind not in get_args(MessageKind):
             raise ValueError(f"message kind {kind!r} is not one of {get_args(MessageKind)}")
         data = message.to_dict()
@@ -234,6 +237,8 @@ class ConversationStore:
                 db.execute(
                     "UPDATE conversations SET updated_at = ? WHERE id = ?", [now, conversation_id]
                 )
+                if also is not None:
+                    also(db, message_id)
                 return message_id
 
         return await self.db.quick(insert)

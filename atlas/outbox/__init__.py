@@ -1,0 +1,7 @@
+"""Every message out: rows, states, the sender, resume at start.
+
+`rows.py` (the `outbox` table of each bot's conversations.db, and every change of a row's
+state), `errors.py` (what a channel raises: RetryLater, NeverRetry, MaybeDelivered),
+`sender.py` (`Outbox`: a queue and a worker per address), `resume.py` (at start), `notes.py`
+(what the outbox itself says).
+"""

@@ -1,0 +1,45 @@
+"""How a channel says a message did not (certainly) go out: the three kinds the outbox acts on.
+
+A channel's `send` returns the platform's message id, or raises one of these; the outbox decides
+by kind, never by a platform's own exception types:
+
+- `RetryLater`: the platform did not take it (an outage, a 429, a 5xx, no connection). Sending
+  it again later cannot show it twice. `after`: the platform asked for this many seconds.
+  `unsent`: when part of a long reply went out before the failure, the text still to send
+  (the row is cut down to it, so a retry never repeats what arrived); None: all of it.
+- `NeverRetry`: the platform refused it (blocked, bad request, too large): it would be
+  refused again.
+- `MaybeDelivered`: the request reached the platform but its answer was lost, so it may have
+  been carried out. Sending it again could show it twice (the platforms take no idempotency
+  key), so it is never resent: the person is told once that it may not have reached them.
+"""
+
+from __future__ import annotations
+
+from atlas.errors import AtlasError
+
+
+class SendError(AtlasError):
+    """A message a channel did not certainly deliver."""
+
+
+class RetryLater(SendError):
+    """Not carried out; the same message may go out later and cannot arrive twice."""
+
+    def __init__(
+        self, message: str, *, after: float | None = None, unsent: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.after = after
+        self.unsent = unsent
+
+
+class NeverRetry(SendError):
+    """Refused by the platform: the same message would be refused again."""
+
+
+class MaybeDelivered(SendError):
+    """Possibly carried out, but its answer was lost: sending it again could duplicate it."""
+
+
+__all__ = ["MaybeDelivered", "NeverRetry", "RetryLater", "SendError"]

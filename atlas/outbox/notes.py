@@ -1,0 +1,52 @@
+"""What the outbox says on its own: that a message may not have arrived, and that one kept
+through an outage is late."""
+
+from __future__ import annotations
+
+from atlas.outbox.rows import TOLD_WHEN_UNSURE, OutboxRow
+
+# An answer a restart caught while the platform had it.
+RESTARTED_WHILE_SENDING = (
+    "(Atlas restarted while sending its last answer, so it may not have reached you. "
+    "Ask again if it did not.)"
+)
+# A routine's report a restart caught the same way.
+REPORT_CAUGHT_SENDING = (
+    "(Atlas restarted while sending a routine's report, so it may not have reached you. "
+    "`atlas routines history NAME` has it.)"
+)
+# A message whose platform's answer was lost on the way (the connection broke after the
+# request went out): part of it may be missing.
+CONNECTION_BROKE = (
+    "(The connection broke while I was sending that reply, so part of it may not have "
+    "reached you. Ask again if something is missing.)"
+)
+# Ahead of a message kept through an outage, when it finally goes out.
+EARLIER_REPLY = "_(An earlier reply could not be delivered; here it is:)_"
+
+
+def unsure_note(row: OutboxRow, *, restarted: bool) -> str | None:
+    """The note a row that may not have arrived is followed by; None for rows nobody needs
+    told about (a line about a turn, a notice, a question: the turn's own recovery tells)."""
+    if row.kind not in TOLD_WHEN_UNSURE:
+        return None
+    if not restarted:
+        return CONNECTION_BROKE
+    return REPORT_CAUGHT_SENDING if row.kind == "report" else RESTARTED_WHILE_SENDING
+
+
+def as_sent(row: OutboxRow) -> str:
+    """The text a row goes out with: a kept one says it is late."""
+    if row.state != "kept" or not row.text.strip():
+        return row.text
+    return f"{EARLIER_REPLY}\n\n{row.text}"
+
+
+__all__ = [
+    "CONNECTION_BROKE",
+    "EARLIER_REPLY",
+    "REPORT_CAUGHT_SENDING",
+    "RESTARTED_WHILE_SENDING",
+    "as_sent",
+    "unsure_note",
+]

@@ -1,0 +1,93 @@
+"""At start: the rows the last process left unsettled go on, at most once.
+
+- `pending` (stored, never handed to the platform) and `kept` (an outage kept it): queued,
+  oldest first, ahead of anything new to the same address.
+- `sending` (the process died while the platform had it): it may have arrived, and the
+  platforms take no idempotency key, so it is never sent again. It becomes `maybe`, and in the
+  same transaction a note telling the person so is queued (answers and routine reports): a crash
+  from there on sends the note, once, not both.
+- A question row (its wait died with the process) and rows older than `look_back` (nobody is
+  waiting for a day-old reply any more) are settled without sending.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from atlas.outbox.notes import unsure_note
+from atlas.outbox.rows import OutboxRow, get_row, mark_failed, mark_maybe, open_rows
+from atlas.outbox.sender import Outbox
+
+log = logging.getLogger(__name__)
+
+LOOK_BACK = timedelta(hours=24)
+STOPPED_WHILE_SENDING = "Atlas stopped while the platform had it"
+
+
+@dataclass
+class ResumeReport:
+    queued: list[OutboxRow] = field(default_factory=list)  # pending and kept: sent now
+    maybe: list[OutboxRow] = field(default_factory=list)  # caught while sending: not resent
+    notes: list[OutboxRow] = field(default_factory=list)  # the notes about those, queued
+    dropped: list[OutboxRow] = field(default_factory=list)  # too old, or questions
+
+    def summary(self) -> str:
+        return (
+            f"{len(self.queued)} queued again, {len(self.maybe)} caught while sending "
+            f"({len(self.notes)} told), {len(self.dropped)} settled unsent"
+        )
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+async def resume_outbox(
+    outbox: Outbox,
+    bots: Iterable[str],
+    *,
+    started_at: datetime,
+    now: datetime | None = None,
+    look_back: timedelta = LOOK_BACK,
+) -> ResumeReport:
+    """Settle or queue every row of `bots` left unsettled by an earlier process (made before
+    `started_at`, the moment this one began: later rows are this process's own)."""
+    oldest = _iso((now or datetime.now(UTC)) - look_back)
+    report = ResumeReport()
+    for bot in bots:
+        db = await outbox.database(bot)
+        rows = await db.call(lambda conn, bot=bot: open_rows(conn, bot, before=_iso(started_at)))
+        for row in rows:
+            if row.kind == "question" or row.created_at < oldest:
+                why = "a question whose wait ended" if row.kind == "question" else "too old"
+                await db.quick(
+                    lambda conn, row=row, why=why: mark_failed(
+                        conn, row.id, f"{why} at a restart: not sent"
+                    )
+                )
+                report.dropped.append(row)
+            elif row.state == "sending":
+                note = await db.quick(lambda conn, row=row: _caught_sending(conn, row))
+                report.maybe.append(row)
+                if note is not None:
+                    report.notes.append(note)
+            else:
+                report.queued.append(row)
+    # Queued after every bot is read, oldest first per address: kept ahead of new.
+    outbox.queue(report.notes + report.queued)
+    if report.queued or report.maybe or report.dropped:
+        log.info("outbox at start: %s", report.summary())
+    return report
+
+
+def _caught_sending(conn: Any, row: OutboxRow) -> OutboxRow | None:
+    with conn.atomic():
+        note_id = mark_maybe(conn, row, STOPPED_WHILE_SENDING, unsure_note(row, restarted=True))
+    return get_row(conn, note_id, row.address.bot) if note_id is not None else None
+
+
+__all__ = ["LOOK_BACK", "ResumeReport", "resume_outbox"]

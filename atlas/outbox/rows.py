@@ -1,0 +1,239 @@
+"""The outbox's rows: one per message going out, in the `outbox` table of the bot's
+conversations.db (made by migration 009_outbox, atlas/store/conversation_schema.py).
+
+Every function here takes the open `sqlite_utils.Database` and is one transaction (or a step of
+the caller's), so a row's state and what it stands for change together: an answer and its row
+are written by one INSERT pair (`ConversationStore.append(..., also=...)`), a row caught by a
+crash becomes `maybe` in the same transaction that queues the note about it.
+
+States: pending → sending → delivered | maybe | failed | kept (kept → sending again later).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from atlas.channels.base import Address
+from atlas.store.db import utc_now_iso
+
+if TYPE_CHECKING:  # see atlas/routines/store.py: sqlite-utils is imported late
+    import sqlite_utils
+
+State = Literal["pending", "sending", "delivered", "maybe", "failed", "kept"]
+# answer: a turn's final answer (stored as a message); note: a line about a turn (a failure,
+# "Stopped.", a command's reply; not stored); notice: told about something (a turn cut short, a
+# message that may not have arrived, a routine interrupted); report: a routine's result;
+# question: asked with buttons, posted by the channel itself (the outbox records it).
+Kind = Literal["answer", "note", "notice", "report", "question"]
+OPEN_STATES: tuple[State, ...] = ("pending", "sending", "kept")
+# A row of these kinds that may or may not have arrived is followed by a note saying so.
+TOLD_WHEN_UNSURE: tuple[Kind, ...] = ("answer", "report")
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    id: int
+    address: Address
+    kind: Kind
+    text: str
+    files: tuple[Path, ...]
+    message_id: int | None  # the stored message it delivers (answers and stored notices)
+    state: State
+    attempts: int
+    error: str
+    platform_id: str | None
+    created_at: str
+
+
+def row_from(record: dict[str, Any], bot: str) -> OutboxRow:
+    address = Address(bot, record["channel"], record["chat"], record["thread"], record["user"])
+    files = tuple(Path(p) for p in json.loads(record["files"])) if record["files"] else ()
+    return OutboxRow(
+        id=record["id"],
+        address=address,
+        kind=record["kind"],
+        text=record["text"],
+        files=files,
+        message_id=record["message_id"],
+        state=record["state"],
+        attempts=record["attempts"],
+        error=record["error"] or "",
+        platform_id=record["platform_id"],
+        created_at=record["created_at"],
+    )
+
+
+def _files_json(files: tuple[Path, ...] | list[Path]) -> str | None:
+    return json.dumps([str(p) for p in files]) if files else None
+
+
+def insert_row(
+    db: sqlite_utils.Database,
+    address: Address,
+    kind: Kind,
+    text: str,
+    files: tuple[Path, ...] | list[Path] = (),
+    *,
+    message_id: int | None = None,
+    key: str | None = None,
+    state: State = "pending",
+) -> int:
+    """A new row (or, when `key` is stored already, the id of that row: enqueueing the same
+    thing twice, say after a crash between enqueueing and recording it, makes one row)."""
+    cursor = db.execute(
+        "INSERT INTO outbox (channel, chat, thread, user, kind, text, files, message_id, key, "
+        "state, attempts, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?) "
+        "ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING",
+        [
+            address.channel,
+            address.chat,
+            address.thread,
+            address.user,
+            kind,
+            text,
+            _files_json(files),
+            message_id,
+            key,
+            state,
+            utc_now_iso(),
+        ],
+    )
+    if cursor.rowcount:
+        return int(cursor.lastrowid)  # type: ignore[arg-type]
+    found = db.execute("SELECT id FROM outbox WHERE key = ?", [key]).fetchone()
+    return int(found[0])
+
+
+@dataclass
+class Outgoing:
+    """The rows that deliver a stored message, written in the transaction that stores it
+    (`ConversationStore.append(..., also=outgoing)`): any `notes` first (lines about the
+    turn, told before its answer), then the message itself. `rows` holds them once written."""
+
+    address: Address
+    text: str
+    files: tuple[Path, ...] = ()
+    notes: tuple[str, ...] = ()
+    kind: Kind = "answer"
+    rows: list[OutboxRow] = field(default_factory=list)
+
+    def __call__(self, db: sqlite_utils.Database, message_id: int) -> None:
+        written = [(note, (), "note", None) for note in self.notes]
+        written.append((self.text, self.files, self.kind, message_id))
+        now = utc_now_iso()
+        for text, files, kind, stored_id in written:
+            row_id = insert_row(db, self.address, kind, text, files, message_id=stored_id)
+            self.rows.append(
+                OutboxRow(
+                    row_id, self.address, kind, text, files, stored_id, "pending", 0, "", None, now
+                )
+            )
+
+
+def get_row(db: sqlite_utils.Database, row_id: int, bot: str) -> OutboxRow | None:
+    found = next(db.query("SELECT * FROM outbox WHERE id = ?", [row_id]), None)
+    return row_from(found, bot) if found else None
+
+
+def open_rows(db: sqlite_utils.Database, bot: str, *, before: str) -> list[OutboxRow]:
+    """Rows created before `before` (a UTC ISO time) that are not settled, oldest first."""
+    found = db.query(
+        "SELECT * FROM outbox WHERE state IN ('pending', 'sending', 'kept') AND created_at < ? "
+        "ORDER BY id",
+        [before],
+    )
+    return [row_from(record, bot) for record in found]
+
+
+def mark_sending(db: sqlite_utils.Database, row_id: int) -> None:
+    """From here on a crash leaves the row `sending`: it may have arrived, never sent again."""
+    db.execute(
+        "UPDATE outbox SET state = 'sending', attempts = attempts + 1, sending_at = ? WHERE id = ?",
+        [utc_now_iso(), row_id],
+    )
+
+
+def mark_delivered(db: sqlite_utils.Database, row_id: int, platform_id: str | None) -> None:
+    db.execute(
+        "UPDATE outbox SET state = 'delivered', platform_id = ?, error = NULL, settled_at = ? "
+        "WHERE id = ?",
+        [platform_id, utc_now_iso(), row_id],
+    )
+
+
+def mark_kept(
+    db: sqlite_utils.Database, row_ids: list[int], error: str, *, unsent: str | None = None
+) -> None:
+    """Not taken (an outage): kept for a later try. `unsent` (for the first row): what is
+    left of it when its start went out, so the retry does not repeat that start."""
+    if unsent is not None and row_ids:
+        db.execute("UPDATE outbox SET text = ? WHERE id = ?", [unsent, row_ids[0]])
+    db.conn.executemany(
+        "UPDATE outbox SET state = 'kept', error = ? WHERE id = ?",
+        [(error, row_id) for row_id in row_ids],
+    )
+
+
+def mark_failed(db: sqlite_utils.Database, row_id: int, error: str) -> None:
+    db.execute(
+        "UPDATE outbox SET state = 'failed', error = ?, settled_at = ? WHERE id = ?",
+        [error, utc_now_iso(), row_id],
+    )
+
+
+def mark_maybe(
+    db: sqlite_utils.Database, row: OutboxRow, error: str, note: str | None
+) -> int | None:
+    """The row may or may not have arrived: never sent again. With `note`, in the same
+    transaction, the note telling the person so is queued once (its key is the row's): stored
+    as the conversation's answer too when the row delivers a stored message, so the model
+    knows. Returns the note's row id."""
+    db.execute(
+        "UPDATE outbox SET state = 'maybe', error = ?, settled_at = ? WHERE id = ?",
+        [error, utc_now_iso(), row.id],
+    )
+    if note is None:
+        return None
+    message_id = _store_note(db, row.message_id, note) if row.message_id is not None else None
+    return insert_row(db, row.address, "notice", note, message_id=message_id, key=f"maybe:{row.id}")
+
+
+def _store_note(db: sqlite_utils.Database, answer_id: int, note: str) -> int | None:
+    """The note as an assistant message after the answer it speaks for, with the same
+    `answers_upto` (recovery reads a conversation's last final answer by it)."""
+    found = db.execute(
+        "SELECT conversation_id, answers_upto FROM messages WHERE id = ?", [answer_id]
+    ).fetchone()
+    if found is None:
+        return None
+    conversation_id, answers_upto = found
+    now = utc_now_iso()
+    cursor = db.execute(
+        "INSERT INTO messages (conversation_id, role, content, kind, answers_upto, created_at) "
+        "VALUES (?, 'assistant', ?, 'message', ?, ?)",
+        [conversation_id, note, answers_upto, now],
+    )
+    db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", [now, conversation_id])
+    return int(cursor.lastrowid)  # type: ignore[arg-type]
+
+
+__all__ = [
+    "OPEN_STATES",
+    "TOLD_WHEN_UNSURE",
+    "Kind",
+    "OutboxRow",
+    "State",
+    "get_row",
+    "Outgoing",
+    "insert_row",
+    "mark_delivered",
+    "mark_failed",
+    "mark_kept",
+    "mark_maybe",
+    "mark_sending",
+    "open_rows",
+    "row_from",
+]

@@ -1,0 +1,317 @@
+"""The one place messages go out: a queue per address, one worker task per address while it
+has work, rows marked as they go.
+
+A row is marked `sending` before the channel is called and `delivered` (with the platform's
+message id) after, so a crash in between leaves `sending`, which the next start reads as "may
+have arrived" (atlas/outbox/resume.py). What the channel raises decides the rest
+(atlas/outbox/errors.py):
+
+- RetryLater: the row and every row queued behind it are `kept`, in their order; the worker
+  waits (the platform's `after`, else a backoff from `retry_first` doubling to `retry_cap`)
+  and tries the first again; a new row for the address wakes it at once, and the kept rows
+  go out ahead of it, each saying it is late. A restart sends them too (they stay `kept`).
+- NeverRetry: `failed`, and the next row goes.
+- MaybeDelivered: `maybe`, never sent again; the person is told once (a note queued in the
+  same transaction, sent next).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from atlas.channels.base import Address
+from atlas.errors import AtlasError
+from atlas.outbox.errors import MaybeDelivered, NeverRetry, RetryLater
+from atlas.outbox.notes import as_sent, unsure_note
+from atlas.outbox.rows import (
+    Kind,
+    OutboxRow,
+    State,
+    get_row,
+    insert_row,
+    mark_delivered,
+    mark_failed,
+    mark_kept,
+    mark_maybe,
+    mark_sending,
+)
+
+if TYPE_CHECKING:
+    from atlas.store.db import Database
+
+log = logging.getLogger(__name__)
+
+# A kept message is tried again alone after this many seconds, then twice as long each time,
+# up to the cap (a new message to the address tries it at once).
+RETRY_FIRST = 60.0
+RETRY_CAP = 900.0
+
+DatabaseOf = Callable[[str], Awaitable["Database"]]  # a bot's name → its conversations.db
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """How a row's first turn in the queue ended (a kept row may still go out later)."""
+
+    state: State
+    error: str = ""
+    platform_id: str | None = None
+
+
+@dataclass
+class _Queue:
+    """One address's rows not yet settled, oldest first, and who waits for which."""
+
+    rows: list[OutboxRow] = field(default_factory=list)
+    waiters: dict[int, asyncio.Future[Delivery]] = field(default_factory=dict)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    worker: asyncio.Task[None] | None = None
+
+    def add(self, row: OutboxRow, *, first: bool = False) -> None:
+        if any(queued.id == row.id for queued in self.rows):
+            return  # queued already (a resume meeting a live row)
+        if first:
+            self.rows.insert(0, row)
+        else:
+            bisect.insort(self.rows, row, key=lambda r: r.id)
+        self.wake.set()
+
+
+class Outbox:
+    """Sends every row through its address's channel; see the module's docstring."""
+
+    def __init__(
+        self,
+        channels: Mapping[str, Any],
+        database: DatabaseOf,
+        *,
+        retry_first: float = RETRY_FIRST,
+        retry_cap: float = RETRY_CAP,
+    ) -> None:
+        self.channels = channels  # looked up per send: channels register as they start
+        self.database = database
+        self.retry_first = retry_first
+        self.retry_cap = retry_cap
+        self._queues: dict[Address, _Queue] = {}
+
+    # ------------------------------------------------------------ putting rows in
+
+    async def send(
+        self,
+        address: Address,
+        text: str,
+        files: tuple[Path, ...] | list[Path] = (),
+        *,
+        kind: Kind,
+        key: str | None = None,
+    ) -> Delivery:
+        """A new row, sent in its turn; how that went. With `key`, a row already made for the
+        same key is awaited instead (never a second row)."""
+        row_id = await self.enqueue(address, text, files, kind=kind, key=key)
+        return await self.wait(address, row_id)
+
+    async def enqueue(
+        self,
+        address: Address,
+        text: str,
+        files: tuple[Path, ...] | list[Path] = (),
+        *,
+        kind: Kind,
+        key: str | None = None,
+    ) -> int:
+        """A new row (or the one `key` names), queued; its id."""
+        db = await self.database(address.bot)
+        files = tuple(files)
+
+        def insert(conn: Any) -> OutboxRow:
+            with conn.atomic():
+                row_id = insert_row(conn, address, kind, text, files, key=key)
+            if key is not None:  # perhaps made before, and settled since: as stored
+                found = get_row(conn, row_id, address.bot)
+                assert found is not None
+                return found
+            return OutboxRow(row_id, address, kind, text, files, None, "pending", 0, "", None, "")
+
+        row = await db.quick(insert)
+        if row.state in ("pending", "kept"):
+            self.queue([row])
+        return row.id
+
+    def queue(self, rows: list[OutboxRow], *, first: bool = False) -> None:
+        """Rows written already (by `enqueue`, with an answer by `Outgoing`, by a resume),
+        put in their addresses' queues; a worker starts where none runs."""
+        for row in rows:
+            queue = self._queues.get(row.address)
+            if queue is None:
+                queue = self._queues[row.address] = _Queue()
+            queue.add(row, first=first)
+            if queue.worker is None:
+                queue.worker = asyncio.create_task(
+                    self._work(row.address, queue), name=f"outbox {row.address}"
+                )
+
+    async def wait(self, address: Address, row_id: int) -> Delivery:
+        """How the row's turn ended. A row that is not queued is settled: read from its store."""
+        queue = self._queues.get(address)
+        queued = next((row for row in queue.rows if row.id == row_id), None) if queue else None
+        if queued is not None and queued.state == "kept":
+            return Delivery("kept", queued.error)  # its turn came: an outage kept it
+        if queue is None or queued is None:
+            db = await self.database(address.bot)
+            row = await db.quick(lambda conn: get_row(conn, row_id, address.bot))
+            if row is None:
+                raise AtlasError(f"outbox of bot {address.bot}: no row {row_id}")
+            return Delivery(row.state, row.error, row.platform_id)
+        future = queue.waiters.get(row_id)
+        if future is None:
+            future = queue.waiters[row_id] = asyncio.get_running_loop().create_future()
+        # Shielded: a caller cancelled while waiting (a /stop) does not stop the sending.
+        return await asyncio.shield(future)
+
+    async def deliver(self, rows: list[OutboxRow]) -> list[Delivery]:
+        """Queue rows written already and wait for each one's turn."""
+        self.queue(rows)
+        return [await self.wait(row.address, row.id) for row in rows]
+
+    # ------------------------------------------------------------ the worker
+
+    async def _work(self, address: Address, queue: _Queue) -> None:
+        delay = self.retry_first
+        try:
+            while queue.rows:
+                queue.wake.clear()
+                row = queue.rows[0]
+                try:
+                    pause = await self._send_first(address, queue, row)
+                except Exception:  # a bug, not an outage: logged, the row failed, go on
+                    log.exception("outbox: sending row %d to %s failed", row.id, address)
+                    await self._settle(address, queue, row, "failed", "an error in Atlas")
+                    continue
+                if pause is None:
+                    delay = self.retry_first
+                    continue
+                wait, honour = (pause, True) if pause > 0 else (delay, False)
+                delay = min(delay * 2, self.retry_cap)
+                await self._sleep(queue, wait, wake_early=not honour)
+        finally:
+            queue.worker = None
+            if not queue.rows and self._queues.get(address) is queue:
+                del self._queues[address]
+            for future in queue.waiters.values():
+                future.cancel()  # only at shutdown: every row's turn resolves its waiter
+
+    async def _send_first(self, address: Address, queue: _Queue, row: OutboxRow) -> float | None:
+        """Send the queue's first row and mark it. None: go on with the next; else the queue
+        is kept and waits that long (0: the backoff's own delay)."""
+        db = await self.database(address.bot)
+        channel = self.channels.get(address.channel)
+        if channel is None:
+            return await self._keep(db, queue, f"no channel named {address.channel!r} is running")
+        await db.quick(lambda conn: mark_sending(conn, row.id))
+        try:
+            platform_id = await channel.send(address, as_sent(row), list(row.files))
+        except RetryLater as exc:
+            return await self._keep(db, queue, str(exc), unsent=exc.unsent, after=exc.after)
+        except NeverRetry as exc:
+            log.warning("outbox: %s refused row %d: %s", address, row.id, exc)
+            await self._settle(address, queue, row, "failed", str(exc))
+            return None
+        except MaybeDelivered as exc:
+            await self._maybe(address, queue, row, str(exc))
+            return None
+        except (AtlasError, OSError) as exc:  # a channel that does not classify: not sent
+            return await self._keep(db, queue, str(exc) or type(exc).__name__)
+        pid = None if platform_id is None else str(platform_id)
+        await db.quick(lambda conn: mark_delivered(conn, row.id, pid))
+        self._resolve(queue, row, Delivery("delivered", platform_id=pid))
+        return None
+
+    async def _keep(
+        self,
+        db: Database,
+        queue: _Queue,
+        error: str,
+        *,
+        unsent: str | None = None,
+        after: float | None = None,
+    ) -> float:
+        """An outage: every queued row is kept, in its order; the first cut to `unsent`."""
+        ids = [row.id for row in queue.rows]
+
+        def keep(conn: Any) -> None:
+            with conn.atomic():
+                mark_kept(conn, ids, error, unsent=unsent)
+
+        await db.quick(keep)
+        first = queue.rows[0]
+        log.warning("outbox: %d message(s) to %s kept (%s)", len(ids), first.address, error)
+        queue.rows = [
+            replace(row, state="kept", error=error, text=unsent if i == 0 and unsent else row.text)
+            for i, row in enumerate(queue.rows)
+        ]
+        for row in queue.rows:
+            self._resolve(queue, row, Delivery("kept", error))
+        return after if after is not None and after > 0 else 0.0
+
+    async def _maybe(self, address: Address, queue: _Queue, row: OutboxRow, error: str) -> None:
+        db = await self.database(address.bot)
+        note = unsure_note(row, restarted=False)
+
+        def settle(conn: Any) -> OutboxRow | None:
+            with conn.atomic():
+                note_id = mark_maybe(conn, row, error, note)
+            return get_row(conn, note_id, address.bot) if note_id is not None else None
+
+        note_row = await db.quick(settle)
+        log.warning("outbox: row %d to %s may not have arrived: %s", row.id, address, error)
+        self._resolve(queue, row, Delivery("maybe", error))
+        if note_row is not None:
+            queue.add(note_row, first=True)  # said next, right after what it speaks of
+
+    async def _settle(
+        self, address: Address, queue: _Queue, row: OutboxRow, state: State, error: str
+    ) -> None:
+        db = await self.database(address.bot)
+        await db.quick(lambda conn: mark_failed(conn, row.id, error))
+        self._resolve(queue, row, Delivery(state, error))
+
+    def _resolve(self, queue: _Queue, row: OutboxRow, delivery: Delivery) -> None:
+        if delivery.state != "kept":
+            queue.rows = [queued for queued in queue.rows if queued.id != row.id]
+        future = queue.waiters.pop(row.id, None)
+        if future is not None and not future.done():
+            future.set_result(delivery)
+
+    @staticmethod
+    async def _sleep(queue: _Queue, seconds: float, *, wake_early: bool) -> None:
+        """Wait out a backoff; a new row ends it early unless the platform named the wait."""
+        if not wake_early:
+            await asyncio.sleep(seconds)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(queue.wake.wait(), seconds)
+
+    # ------------------------------------------------------------ stopping
+
+    async def shutdown(self) -> None:
+        """Stop every worker. Rows stay as they are in the stores: a start resumes them."""
+        workers = [q.worker for q in self._queues.values() if q.worker is not None]
+        for worker in workers:
+            worker.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        self._queues.clear()
+
+    def busy(self, address: Address) -> bool:
+        """Whether rows to this address are queued (kept ones included)."""
+        queue = self._queues.get(address)
+        return bool(queue and queue.rows)
+
+
+__all__ = ["RETRY_CAP", "RETRY_FIRST", "Delivery", "Outbox"]
