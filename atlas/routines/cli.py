@@ -199,7 +199,15 @@ async def print_list(
         print(json.dumps(rows, indent=2), file=out)
         return 0
     if not rows:
-        print("no routines (add one from a chat, or a file in routines/)", file=out)
+        files = sorted(home.routines_dir.glob("*.toml"))
+        if files:  # a fresh home: the files are read at the next `atlas run` or reload
+            print(
+                f"no routines loaded yet; {home.routines_dir} has {len(files)} file(s): "
+                "`atlas routines reload` (or `atlas run`) reads them",
+                file=out,
+            )
+        else:
+            print("no routines (add one from a chat, or a file in routines/)", file=out)
     for row in rows:
         state = "paused" if row["paused"] else f"next {row['next'] or 'none'}"
         last = f", last {row['last_status']}" if row["last_status"] else ""
