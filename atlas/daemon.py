@@ -15,7 +15,7 @@ from atlas.process import freeze_long_lived_objects
 from atlas.recovery import resume_interrupted_turns
 from atlas.routines.scheduler import RoutineScheduler
 from atlas.sandbox.proxy import stop_proxies
-from atlas.services import start_core, stop_turns
+from atlas.services import home_services, start_core, stop_turns
 from atlas.start_checks import check_before_start
 
 log = logging.getLogger("atlas.daemon")
@@ -51,6 +51,7 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
         log.info("interrupted turns: %s", recovered.summary())
         # After the channels, so that catch-up runs of missed routines can be delivered.
         routines = RoutineScheduler(home, runtime.audit, dispatcher)
+        home_services(dispatcher).serve_routines(routines)  # cronjob_manage's, once started
         log.info("routine files: %s", (await routines.start()).summary())
         freeze_long_lived_objects()
         log.info("ready; stop with Ctrl-C or SIGTERM")

@@ -25,6 +25,7 @@ from atlas.providers.base import Message, ToolCall
 from atlas.runtime import Runtime
 from atlas.store.conversations import Conversation, ConversationStore
 from atlas.tools.registry import Asker, Notifier, RunContext, RunKind
+from atlas.tools.services import AgentServices
 from atlas.trust.gate import BaseGate
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,9 @@ class Dispatcher:
         self._quiet = (
             QuietTimers(review.quiet_minutes * 60, self._review) if review.enabled else None
         )
+        # What tools that start work elsewhere use (atlas/tools/services.py); set by the layer
+        # above, which builds them over this dispatcher (atlas/agents/services.py).
+        self.services: AgentServices | None = None
 
     async def submit(self, inbound: Inbound) -> bool:
         """Store the message and wake its conversation. False when it was a duplicate event
@@ -347,6 +351,7 @@ class Dispatcher:
             notify=notify,
             supports_images=self.runtime.model.supports_images(bot.model),
             open_store=self.runtime.store,
+            services=self.services,
         )
 
     async def run_detached(

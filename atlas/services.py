@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 
-from atlas.agents import hub
 from atlas.agents.channel import AGENTS_CHANNEL, AgentChannel
+from atlas.agents.services import HomeServices, provide_services
 from atlas.channels.base import Channel
 from atlas.dispatch import Dispatcher
 from atlas.home import Home
@@ -28,7 +28,7 @@ async def start_core(
     runtime = Runtime(home, model=model, mcp=mcp)
     channels[AGENTS_CHANNEL] = AgentChannel(home.settings.agents.reply_seconds)
     dispatcher = Dispatcher(runtime, channels)
-    hub.register(home, dispatcher)
+    provide_services(dispatcher)  # what delegate, message_agent, cronjob_manage... reach
     await mcp.start()
     for server in mcp.status():
         log.info(
@@ -41,9 +41,18 @@ async def start_core(
     return dispatcher
 
 
+def home_services(dispatcher: Dispatcher) -> HomeServices:
+    """The services start_core gave the dispatcher (the daemon hands them its scheduler)."""
+    services = dispatcher.services
+    if not isinstance(services, HomeServices):
+        raise TypeError(f"the dispatcher has no HomeServices (it has {services!r})")
+    return services
+
+
 async def stop_turns(dispatcher: Dispatcher) -> None:
     """Subagents, lanes and the agents channel. The runtime (stores, MCP, jobs) is closed after,
     by its owner, once the platform channels have stopped too."""
-    await hub.unregister(dispatcher.runtime.home)
+    if isinstance(dispatcher.services, HomeServices):
+        await dispatcher.services.close()
     await dispatcher.shutdown()
     await dispatcher.channels[AGENTS_CHANNEL].stop()

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from atlas.home import Home, init_home
 from atlas.tools.registry import RunContext, RunKind
+from atlas.tools.services import AgentServices
 
 # Points every provider at a closed loopback port unless a test says otherwise.
 BASE_CONFIG = """\
@@ -33,9 +34,20 @@ def make_home(
 
 
 def run_context(
-    home: Home, *, bot: str | None = None, kind: RunKind = "conversation", conversation_id: int = 1
+    home: Home,
+    *,
+    bot: str | None = None,
+    kind: RunKind = "conversation",
+    conversation_id: int = 1,
+    services: AgentServices | None = None,
 ) -> RunContext:
-    return RunContext(home=home, bot=home.bot(bot), conversation_id=conversation_id, run_kind=kind)
+    return RunContext(
+        home=home,
+        bot=home.bot(bot),
+        conversation_id=conversation_id,
+        run_kind=kind,
+        services=services,
+    )
 
 
 async def open_store_for_tests(bot):  # type: ignore[no-untyped-def]

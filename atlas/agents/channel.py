@@ -1,7 +1,8 @@
 """The internal "agents" channel: how one bot's message reaches another and the reply comes back.
 
-`message_agent` submits the message as an inbound on this channel, in the target bot's
-conversation with the sender (Address(bot=target, channel="agents", chat=sender)). What the
+`message_agent` (through HomeServices.message_bot, atlas/agents/services.py) submits the
+message as an inbound on this channel, in the target bot's conversation with the sender
+(Address(bot=target, channel="agents", chat=sender)). What the
 Dispatcher then sends to that address (the reply, notes, or "Sorry, I could not answer…") is
 collected, and when the target's conversation is idle again it goes back as one notice into
 the conversation the message came from, through the notify callback kept per delivery.
@@ -13,14 +14,11 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from atlas.channels.base import Address
+from atlas.dispatch import Dispatcher, Inbound
 from atlas.providers.base import ToolCall
 from atlas.tools.registry import Notifier
-
-if TYPE_CHECKING:
-    from atlas.dispatch import Dispatcher
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +86,6 @@ class AgentChannel:
         text: str,
     ) -> None:
         """Start the target's turn; its reply (or failure) later reaches `delivery.notify`."""
-        from atlas.dispatch import Inbound
-
         self._open.setdefault(delivery.address, []).append(delivery)
         self._last[delivery.address] = delivery
         try:

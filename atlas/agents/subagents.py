@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SERVICE = "subagents"
 ENDED = ("done", "failed", "stopped")
 
 SUBAGENT_PROMPT = """\
@@ -97,7 +96,8 @@ def _first_line(text: str, width: int = 100) -> str:
 
 
 class SubagentManager:
-    """A home's subagents: spawn, list, steer, stop; one per running Dispatcher."""
+    """A home's subagents: spawn, list, steer, stop; one per running Dispatcher, kept by its
+    services (atlas/agents/services.py)."""
 
     def __init__(self, dispatcher: Dispatcher) -> None:
         self.dispatcher = dispatcher
@@ -266,6 +266,10 @@ class SubagentManager:
 
     # ---- list, steer, stop -------------------------------------------------------------------
 
+    async def delegation(self, subagent_id: str) -> dict[str, object] | None:
+        """A subagent's row in atlas.db, also once it has ended."""
+        return await self.records.delegation(subagent_id)
+
     def find(self, run: RunContext, subagent_id: str) -> Subagent | None:
         sub = self._subagents.get(subagent_id.strip())
         if sub and sub.bot == run.bot.name and sub.parent_conversation_id == run.conversation_id:
@@ -301,12 +305,3 @@ class SubagentManager:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def manager_for(home, dispatcher: Dispatcher | None = None) -> SubagentManager:  # type: ignore[no-untyped-def]
-    """The home's SubagentManager, made on first use for its registered Dispatcher."""
-    from atlas.agents import hub
-
-    return hub.service(
-        home, SERVICE, lambda: SubagentManager(dispatcher or hub.dispatcher_for(home))
-    )

@@ -45,13 +45,6 @@ log = logging.getLogger(__name__)
 # How far back a start looks for routine reports an outage kept from their targets.
 OWED_LOOK_BACK = timedelta(hours=24)
 
-_schedulers: dict[Path, RoutineScheduler] = {}
-
-
-def scheduler_for(home: Home) -> RoutineScheduler | None:
-    """The running scheduler of a home in this process, if any (the tool and CLI use it)."""
-    return _schedulers.get(home.root)
-
 
 @dataclass(frozen=True)
 class _JobKey:
@@ -84,6 +77,9 @@ class RoutineScheduler:
         self._watch_task: asyncio.Task[None] | None = None
         self._signature = ""
         self._lock_fd: int | None = None
+        # From a successful start until stop begins: only then may cronjob_manage use it
+        # (HomeServices.routines, atlas/agents/services.py).
+        self.running = False
 
     @property
     def lock_path(self) -> Path:
@@ -114,7 +110,7 @@ class RoutineScheduler:
         except BaseException:
             await self.stop()
             raise
-        _schedulers[self.home.root] = self
+        self.running = True
         self._watch_task = asyncio.create_task(self._watch(), name="routines: watch")
         log.info("routines: %d scheduled (%s)", len(self._jobs), self.tz)
         return report
@@ -180,8 +176,7 @@ class RoutineScheduler:
 
     async def stop(self) -> None:
         """Stop scheduling; a run still going is cancelled and recorded as failed."""
-        if _schedulers.get(self.home.root) is self:
-            del _schedulers[self.home.root]
+        self.running = False
         if self._watch_task:
             self._watch_task.cancel()
             await asyncio.gather(self._watch_task, return_exceptions=True)

@@ -1,5 +1,6 @@
 """message_agent (bots of one home hand each other work) and bot_create (the main agent makes
-a new bot, live at once)."""
+a new bot, live at once). message_agent reaches the other bot through run.services
+(atlas/tools/services.py); bot_create only writes into the home (atlas/newbot.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from atlas.agents.channel import AGENTS_CHANNEL, AgentChannel, Delivery
-from atlas.channels.base import Address
 from atlas.config import NAME_PATTERN
 from atlas.errors import AtlasError, ToolError
+from atlas.newbot import create_bot
 from atlas.tools.registry import RunContext, Tool, tool
+from atlas.tools.services import NEEDS_DISPATCHER
 from atlas.trust.gate import Ask
 
 MAX_MESSAGE_CHARS = 16_000
@@ -53,37 +54,21 @@ async def message_agent(
     """Send a message to another bot of this home (target: its name). It starts a turn in
     that bot's own conversation with you; this returns at once with a delivery id, and the
     reply (or the failure) arrives later as a notice. Give it everything it needs to know."""
-    from atlas.agents import hub
-    from atlas.agents.subagents import new_id
-
     target = target.strip()
     if target == run.bot.name:
         raise ToolError("that is you; message another bot")
     if target not in run.home.bots:
         known = "\n".join(roster(run)) or "(none)"
         raise ToolError(f"no bot named {target!r}; bots you can message:\n{known}")
-    try:
-        dispatcher = hub.dispatcher_for(run.home)
-    except AtlasError as exc:
-        raise ToolError(str(exc)) from None
-    channel = dispatcher.channels.get(AGENTS_CHANNEL)
-    if not isinstance(channel, AgentChannel):
-        raise ToolError(f"the {AGENTS_CHANNEL!r} channel is not running in this process")
-    delivery = Delivery(
-        id=new_id("msg"),
-        sender=run.bot.name,
-        target=target,
-        address=Address(target, AGENTS_CHANNEL, run.bot.name),
-        notify=run.notify,
-    )
-    text = f"[Message from bot {run.bot.name!r}, delivery {delivery.id}]\n{message}"
-    await channel.deliver(dispatcher, delivery, text)
+    if run.services is None:
+        raise ToolError(NEEDS_DISPATCHER)
+    delivery_id = await run.services.message_bot(run, target, message)
     where = (
         "its reply comes back to this conversation as a notice; do not wait for it"
         if run.notify
         else "this run has no conversation to bring its reply back to, so it will not reach you"
     )
-    return f"Delivered to {target} as {delivery.id}; {where}."
+    return f"Delivered to {target} as {delivery_id}; {where}."
 
 
 # ---- bot_create -------------------------------------------------------------------------------
@@ -118,8 +103,6 @@ async def bot_create(
     its name (lowercase letters, digits, - and _), title, one-line description and mission;
     the call itself asks the user for approval too. mission: its standing instructions
     (default: made from title and description)."""
-    from atlas.agents.newbot import create_bot
-
     try:
         bot = create_bot(run.home, name, title, description, mission)
     except AtlasError as exc:

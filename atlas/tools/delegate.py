@@ -1,4 +1,5 @@
-"""delegate: hand tasks to subagents that work in the background (atlas/agents/subagents.py)."""
+"""delegate: hand tasks to subagents that work in the background (atlas/agents/subagents.py,
+reached through run.services)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from atlas.errors import AtlasError, ToolError
+from atlas.errors import ToolError
 from atlas.tools.registry import RunContext, Tool, tool
+from atlas.tools.services import NEEDS_DISPATCHER, Subagents
 
 MAX_TASKS = 10
 
@@ -30,13 +32,10 @@ def _waits(run: RunContext) -> bool:
     return run.run_kind == "routine" or run.notify is None
 
 
-def _manager(run: RunContext):  # type: ignore[no-untyped-def]
-    from atlas.agents.subagents import manager_for
-
-    try:
-        return manager_for(run.home)
-    except AtlasError as exc:
-        raise ToolError(str(exc)) from None
+def _manager(run: RunContext) -> Subagents[Any, Any]:
+    if run.services is None:
+        raise ToolError(NEEDS_DISPATCHER)
+    return run.services.subagents
 
 
 def _elapsed(row: dict[str, Any]) -> str:
@@ -85,7 +84,7 @@ async def _find(run: RunContext, subagent_id: str | None):  # type: ignore[no-un
     manager = _manager(run)
     sub = manager.find(run, subagent_id)
     if sub is None:
-        row = await manager.records.delegation(subagent_id.strip())
+        row = await manager.delegation(subagent_id.strip())
         mine = row and row["bot"] == run.bot.name
         if mine and row["parent_conversation_id"] == run.conversation_id:
             raise ToolError(f"subagent {row['id']} has already ended ({row['status']})")

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from atlas.config import Settings
     from atlas.home import Bot, Home
     from atlas.store.conversations import ConversationStore
+    from atlas.tools.services import AgentServices
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,9 @@ class RunContext:
     supports_images: bool = True
     # Opens a bot's conversation store (the runtime's, shared): for tools that search or record.
     open_store: Callable[[Bot], Awaitable[ConversationStore]] | None = None
+    # Subagents, other bots, routines, the run's tool registry (atlas/tools/services.py);
+    # None when no dispatcher runs around this call.
+    services: AgentServices | None = None
 
     @property
     def settings(self) -> Settings:

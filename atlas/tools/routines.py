@@ -20,10 +20,10 @@ from atlas.routines.schedule import (
     parse_schedule,
     pin,
 )
-from atlas.routines.scheduler import RoutineScheduler, scheduler_for
 from atlas.routines.store import Routine, RoutineError, RoutineStore, Target
 from atlas.store.home_db import HomeStore
 from atlas.tools.registry import RunContext, only_for, tool
+from atlas.tools.services import Routines
 from atlas.trust.threats import scan
 
 Action = Literal["create", "list", "update", "pause", "resume", "remove", "run"]
@@ -33,10 +33,15 @@ NOT_RUNNING = (
 )
 
 
+def _scheduler(run: RunContext) -> Routines | None:
+    """The daemon's running scheduler, handed in through the run's services."""
+    return run.services.routines if run.services is not None else None
+
+
 @contextlib.asynccontextmanager
 async def _routine_store(run: RunContext) -> AsyncIterator[RoutineStore]:
     """The running scheduler's store, else the home's atlas.db opened for this call."""
-    scheduler = scheduler_for(run.home)
+    scheduler = _scheduler(run)
     if scheduler is not None:
         yield scheduler.store
         return
@@ -90,7 +95,7 @@ async def _manage(
     thread: str | None,
     grace: str | None,
 ) -> str:
-    scheduler = scheduler_for(run.home)
+    scheduler = _scheduler(run)
     async with _routine_store(run) as store:
         if action == "list":
             return await _list(run, store, scheduler)
@@ -117,7 +122,7 @@ async def _manage(
         return f"Started run {run_id} of {routine.name}; its answer goes to {where}."
 
 
-async def _synced(scheduler: RoutineScheduler | None, text: str) -> str:
+async def _synced(scheduler: Routines | None, text: str) -> str:
     if scheduler is None:
         return text + NOT_RUNNING
     await scheduler.sync()
@@ -136,7 +141,7 @@ async def _find(run: RunContext, store: RoutineStore, job_id: str | None) -> Rou
 async def _create(
     run: RunContext,
     store: RoutineStore,
-    scheduler: RoutineScheduler | None,
+    scheduler: Routines | None,
     name: str | None,
     prompt: str | None,
     schedule: str | None,
@@ -235,7 +240,7 @@ async def _current_target(run: RunContext, *, required: bool = True) -> Target |
     return Target(conversation.channel, conversation.chat, conversation.thread, conversation.user)
 
 
-def _describe(run: RunContext, routine: Routine, scheduler: RoutineScheduler | None) -> str:
+def _describe(run: RunContext, routine: Routine, scheduler: Routines | None) -> str:
     state = "paused" if routine.paused else f"next run {_next(run, routine, scheduler)}"
     where = routine.target or "nowhere (history only)"
     return (
@@ -244,7 +249,7 @@ def _describe(run: RunContext, routine: Routine, scheduler: RoutineScheduler | N
     )
 
 
-def _next(run: RunContext, routine: Routine, scheduler: RoutineScheduler | None) -> str:
+def _next(run: RunContext, routine: Routine, scheduler: Routines | None) -> str:
     upcoming = scheduler.next_fire_time(routine.id) if scheduler else None
     if upcoming is None:
         tz = ZoneInfo(run.settings.timezone)
@@ -257,7 +262,7 @@ def _next(run: RunContext, routine: Routine, scheduler: RoutineScheduler | None)
     return upcoming.isoformat(timespec="minutes") if upcoming else "none (already ran)"
 
 
-async def _list(run: RunContext, store: RoutineStore, scheduler: RoutineScheduler | None) -> str:
+async def _list(run: RunContext, store: RoutineStore, scheduler: Routines | None) -> str:
     routines = await store.all(run.bot.name)
     if not routines:
         return f"Bot {run.bot.name} has no routines."

@@ -35,19 +35,14 @@ _default_registry: ToolRegistry | None = None
 
 
 def registry_for(run: RunContext) -> ToolRegistry:
-    """The registry the run's loop uses: the running Dispatcher's, else the built-in one."""
-    from atlas.agents import hub
-
-    if hub.is_registered(run.home):
-        runtime = hub.dispatcher_for(run.home).runtime
-        # A runtime whose bots have registries of their own (MCP tools) says which is whose.
-        per_bot = getattr(runtime, "registry_for", None)
-        return per_bot(run.bot) if callable(per_bot) else runtime.registry
+    """The registry the run's loop uses (its services say), else the built-in one."""
+    if run.services is not None:
+        return run.services.registry(run.bot)
     global _default_registry
     if _default_registry is None:
-        from atlas.tools.catalog import default_registry
+        from atlas.tools.builtin import builtin_tools
 
-        _default_registry = default_registry()
+        _default_registry = ToolRegistry(builtin_tools(TOOL_SEARCH_TOOLS))
     return _default_registry
 
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from atlas.agents import hub
 from atlas.agents.channel import AGENTS_CHANNEL, AgentChannel
-from atlas.agents.newbot import create_bot
+from atlas.agents.services import provide_services
 from atlas.channels.base import Address
 from atlas.config import load_bot_settings
 from atlas.dispatch import Dispatcher, Inbound
 from atlas.errors import AtlasError
 from atlas.home import Home
+from atlas.newbot import create_bot
 from atlas.providers.base import ProviderCallError, ToolCall
 from atlas.providers.scripted import Reply
 from atlas.runtime import Runtime
@@ -48,10 +48,10 @@ class Setup:
         self.channel = RecordingChannel(answer=answer)
         self.agents = AgentChannel(reply_seconds=5)
         self.dispatcher = Dispatcher(self.runtime, {"test": self.channel, "agents": self.agents})
-        hub.register(home, self.dispatcher)
+        self.services = provide_services(self.dispatcher)
 
     async def close(self) -> None:
-        await hub.unregister(self.home)
+        await self.services.close()
         await self.agents.stop()
         await self.dispatcher.shutdown()
         await self.runtime.close()

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from atlas.agent.loop import round_cap
-from atlas.agents import hub
-from atlas.agents.subagents import SUBAGENT_PROMPT, manager_for
+from atlas.agents.services import provide_services
+from atlas.agents.subagents import SUBAGENT_PROMPT
 from atlas.channels.base import Address
 from atlas.dispatch import Dispatcher, Inbound
 from atlas.providers.scripted import Reply
@@ -43,10 +43,10 @@ class Setup:
         self.runtime.gate = RuleGate(home, None, self.runtime.audit)
         self.channel = RecordingChannel()
         self.dispatcher = Dispatcher(self.runtime, {"test": self.channel})
-        hub.register(home, self.dispatcher)
+        self.services = provide_services(self.dispatcher)
 
     async def close(self) -> None:
-        await hub.unregister(self.home)
+        await self.services.close()
         await self.dispatcher.shutdown()
         await self.runtime.close()
 
@@ -148,7 +148,7 @@ async def test_steer_and_stop(agents_home) -> None:
             lambda: model.requests("slow survey") and model.requests("stuck survey"),
             what="both subagents in their model call",
         )
-        manager = manager_for(agents_home)
+        manager = s.services.subagents
         run = run_context(agents_home, conversation_id=1)
         rows = await manager.listing(run)
         ids = {r["goal"]: r["id"] for r in rows}
@@ -205,7 +205,7 @@ async def test_steer_or_stop_of_an_unknown_or_ended_subagent_is_an_error(agents_
     model = ConversationModel({"quick": [Reply("done quickly")]})
     s = Setup(agents_home, model)
     try:
-        run = run_context(agents_home, kind="routine", conversation_id=7)
+        run = run_context(agents_home, kind="routine", conversation_id=7, services=s.services)
         delegate = DELEGATE_TOOLS[0]
         result = await delegate.invoke(run, {"tasks": [{"goal": "quick", "context": ""}]})
         assert "done quickly" in result.text
@@ -216,7 +216,7 @@ async def test_steer_or_stop_of_an_unknown_or_ended_subagent_is_an_error(agents_
         assert unknown.is_error and "no subagent 'sa-nope'" in unknown.text
         too_many = await delegate.invoke(run, {"tasks": [{"goal": "x"}] * 11})
         assert too_many.is_error and "tasks" in too_many.text
-        elsewhere = run_context(agents_home, kind="routine", conversation_id=8)
+        elsewhere = run_context(agents_home, kind="routine", conversation_id=8, services=s.services)
         foreign = await delegate.invoke(elsewhere, {"action": "stop", "subagent_id": sub_id})
         assert foreign.is_error and "no subagent" in foreign.text
     finally:

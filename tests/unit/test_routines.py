@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from atlas.agents.services import provide_services
 from atlas.channels.base import Address
 from atlas.dispatch import Dispatcher, Inbound
 from atlas.errors import AtlasError, ProviderError
 from atlas.home import Home
 from atlas.providers.scripted import Reply, ScriptedModel
-from atlas.routines.scheduler import RoutineScheduler, scheduler_for
+from atlas.routines.scheduler import RoutineScheduler
 from atlas.routines.store import SENDING, TELLING, Routine, RunResult, Target
 from atlas.runtime import Runtime
 from atlas.tools.registry import RunContext, ToolRegistry
@@ -65,6 +66,7 @@ def rig_for(home: Home, model: ScriptedModel, **scheduler_kw: object) -> Rig:
     channel = RecordingChannel()
     dispatcher = Dispatcher(runtime, {"fake": channel})
     scheduler = RoutineScheduler(home, runtime.audit, dispatcher, **scheduler_kw)  # type: ignore[arg-type]
+    provide_services(dispatcher).serve_routines(scheduler)  # as the daemon does
     return Rig(home, model, runtime, channel, dispatcher, scheduler)
 
 
@@ -378,13 +380,15 @@ async def test_apscheduler_fires_a_due_slot(rig: Rig) -> None:
 
 
 async def test_one_scheduler_per_home(rig: Rig) -> None:
+    services = rig.dispatcher.services
+    assert services is not None and services.routines is None  # not before it has started
     await rig.scheduler.start()
-    assert scheduler_for(rig.home) is rig.scheduler
+    assert services.routines is rig.scheduler  # what cronjob_manage reaches
     second = RoutineScheduler(rig.home, rig.runtime.audit, rig.dispatcher)
     with pytest.raises(AtlasError, match="one scheduler per home"):
         await second.start()
     await rig.scheduler.stop()
-    assert scheduler_for(rig.home) is None
+    assert services.routines is None
 
 
 async def test_changes_from_another_process_are_picked_up(home_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from atlas.agent.compaction import truncate_old_tool_outputs
 from atlas.agent.tokens import count_tokens
-from atlas.agents import hub
+from atlas.agents.services import HomeServices, provide_services
 from atlas.channels.base import Address
 from atlas.dispatch import Dispatcher, Inbound
 from atlas.home import Home
@@ -54,6 +54,11 @@ def registry() -> ToolRegistry:
     return ToolRegistry([*FILE_TOOLS, *TOOL_SEARCH_TOOLS, *PLAN_TOOLS, *CONVERSATION_TOOLS, *FAKES])
 
 
+def services_over(home: Home, tools: ToolRegistry) -> HomeServices:
+    """The services of a dispatcher whose runtime has `tools`, as `atlas run` gives them."""
+    return provide_services(Dispatcher(Runtime(home, model=ScriptedModel(), registry=tools), {}))
+
+
 async def test_found_tools_load_after_the_always_on_ones(tmp_path: Path) -> None:
     home = make_home(tmp_path / "home", config=CONFIG)
     model = ScriptedModel(
@@ -64,7 +69,7 @@ async def test_found_tools_load_after_the_always_on_ones(tmp_path: Path) -> None
     )
     runtime = Runtime(home, model=model, registry=registry(), gate=OpenGate())
     dispatcher = Dispatcher(runtime, {"test": RecordingChannel()})
-    hub.register(home, dispatcher)
+    services = provide_services(dispatcher)
     try:
         await dispatcher.submit(Inbound(ADDRESS, "what is the weather in Oslo?"))
         await dispatcher.wait_idle(ADDRESS)
@@ -88,7 +93,7 @@ async def test_found_tools_load_after_the_always_on_ones(tmp_path: Path) -> None
         )
         model.assert_complete()
     finally:
-        await hub.unregister(home)
+        await services.close()
         await dispatcher.shutdown()
         await runtime.close()
 
@@ -109,29 +114,22 @@ def test_bm25_ranks_by_keywords_and_puts_exact_names_first(home: Home) -> None:
 
 
 async def test_nothing_found_lists_what_is_deferred(home: Home) -> None:
-    run = run_context(home)
-    hub.register(home, Dispatcher(Runtime(home, model=ScriptedModel(), registry=registry()), {}))
-    try:
-        result = await tool_search.invoke(run, {"query": "xylophone"})
-        assert result.text.startswith("No deferred tool matches 'xylophone'. Deferred tools:")
-        assert "weather_lookup" in result.text and run.state.loaded_tools == []
-        empty = await tool_search.invoke(run, {"query": "select:"})
-        assert empty.is_error
-        too_many = await tool_search.invoke(run, {"query": "x", "limit": 11})
-        assert too_many.is_error
-    finally:
-        await hub.unregister(home)
+    run = run_context(home, services=services_over(home, registry()))
+    result = await tool_search.invoke(run, {"query": "xylophone"})
+    assert result.text.startswith("No deferred tool matches 'xylophone'. Deferred tools:")
+    assert "weather_lookup" in result.text and run.state.loaded_tools == []
+    empty = await tool_search.invoke(run, {"query": "select:"})
+    assert empty.is_error
+    too_many = await tool_search.invoke(run, {"query": "x", "limit": 11})
+    assert too_many.is_error
 
 
 async def test_unavailable_when_nothing_is_deferred(home: Home) -> None:
     only_always_on = ToolRegistry([*FILE_TOOLS, *TOOL_SEARCH_TOOLS])
-    hub.register(
-        home, Dispatcher(Runtime(home, model=ScriptedModel(), registry=only_always_on), {})
+    services = services_over(home, only_always_on)
+    assert "no tool is deferred" in tool_search.unavailable_reason(
+        run_context(home, services=services)
     )
-    try:
-        assert "no tool is deferred" in tool_search.unavailable_reason(run_context(home))
-    finally:
-        await hub.unregister(home)
     # Without a running dispatcher the built-in registry is searched (it defers `plan`).
     assert tool_search.unavailable_reason(run_context(home)) is None
 
@@ -147,11 +145,7 @@ async def _description_tokens(tmp_path: Path, window: int, tools: int) -> tuple[
     config = CONFIG.replace("[limits]\n", f"[limits]\ncontext_window = {window}\n")
     home = make_home(tmp_path / f"home{window}", config=config)
     reg = ToolRegistry([*FILE_TOOLS, *TOOL_SEARCH_TOOLS, *_many_mcp_tools(tools)])
-    hub.register(home, Dispatcher(Runtime(home, model=ScriptedModel(), registry=reg), {}))
-    try:
-        text = describe_tool_search(run_context(home))
-    finally:
-        await hub.unregister(home)
+    text = describe_tool_search(run_context(home, services=services_over(home, reg)))
     return count_tokens(text), text
 
 

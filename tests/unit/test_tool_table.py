@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from atlas.agents.newbot import create_bot
 from atlas.home import Home
+from atlas.newbot import create_bot
 from atlas.tools.catalog import default_registry
 from atlas.tools.registry import ToolRegistry
 from tests.helpers import BASE_CONFIG, make_home, run_context

@@ -1,0 +1,80 @@
+"""The services a running home gives its tools (the AgentServices of atlas/tools/services.py).
+
+Built over one Dispatcher by `provide_services` (atlas/services.py's start_core does it) and
+handed to every run through `Dispatcher.services` → RunContext.services: subagents for
+delegate, the agents channel for message_agent, the daemon's routine scheduler for
+cronjob_manage, the runtime's registry for tool_search. Nothing here is looked up by home.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from atlas.agents.channel import AGENTS_CHANNEL, AgentChannel, Delivery
+from atlas.agents.subagents import SubagentManager, new_id
+from atlas.channels.base import Address
+from atlas.dispatch import Dispatcher
+from atlas.errors import ToolError
+from atlas.home import Bot
+from atlas.routines.scheduler import RoutineScheduler
+from atlas.tools.registry import RunContext, ToolRegistry
+
+log = logging.getLogger(__name__)
+
+
+class HomeServices:
+    """AgentServices over one running Dispatcher."""
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.dispatcher = dispatcher
+        self._subagents: SubagentManager | None = None
+        self._routines: RoutineScheduler | None = None
+
+    def registry(self, bot: Bot) -> ToolRegistry:
+        return self.dispatcher.runtime.registry
+
+    @property
+    def subagents(self) -> SubagentManager:
+        """Made on first use; `close` stops the subagents still running."""
+        if self._subagents is None:
+            self._subagents = SubagentManager(self.dispatcher)
+        return self._subagents
+
+    @property
+    def routines(self) -> RoutineScheduler | None:
+        """The daemon's scheduler while it runs (from its start until its stop begins)."""
+        scheduler = self._routines
+        return scheduler if scheduler is not None and scheduler.running else None
+
+    def serve_routines(self, scheduler: RoutineScheduler) -> None:
+        """cronjob_manage uses `scheduler` while it runs (the daemon hands it in)."""
+        self._routines = scheduler
+
+    async def message_bot(self, run: RunContext, target: str, message: str) -> str:
+        channel = self.dispatcher.channels.get(AGENTS_CHANNEL)
+        if not isinstance(channel, AgentChannel):
+            raise ToolError(f"the {AGENTS_CHANNEL!r} channel is not running in this process")
+        delivery = Delivery(
+            id=new_id("msg"),
+            sender=run.bot.name,
+            target=target,
+            address=Address(target, AGENTS_CHANNEL, run.bot.name),
+            notify=run.notify,
+        )
+        text = f"[Message from bot {run.bot.name!r}, delivery {delivery.id}]\n{message}"
+        await channel.deliver(self.dispatcher, delivery, text)
+        return delivery.id
+
+    async def close(self) -> None:
+        """Stop running subagents and drop their pending notices. Call before
+        Dispatcher.shutdown()."""
+        self._routines = None
+        if self._subagents is not None:
+            await self._subagents.close()
+
+
+def provide_services(dispatcher: Dispatcher) -> HomeServices:
+    """Give the dispatcher's runs their services (replaces earlier ones)."""
+    services = HomeServices(dispatcher)
+    dispatcher.services = services
+    return services

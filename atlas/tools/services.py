@@ -1,0 +1,88 @@
+"""What tools that start work elsewhere ask of the process running them: `run.services`.
+
+delegate, message_agent, cronjob_manage and tool_search reach subagents, other
+bots, the routine scheduler and the run's tool registry through these protocols, never by
+importing the dispatcher, the agents or the scheduler: those sit above the tools and import
+them. The dispatcher's layer implements them (atlas/agents/services.py) and puts one object
+into every RunContext it makes. `run.services is None`: no dispatcher runs around this call
+(a test, `atlas budget`); each tool says what it needs then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from atlas.home import Bot
+    from atlas.routines.store import Routine, RoutineStore
+    from atlas.tools.registry import Notifier, RunContext, ToolRegistry
+
+# What a tool may say when a service needs a running dispatcher and there is none.
+NEEDS_DISPATCHER = "no running dispatcher around this run: this needs the daemon or `atlas chat`"
+
+
+class SubagentView(Protocol):
+    @property
+    def id(self) -> str: ...
+    @property
+    def goal(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+
+
+class BatchView(Protocol):
+    @property
+    def id(self) -> str: ...
+    @property
+    def subagents(self) -> Sequence[SubagentView]: ...
+    def report(self) -> str: ...
+
+
+BatchT = TypeVar("BatchT", bound=BatchView)
+SubagentT = TypeVar("SubagentT", bound=SubagentView)
+
+
+class Subagents(Protocol[BatchT, SubagentT]):
+    """delegate's subagents: child runs in the background (atlas/agents/subagents.py)."""
+
+    async def spawn(self, run: RunContext, tasks: list[tuple[str, str]]) -> BatchT: ...
+    async def wait(self, batch: BatchT) -> None: ...
+    def notify_when_done(self, batch: BatchT, notify: Notifier) -> None: ...
+    async def listing(self, run: RunContext) -> list[dict[str, Any]]: ...
+    def find(self, run: RunContext, subagent_id: str) -> SubagentT | None: ...
+    async def delegation(self, subagent_id: str) -> dict[str, Any] | None: ...
+    def steer(self, sub: SubagentT, message: str) -> None: ...
+    def stop(self, sub: SubagentT, reason: str) -> None: ...
+
+
+class Routines(Protocol):
+    """cronjob_manage's view of the running routine scheduler (atlas/routines/scheduler.py)."""
+
+    @property
+    def store(self) -> RoutineStore: ...
+    async def sync(self) -> None: ...
+    async def run_now(self, routine: Routine) -> int: ...
+    def next_fire_time(self, routine_id: int) -> datetime | None: ...
+
+
+class AgentServices(Protocol):
+    """The services of a running home, one object per dispatcher."""
+
+    def registry(self, bot: Bot) -> ToolRegistry:
+        """The tools the bot's runs have (tool_search loads the deferred ones)."""
+        ...
+
+    @property
+    def subagents(self) -> Subagents[Any, Any]: ...
+
+    @property
+    def routines(self) -> Routines | None:
+        """The running scheduler; None when none runs in this process (only the daemon's)."""
+        ...
+
+    async def message_bot(self, run: RunContext, target: str, message: str) -> str:
+        """Start a turn of bot `target` in its conversation with run.bot; the reply comes back
+        later through run.notify. Returns the delivery id; ToolError when it cannot go."""
+        ...
