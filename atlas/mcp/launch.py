@@ -45,7 +45,7 @@ def server_data_dir(home: Home, name: str) -> Path:
 
 
 def runs_sandboxed(home: Home, server: StdioServer) -> bool:
-    from atlas.sandbox.launcher import sandbox_enabled
+    from atlas.sandbox.policy import sandbox_enabled
 
     return server.sandbox and sandbox_enabled(home)
 
@@ -101,7 +101,8 @@ class _ServerAsBot:
 def _sandboxed_argv(
     home: Home, server: StdioServer, data: Path, cwd: Path, socket: Path | None
 ) -> list[str]:
-    from atlas.sandbox.launcher import SandboxUnavailable, policy_for, sandbox_argv
+    from atlas.sandbox.launcher import SandboxUnavailable, sandbox_argv
+    from atlas.sandbox.policy import policy_for
 
     # The home's standard policy (the home and the credentials hidden, allow-listed env,
     # [sandbox] hidden and env of config.toml), with the server's folder as its workspace.

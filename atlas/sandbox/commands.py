@@ -14,14 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from atlas.errors import ToolError
-from atlas.sandbox.launcher import (
-    SandboxPolicy,
-    policy_for,
-    probe,
-    probed,
-    sandbox_argv,
-    sandbox_enabled,
-)
+from atlas.sandbox.launcher import SandboxPolicy, probe, probed, sandbox_argv
+from atlas.sandbox.policy import policy_for, sandbox_enabled
 from atlas.secrets import command_env
 from atlas.tools.registry import RunContext, effective_mode
 
@@ -29,6 +23,17 @@ if TYPE_CHECKING:
     from atlas.sandbox.proxy import DomainAsker
 
 log = logging.getLogger(__name__)
+
+# No command may wait for a pager, a terminal or a password prompt: nobody is there to answer.
+QUIET_ENV = {
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "MANPAGER": "cat",
+    "NO_COLOR": "1",
+    "CLICOLOR": "0",
+    "TERM": "dumb",
+    "GIT_TERMINAL_PROMPT": "0",
+}
 
 DOMAINS_KEY = "sandbox_domains"  # run.state.tool_state: domains the person let commands reach
 ALLOW, DENY = "Allow for this conversation", "Deny"
@@ -105,8 +110,6 @@ async def _proxy_channel(run: RunContext) -> AsyncIterator[Path | None]:
 
 
 def sandbox_policy(run: RunContext, workdir: Path, proxy_socket: Path | None) -> SandboxPolicy:
-    from atlas.tools.shell import QUIET_ENV
-
     read_only = effective_mode(run) == "read-only"
     policy = policy_for(run.home, run.bot, read_only=read_only, proxy_socket=proxy_socket)
     return replace(policy, cwd=workdir, env={**policy.env, **QUIET_ENV})
@@ -117,8 +120,6 @@ async def launch(
     run: RunContext, command: str, workdir: Path, *, sandbox: bool = True
 ) -> AsyncIterator[Launch]:
     """The launch of `command`, valid while the context lasts (its proxy channel with it)."""
-    from atlas.tools.shell import QUIET_ENV
-
     argv = ["bash", "-c", command]
     if not sandbox_enabled(run.home):
         yield Launch(command, argv, {**command_env(run.home), **QUIET_ENV}, workdir, False)

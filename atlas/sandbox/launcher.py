@@ -271,18 +271,12 @@ def sandbox_argv(argv: Sequence[str], policy: SandboxPolicy) -> list[str]:
     return [*command, "--", *argv]
 
 
-# The standard policy of a bot lives next door; these names are part of this module's interface.
-from atlas.sandbox.policy import allowed_env, policy_for, sandbox_enabled  # noqa: E402
-
 __all__ = [
     "PROXY_URL",
     "SandboxPolicy",
     "SandboxUnavailable",
     "Variant",
-    "allowed_env",
-    "policy_for",
     "probe",
     "probed",
     "sandbox_argv",
-    "sandbox_enabled",
 ]

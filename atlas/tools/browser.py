@@ -143,7 +143,8 @@ async def _launch(
     run: RunContext, config: dict[str, Any], workspace: Path, exits: contextlib.AsyncExitStack
 ) -> tuple[list[str], dict[str, str]]:
     """The worker's command line and environment: in the sandbox unless it is off."""
-    from atlas.sandbox.launcher import allowed_env, policy_for, probe, sandbox_argv
+    from atlas.sandbox.launcher import probe, sandbox_argv
+    from atlas.sandbox.policy import allowed_env, policy_for
 
     argv = [sys.executable, "-m", "atlas.tools.browser_worker", json.dumps(config)]
     env = {**allowed_env(run.home, run.bot), "BH_AGENT_WORKSPACE": str(workspace)}
@@ -174,7 +175,7 @@ def _display_env() -> dict[str, str]:
 
 
 async def _start_worker(run: RunContext, mode: Mode) -> _Worker:
-    from atlas.sandbox.launcher import sandbox_enabled
+    from atlas.sandbox.policy import sandbox_enabled
 
     sandboxed = sandbox_enabled(run.home)
     config, workspace, log_path = _worker_config(run, mode, sandboxed)

@@ -40,17 +40,6 @@ MAX_TIMEOUT = 600
 OUTPUT_CAP = 5_000_000  # bytes kept from a foreground command; the rest is counted, not stored
 DRAIN_SECONDS = 1.0  # after the shell exits, how long to wait for output still in the pipe
 
-# No command may wait for a pager, a terminal or a password prompt: nobody is there to answer.
-QUIET_ENV = {
-    "PAGER": "cat",
-    "GIT_PAGER": "cat",
-    "MANPAGER": "cat",
-    "NO_COLOR": "1",
-    "CLICOLOR": "0",
-    "TERM": "dumb",
-    "GIT_TERMINAL_PROMPT": "0",
-}
-
 
 class _OutputSink(asyncio.Protocol):
     """Keeps the first `cap` bytes read from a pipe, counts the rest, and says when it closes."""

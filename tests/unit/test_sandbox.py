@@ -12,14 +12,8 @@ import pytest
 from atlas.home import Home
 from atlas.sandbox import launcher
 from atlas.sandbox.commands import HINT, Launch, domain_asker, with_hint
-from atlas.sandbox.launcher import (
-    SandboxPolicy,
-    SandboxUnavailable,
-    Variant,
-    allowed_env,
-    policy_for,
-    sandbox_argv,
-)
+from atlas.sandbox.launcher import SandboxPolicy, SandboxUnavailable, Variant, sandbox_argv
+from atlas.sandbox.policy import allowed_env, policy_for
 from tests.helpers import BASE_CONFIG, make_home, run_context
 
 
