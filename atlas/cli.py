@@ -76,10 +76,24 @@ def cmd_trust_check(args: argparse.Namespace) -> int:
     from atlas.home import Home
     from atlas.trust.check import check_main
 
-    root = _home_path(args)
+    # `trust check --home DIR -- CMD`: its own --home (the last before `--`) names the home.
+    given = _option_before_dashes(args.check_args, "--home")
+    root = Path(given).expanduser() if given else _home_path(args)
     # The home's deny list counts when there is a home; the rules work without one.
     deny = Home(root).settings.trust.deny if (root / "config.toml").exists() else []
     return check_main(["--home", str(root), *args.check_args], deny=deny)
+
+
+def _option_before_dashes(argv: list[str], option: str) -> str | None:
+    """The value of the last `option VALUE` or `option=VALUE` before a `--`, if any."""
+    words = argv[: argv.index("--")] if "--" in argv else argv
+    found = None
+    for index, word in enumerate(words):
+        if word == option and index + 1 < len(words):
+            found = words[index + 1]
+        elif word.startswith(option + "="):
+            found = word.split("=", 1)[1]
+    return found
 
 
 def cmd_trust_log(args: argparse.Namespace) -> int:
@@ -144,7 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--no-stream", action="store_true", help="print replies whole")
     chat.set_defaults(func=cmd_chat)
 
-    doctor = sub.add_parser("doctor", help="check the home, config, provider, rg and chromium")
+    doctor = sub.add_parser(
+        "doctor", help="check the home, config, provider, rg, the sandbox and optional parts"
+    )
     doctor.add_argument("--offline", action="store_true", help="skip the provider call")
     doctor.set_defaults(func=cmd_doctor)
 

@@ -52,3 +52,15 @@ def test_the_readme_table_runs_on_a_fresh_home(tmp_path: Path) -> None:
     assert (home / "skills" / "hello-skill" / "SKILL.md").is_file()
     assert "Fixed cost of every request" in runs["budget"].out
     assert len(runs["next"].lines()) == 5
+
+
+def test_trust_check_reads_the_deny_list_of_its_own_home_option(tmp_path: Path) -> None:
+    """`atlas trust check --home DIR -- CMD`: DIR's [trust] deny counts, not ~/.atlas's."""
+    home = tmp_path / "home"
+    assert run_atlas("init", "--home", str(home), home=None).code == 0
+    config = home / "config.toml"
+    config.write_text(config.read_text().replace("deny = []", 'deny = ["git push*"]'))
+    done = run_atlas(
+        "trust", "check", "--json", "--home", str(home), "--", "git", "push", home=None
+    )
+    assert json.loads(done.out)["verdict"] == "block", done.out + done.err
