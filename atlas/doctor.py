@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import sysconfig
 from dataclasses import dataclass
@@ -145,16 +146,7 @@ async def run_checks(root: Path, *, offline: bool = False) -> list[Check]:
 
 def optional_checks(home) -> list[Check]:  # type: ignore[no-untyped-def]
     """The parts Atlas runs without: each missing one is a warning naming what it enables."""
-    chromium = find_chromium()
-    checks = [
-        Check(
-            "chromium",
-            bool(chromium),
-            chromium or "not found: the browser_exec tool is unavailable (everything else works)",
-            "to browse pages with browser_exec: `sudo apt-get install chromium`",
-            optional=True,
-        )
-    ]
+    checks = [_chromium_check(home)]
     if home is None or home.settings.sandbox.enabled:
         socat = shutil.which("socat")
         checks.append(
@@ -167,6 +159,22 @@ def optional_checks(home) -> list[Check]:  # type: ignore[no-untyped-def]
             )
         )
     return checks
+
+
+def _chromium_check(home) -> Check:  # type: ignore[no-untyped-def]
+    """browser_exec runs the Chromium at [browser] chrome: that one must be there."""
+    found = find_chromium()
+    unavailable = "the browser_exec tool is unavailable (everything else works)"
+    install = "to browse pages with browser_exec: `sudo apt-get install chromium`"
+    if home is None:
+        return Check("chromium", bool(found), found or f"not found: {unavailable}", install, True)
+    configured = Path(home.settings.browser.chrome).expanduser()
+    if configured.is_file() and os.access(configured, os.X_OK):
+        return Check("chromium", True, str(configured))
+    if found:  # installed, but not where config.toml points
+        fix = f'set [browser] chrome = "{found}" in {home.config_path}'
+        return Check("chromium", False, f"none at {configured}: {unavailable}", fix, True)
+    return Check("chromium", False, f"none at {configured}: {unavailable}", install, True)
 
 
 def _mark(check: Check) -> str:

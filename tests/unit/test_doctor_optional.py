@@ -8,7 +8,13 @@ import pytest
 
 from atlas import doctor as doctor_module
 from atlas.doctor import Check, doctor
-from tests.helpers import make_home
+from tests.helpers import BASE_CONFIG, make_home
+
+NO_CHROME = BASE_CONFIG + '\n[browser]\nchrome = "/nonexistent/chromium"\n'
+
+
+def home_without_chromium(root: Path) -> None:
+    make_home(root, config=NO_CHROME.format(base_url="http://127.0.0.1:9/v1"))
 
 
 @pytest.fixture
@@ -25,7 +31,7 @@ def nothing_optional(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_offline_doctor_exits_0_without_the_optional_parts(
     tmp_path: Path, nothing_optional: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    make_home(tmp_path / "home")
+    home_without_chromium(tmp_path / "home")
     code = await doctor(tmp_path / "home", offline=True)
     out = capsys.readouterr().out
     assert code == 0, out
@@ -48,3 +54,19 @@ async def test_a_required_failure_still_exits_1(
     assert code == 1
     assert "[FAIL] home and config" in out
     assert "[warn] chromium" in out
+
+
+async def test_chromium_elsewhere_than_config_says_names_the_setting(
+    tmp_path: Path,
+    nothing_optional: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """browser_exec runs [browser] chrome: a Chromium elsewhere does not make it work."""
+    home_without_chromium(tmp_path / "home")
+    monkeypatch.setattr(doctor_module, "find_chromium", lambda: "/usr/bin/chromium-browser")
+    code = await doctor(tmp_path / "home", offline=True)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "[warn] chromium: none at /nonexistent/chromium" in out
+    assert 'set [browser] chrome = "/usr/bin/chromium-browser"' in out
