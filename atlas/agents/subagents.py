@@ -18,7 +18,7 @@ import asyncio
 import logging
 import secrets
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from atlas.agent.spill import spill
 from atlas.providers.base import Usage
@@ -266,7 +266,7 @@ class SubagentManager:
 
     # ---- list, steer, stop -------------------------------------------------------------------
 
-    async def delegation(self, subagent_id: str) -> dict[str, object] | None:
+    async def delegation(self, subagent_id: str) -> dict[str, Any] | None:
         """A subagent's row in atlas.db, also once it has ended."""
         return await self.records.delegation(subagent_id)
 
