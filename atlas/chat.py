@@ -84,6 +84,17 @@ async def chat(
     return 1 if console.failed_turns and not interactive else 0
 
 
+async def _wait_for_its_server(mcp: McpManager, tool: str) -> None:
+    """`mcp__<server>__…`: a server still starting after [mcp] startup_wait (a slow machine)
+    is waited for up to its connect timeout; one that failed is not (the error says why)."""
+    deadline = asyncio.get_running_loop().time() + mcp.timeouts.connect
+    while asyncio.get_running_loop().time() < deadline:
+        ours = [s for s in mcp.status() if tool.startswith(f"mcp__{s.name}__")]
+        if not ours or ours[0].state != "starting":
+            return
+        await asyncio.sleep(0.05)
+
+
 async def run_one_tool(home: Home, bot_name: str | None, name: str, json_args: str) -> int:
     """Run one tool as the bot would, through the gate; print its result. Exit 1 on an error."""
     bot = home.bot(bot_name)
@@ -97,6 +108,7 @@ async def run_one_tool(home: Home, bot_name: str | None, name: str, json_args: s
     try:
         if built_in.get(name) is None:
             await mcp.start()
+            await _wait_for_its_server(mcp, name)
         store = await runtime.store(bot)
         conversation = await store.conversation("console", "atlas-tool", bot=bot.name)
 
