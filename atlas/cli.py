@@ -31,6 +31,10 @@ def cmd_init(args: argparse.Namespace) -> int:
     created = init_home(root)
     for path in created:
         print(f"created {path}")
+    from atlas.migrate_profile import migrate_home
+
+    for line in migrate_home(root):  # an older home: the shared USER.md, the main's skills
+        print(line)
     print(f"home ready at {root}" + ("" if created else " (nothing to create: every file exists)"))
     config = root / "config.toml"
     home_flag = "" if args.home is None else f" --home {args.home}"

@@ -20,6 +20,7 @@ from atlas.errors import ConfigError
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
 MODEL_PATTERN = r"^[A-Za-z0-9_.-]+/.+$"
+SKILL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"  # as atlas/skills/library.py
 
 ModelT = TypeVar("ModelT", bound="Strict")
 
@@ -198,12 +199,27 @@ class BotSettings(Strict):
     model: ModelName | None = None  # default: config.toml's model
     fallback_model: ModelName | None = None
     tools: list[str] | None = None  # None or empty: every tool
+    # The home library's skills this bot sees besides its own: None (absent) all, [] none.
+    # Names are checked at home load; one not in the library is a warning, as the main bot
+    # may create it later (atlas/home.py).
+    skills: list[str] | None = None
     mcp_servers: dict[str, dict[str, Any]] = Field(default_factory=dict)
     channels: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # ask: the gate asks the guardian and the person; auto: skips the guardian only;
     # read-only: no write_file/edit_file, and commands that are not clearly read-only ask.
     mode: Literal["ask", "auto", "read-only"] = "ask"
     sandbox: BotSandboxSettings = Field(default_factory=BotSandboxSettings)
+
+    @field_validator("skills")
+    @classmethod
+    def _skill_names(cls, names: list[str] | None) -> list[str] | None:
+        for name in names or []:
+            if not re.fullmatch(SKILL_NAME_PATTERN, name):
+                raise ValueError(
+                    f"{name!r} is not a skill name (1-64 lowercase letters, digits, '-' and '_', "
+                    "starting with a letter or digit)"
+                )
+        return names
 
 
 _KEY_PART = r"""(?:"[^"]*"|'[^']*'|[A-Za-z0-9_-]+)"""

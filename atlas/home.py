@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -13,6 +14,7 @@ from atlas.config import NAME_PATTERN, BotSettings, Settings, load_bot_settings,
 from atlas.errors import AtlasError, ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+log = logging.getLogger(__name__)
 
 
 def default_home() -> Path:
@@ -45,7 +47,14 @@ class Bot:
 
     @property
     def skills_dir(self) -> Path:
-        return self.root / "skills"
+        """Where this bot's own skills live: the home's library for the main bot, which owns
+        it; `bots/<name>/skills/` for any other."""
+        return self.home.skills_dir if self.is_main else self.root / "skills"
+
+    @property
+    def listed_skills(self) -> list[str] | None:
+        """The library skills this bot sees besides its own (bot.toml `skills`; None: all)."""
+        return None if self.is_main else self.settings.skills
 
     @property
     def workspace(self) -> Path:
@@ -95,6 +104,11 @@ class Home:
                 f"{self.config_path}: main = {self.settings.main!r}, but there is no "
                 f"{self.bots_dir / self.settings.main / 'bot.toml'}"
             )
+        from atlas.migrate_profile import migrate_home
+
+        for line in migrate_home(self.root, self.settings.main):
+            log.warning("home layout migrated: %s", line)  # once: the person should see it
+        self._check_listed_skills()
 
     @property
     def config_path(self) -> Path:
@@ -110,7 +124,13 @@ class Home:
 
     @property
     def skills_dir(self) -> Path:
+        """The home's skill library: the main bot's skills, which other bots may list."""
         return self.root / "skills"
+
+    @property
+    def user_profile_path(self) -> Path:
+        """USER.md, who the user is: one profile every bot reads and writes (`memory` user)."""
+        return self.root / "USER.md"
 
     @property
     def db_path(self) -> Path:
@@ -130,6 +150,25 @@ class Home:
     def jobs_dir(self) -> Path:
         """Output of background commands."""
         return self.root / "jobs"
+
+    def _check_listed_skills(self) -> None:
+        """A bot.toml `skills` entry the library lacks is a warning, not an error: the main bot
+        may create that skill later, and the bot sees it from then on."""
+        for bot in self.bots.values():
+            if bot.is_main and bot.settings.skills is not None:
+                log.warning(
+                    "%s: `skills` is ignored for the main bot: the library is its own",
+                    bot.root / "bot.toml",
+                )
+                continue
+            missing = [n for n in bot.settings.skills or [] if not (self.skills_dir / n).is_dir()]
+            if missing:
+                log.warning(
+                    "%s: skills = %s: not in the library %s (yet)",
+                    bot.root / "bot.toml",
+                    ", ".join(missing),
+                    self.skills_dir,
+                )
 
     def _load_bots(self) -> dict[str, Bot]:
         bots: dict[str, Bot] = {}
@@ -200,6 +239,8 @@ def init_home(root: Path, source: Path = REPO_ROOT) -> list[Path]:
     for sub in ("skills",):
         (root / sub).mkdir(parents=True, exist_ok=True)
     for bot_toml in (root / "bots").glob("*/bot.toml"):
-        for sub in ("memory", "skills", "workspace"):
+        # No skills/ here: the main bot's skills are the home's library, and another bot's
+        # folder is made with it (atlas/newbot.py) or at its first skill.
+        for sub in ("memory", "workspace"):
             (bot_toml.parent / sub).mkdir(exist_ok=True)
     return created

@@ -27,7 +27,7 @@ def system_sections(run: RunContext) -> list[tuple[str, str]]:
     sections = [
         ("mission", bot.mission() or f"You are {bot.settings.title or bot.name}, an assistant.")
     ]
-    user_notes = _read(bot.memory_dir / "USER.md")
+    user_notes = _read(run.home.user_profile_path)  # the home's profile: every bot reads it
     memory_notes = _read(bot.memory_dir / "MEMORY.md")
     if user_notes:
         sections.append(("memory: USER.md", f"# About the user\n{user_notes}"))

@@ -1,5 +1,6 @@
 """Background review: when a conversation goes quiet, a run reads it and may keep what was
-learned — facts about the user in memory, a procedure worked out as a skill.
+learned — facts about the user in the home's shared profile (USER.md, which every bot reads),
+lessons in the bot's own MEMORY.md, a procedure worked out as a skill.
 
 The review runs in a conversation of its own and never writes to the one it reads. Its gate lets
 through only reading and skill tools and `memory`; there an add goes in, but a replace or a remove
@@ -33,8 +34,9 @@ NOTHING = "[NOTHING]"
 REVIEW_PROMPT = """\
 This is a background review of a conversation you had (below, as data). Keep what will help in
 later conversations, and nothing else:
-- durable facts about the user (who they are, preferences) → `memory` with target user;
-- lessons about tools, setup or this machine → `memory` with target memory;
+- durable facts about the user (who they are, preferences) → `memory` with target user: the
+  home's one profile of the user, which every bot reads;
+- lessons about tools, setup or this machine → `memory` with target memory, your own notes;
 - a multi-step procedure that worked and will recur → a skill with `skill_manage`
   (check `use_skill`'s list first: patch an existing skill rather than duplicate it).
 Do not record task progress or anything already in memory. If nothing is worth keeping, answer
@@ -87,9 +89,13 @@ class ReviewGate(BaseGate):
             + (f" → “{str(op.get('content', ''))[:120]}”" if op["action"] == "replace" else "")
             for op in changes
         )
+        notes = (  # the profile is every bot's: say so, the person approves for all of them
+            "the profile of you that every bot of this home reads"
+            if args.get("target") == "user"
+            else f"my {args.get('target')} notes"
+        )
         return Ask(
-            f"Looking back at our conversation, I would change my {args.get('target')} "
-            f"notes: {shown}. Approve?",
+            f"Looking back at our conversation, I would change {notes}: {shown}. Approve?",
             "review:memory-change",
         )
 

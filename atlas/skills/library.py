@@ -1,7 +1,8 @@
 """Skills on disk: `skills/<name>/SKILL.md` (YAML frontmatter, then instructions) and its files.
 
-A run sees the home's library (`<home>/skills/`) and its bot's own (`bots/<name>/skills/`); the
-bot's skill wins on a name clash. Folders starting with "." (archives, history, staging) are not
+The home's library (`<home>/skills/`) holds the main bot's skills. Any other bot sees its own
+(`bots/<name>/skills/`) plus the library skills its bot.toml lists (`skills = [...]`; absent: all);
+its own skill wins on a name clash. Folders starting with "." (archives, history, staging) are not
 skills. Skills written for Claude Code work as they are: their `allowed-tools` names are mapped to
 Atlas's tools (see atlas/skills/claude_code.py).
 """
@@ -10,17 +11,18 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from atlas.agent.tokens import count_tokens
+from atlas.config import SKILL_NAME_PATTERN
 from atlas.errors import AtlasError
 
 SKILL_FILE = "SKILL.md"
 SUBFOLDERS = ("references", "templates", "scripts", "assets")
-SKILL_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+SKILL_NAME = re.compile(SKILL_NAME_PATTERN)
 INDEX_DESCRIPTION_CHARS = 60
 MAX_LISTED_FILES = 100
 _FRONTMATTER = re.compile(r"\A\ufeff?---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
@@ -139,10 +141,24 @@ def _skill_folders(root: Path) -> Iterable[Path]:
     )
 
 
-def any_skill(home_skills: Path, bot_skills: Path) -> bool:
-    """Whether either folder holds a skill. Asked every round (use_skill's availability), so
-    the answer is kept until a folder's modification time changes (a skill added or removed)."""
-    return any(_has_skill(root, _mtime(root)) for root in (home_skills, bot_skills))
+def _sources(
+    home_skills: Path, bot_skills: Path, listed: Collection[str] | None
+) -> list[tuple[Path, Origin, Collection[str] | None]]:
+    """(folder, origin, names it may give, None: any). The main bot's own folder is the
+    library: then its skills are all its own."""
+    if home_skills == bot_skills:
+        return [(bot_skills, "bot", None)]
+    return [(home_skills, "home", listed), (bot_skills, "bot", None)]
+
+
+def any_skill(home_skills: Path, bot_skills: Path, listed: Collection[str] | None = None) -> bool:
+    """Whether the bot sees a skill. Asked every round (use_skill's availability), so each
+    folder's names are kept until its modification time changes (a skill added or removed)."""
+    for root, _, allowed in _sources(home_skills, bot_skills, listed):
+        names = _skill_names(root, _mtime(root))
+        if names if allowed is None else names.intersection(allowed):
+            return True
+    return False
 
 
 def _mtime(folder: Path) -> int:
@@ -153,17 +169,20 @@ def _mtime(folder: Path) -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def _has_skill(root: Path, mtime_ns: int) -> bool:
-    return any(True for _ in _skill_folders(root))
+def _skill_names(root: Path, mtime_ns: int) -> frozenset[str]:
+    return frozenset(folder.name for folder in _skill_folders(root))
 
 
-def discover(home_skills: Path, bot_skills: Path) -> Library:
-    """Every readable skill, the bot's winning over the home's of the same name."""
+def discover(home_skills: Path, bot_skills: Path, listed: Collection[str] | None = None) -> Library:
+    """Every readable skill the bot sees: its own, and the library's that `listed` names (None:
+    all); its own wins over the library's of the same name."""
     library = Library()
-    for root, origin in ((home_skills, "home"), (bot_skills, "bot")):
+    for root, origin, allowed in _sources(home_skills, bot_skills, listed):
         for folder in _skill_folders(root):
+            if allowed is not None and folder.name not in allowed:
+                continue
             try:
-                skill = load_skill(folder, origin)  # type: ignore[arg-type]
+                skill = load_skill(folder, origin)
             except SkillError as exc:
                 library.problems.append(str(exc))
                 continue

@@ -24,6 +24,8 @@ MAX_MESSAGE_CHARS = 16_000
 def _when_other_bots(run: RunContext) -> str | None:
     if run.run_kind == "subagent":
         return "not available to subagents"
+    if run.run_kind == "routine":  # a routine reports to its person; its run has no reply to await
+        return "not available in a routine run"
     if len(run.home.bots) < 2:
         return "not available: this home has only one bot"
     return None

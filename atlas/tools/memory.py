@@ -1,4 +1,7 @@
-"""memory: the bot's two note files, USER.md (who the user is) and MEMORY.md (what it learned).
+"""memory: two note files, USER.md (who the user is) and MEMORY.md (what the bot learned).
+
+USER.md is the home's profile of the user, `<home>/USER.md`, shared by every bot: what one bot
+learns about the user, all of them know. MEMORY.md is each bot's own, `bots/<name>/memory/`.
 
 A file is a list of entries, one per paragraph: entries are separated by a blank line, and a blank
 line inside new content is folded to a single line break so an entry stays one paragraph. The
@@ -6,11 +9,14 @@ files are read into the system prompt when a conversation starts, so a change sh
 conversation on.
 
 A call's operations apply together or not at all: they run on a copy, the result is checked
-against the file's limit once at the end, and the file is replaced atomically.
+against the file's limit once at the end, and the file is replaced atomically. The read, the
+change and the replace happen under a file lock (atlas/locks.py), so two bots, or two processes,
+writing the shared USER.md at once never lose each other's update.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import tempfile
@@ -21,6 +27,7 @@ from typing import Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from atlas.errors import ToolError
+from atlas.locks import held
 from atlas.tools.registry import RunContext, Tool, tool
 from atlas.trust.threats import scan
 
@@ -170,6 +177,34 @@ def _not_for_subagents(run: RunContext) -> str | None:
     return "not available to subagents" if run.run_kind == "subagent" else None
 
 
+def memory_path(run: RunContext, target: str) -> Path:
+    """Where a target's file lives: the home's shared profile, or the bot's own notes."""
+    if target == "user":
+        return run.home.user_profile_path
+    return run.bot.memory_dir / MEMORY_FILES[target].file_name
+
+
+def change_file(path: Path, spec: MemoryFile, operations: list[MemoryOperation]) -> str:
+    """Apply a call's operations to one file under its lock; the answer, or ToolError."""
+    with held(path):
+        before = read_entries(path)
+        after, summary = apply_operations(before, operations)
+        _refuse_joined_threat(spec.file_name, before, after)
+        # A file already over its limit (a merge of several bots' profiles) may still be
+        # trimmed: only a change that leaves it over the limit and larger is refused.
+        if _size(after) > spec.limit and _size(after) > _size(before):
+            raise ToolError(_over_limit(spec.file_name, spec.limit, before, after))
+        if after != before:
+            _write_atomically(path, render(after))
+    size = _size(after)
+    over = " Over the limit: shorten or remove entries." if size > spec.limit else ""
+    return (
+        f"{spec.file_name}: {summary}; now {size:,}/{spec.limit:,} characters "
+        f"({size * 100 // spec.limit}%), {len(after)} entries. Shown from the next "
+        f"conversation.{over}"
+    )
+
+
 @tool(aliases={"new_text": "content"}, available=_not_for_subagents)
 async def memory(
     run: RunContext,
@@ -180,10 +215,10 @@ async def memory(
     old_text: str = "",
 ) -> str:
     """Durable notes, in your system prompt from the next conversation. target user: who the
-    user is, preferences (1,375 chars); memory: lessons, facts about tools and setup (2,200).
-    One entry per paragraph. add: content; replace: the entry holding old_text becomes content;
-    remove: the entry holding old_text. Several changes: `operations`, applied all or none.
-    Not for task progress."""
+    user is, preferences (1,375 chars), shared by every bot of this home; memory: your own
+    lessons, facts about tools and setup (2,200). One entry per paragraph. add: content;
+    replace: the entry holding old_text becomes content; remove: the entry holding old_text.
+    Several changes: `operations`, applied all or none. Not for task progress."""
     spec = MEMORY_FILES[target]
     if operations and action:
         raise ToolError("give either `operations` or a single `action`, not both")
@@ -195,20 +230,8 @@ async def memory(
         raise ToolError("with `operations`, put content and old_text inside each operation")
     # The registry hands nested models over as dicts (model_dump): make them models again.
     operations = [MemoryOperation.model_validate(op) for op in operations]
-    path = run.bot.memory_dir / spec.file_name
-    # No await between this read and the replace: two calls in one event loop cannot interleave.
-    before = read_entries(path)
-    after, summary = apply_operations(before, operations)
-    _refuse_joined_threat(spec.file_name, before, after)
-    if _size(after) > spec.limit:
-        raise ToolError(_over_limit(spec.file_name, spec.limit, before, after))
-    if after != before:
-        _write_atomically(path, render(after))
-    size = _size(after)
-    return (
-        f"{spec.file_name}: {summary}; now {size:,}/{spec.limit:,} characters "
-        f"({size * 100 // spec.limit}%), {len(after)} entries. Shown from the next conversation."
-    )
+    # In a thread: the lock may wait for another process, and the event loop must not.
+    return await asyncio.to_thread(change_file, memory_path(run, target), spec, operations)
 
 
 MEMORY_TOOLS: list[Tool] = [memory]

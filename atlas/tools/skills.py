@@ -1,19 +1,23 @@
 """use_skill (load a skill's instructions) and skill_manage (create and change the bot's skills).
 
-skill_manage works on the bot's own skills (`bots/<name>/skills/`). Changing a skill of the home's
-library makes the bot its own copy first (the bot's wins on a name clash), so one bot never
-rewrites what other bots use. A call's operations are applied to a staged copy and installed
-only when all of them succeeded; the previous version is kept (atlas/skills/versions.py).
+skill_manage works on the bot's own skills: the main bot's are the home's library
+(`<home>/skills/`), another bot's are in `bots/<name>/skills/`. When another bot changes a library
+skill it lists, it gets its own copy first (its own wins on a name clash), so it never rewrites
+what other bots use. Each operation names its skill; a call's operations are applied to staged
+copies and installed only when all of them succeeded; the previous version is kept
+(atlas/skills/versions.py).
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
+from pydantic.json_schema import SkipJsonSchema
 
 from atlas.errors import ToolError
 from atlas.skills import versions
@@ -45,7 +49,7 @@ _IN_USE_KEY = "use_skill.in_use"
 
 
 def library_for(run: RunContext) -> Library:
-    return discover(run.home.skills_dir, run.bot.skills_dir)
+    return discover(run.home.skills_dir, run.bot.skills_dir, run.bot.listed_skills)
 
 
 def context_window(run: RunContext) -> int:
@@ -56,7 +60,7 @@ def context_window(run: RunContext) -> int:
 
 
 def _when_a_skill_exists(run: RunContext) -> str | None:
-    if any_skill(run.home.skills_dir, run.bot.skills_dir):
+    if any_skill(run.home.skills_dir, run.bot.skills_dir, run.bot.listed_skills):
         return None
     return "not available: there are no skills yet"
 
@@ -135,11 +139,20 @@ def carried_skills(run: RunContext) -> list[tuple[str, str]]:
 SkillAction = Literal["create", "patch", "write_file", "remove_file", "delete", "restore"]
 
 
-class SkillOperation(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+def _name_required(schema: dict[str, Any]) -> None:
+    """`name` has a default only so that a call with the older top-level `name` validates;
+    the model is told each operation names its skill."""
+    schema["required"] = ["name", *[key for key in schema.get("required", []) if key != "name"]]
+    schema["properties"]["name"].pop("default", None)
 
+
+class SkillOperation(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_name_required)
+
+    name: str = ""
     action: SkillAction
     content: str = ""
+    file_content: str = ""  # write_file's text (the reference's name); `content` is its alias
     old_string: str = ""
     new_string: str = ""
     replace_all: bool = False
@@ -201,11 +214,19 @@ def _refuse_new_threats(work: Path, original: Path | None) -> None:
             )
 
 
+def _text(op: SkillOperation, where: str) -> str:
+    """An operation's text: `file_content` and `content` are one field under two names (the
+    reference's for write_file, and the older one), so either spelling works for any action."""
+    if op.content and op.file_content and op.content != op.file_content:
+        raise ToolError(f"{where}: content and file_content disagree; give one")
+    return op.file_content or op.content
+
+
 def _patched(original: str, op: SkillOperation, relative: PurePosixPath, where: str) -> str:
     if not op.old_string:
-        if not op.content:
+        if not (text := _text(op, where)):
             raise ToolError(f"{where}: give old_string and new_string, or the whole new content")
-        return _checked_text(op.content, relative, where)
+        return _checked_text(text, relative, where)
     count = original.count(op.old_string)
     if count == 0:
         raise ToolError(f"{where}: old_string not found in {relative}; read the skill again")
@@ -223,7 +244,7 @@ def _apply(work: Path, op: SkillOperation, where: str) -> None:
     """One operation on the staged copy of a skill."""
     if op.action == "create":
         (work / SKILL_FILE).write_text(
-            _checked_text(op.content, PurePosixPath(SKILL_FILE), where), encoding="utf-8"
+            _checked_text(_text(op, where), PurePosixPath(SKILL_FILE), where), encoding="utf-8"
         )
     elif op.action == "patch":
         relative = _relative(op.file_path or SKILL_FILE, where, sub_folder_only=False)
@@ -237,7 +258,7 @@ def _apply(work: Path, op: SkillOperation, where: str) -> None:
         relative = _relative(op.file_path, where, sub_folder_only=True)
         target = work / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(_checked_text(op.content, relative, where), encoding="utf-8")
+        target.write_text(_checked_text(_text(op, where), relative, where), encoding="utf-8")
     elif op.action == "remove_file":
         relative = _relative(op.file_path, where, sub_folder_only=True)
         if not (work / relative).is_file():
@@ -293,69 +314,120 @@ def _delete_or_restore(run: RunContext, name: str, op: SkillOperation, library: 
     return f"Deleted skill {name!r}; archived in {kept} (restore brings it back)."
 
 
+@dataclass
+class _Staged:
+    """One skill's changes, made on a copy; installed only once every skill of the call staged."""
+
+    root: Path
+    name: str
+    skill: Skill | None
+    staging: Path
+    files: int = 0
+
+    def discard(self) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)  # a refused call leaves nothing behind
+
+    def install(self) -> str:
+        # Not removed if installing fails midway: the staging folder may then hold the old version.
+        kept = versions.install(self.root / self.name, self.staging / self.name)
+        self.staging.rmdir()
+        done = "created" if self.skill is None else "changed"
+        note = f"; previous version kept in {kept}" if kept else ""
+        if self.skill is not None and self.skill.origin == "home":
+            note = f"; the home library's version is untouched ({self.skill.folder})"
+        return (
+            f"Skill {self.name!r} {done} in {self.root / self.name} "
+            f"({SKILL_FILE} and {self.files} other files){note}."
+        )
+
+
 def _stage(
-    run: RunContext, name: str, operations: list[SkillOperation], skill: Skill | None
-) -> str:
+    run: RunContext, name: str, operations: list[tuple[int, SkillOperation]], skill: Skill | None
+) -> _Staged:
     root = run.bot.skills_dir
     root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=root, prefix=".staging-"))
-    work = staging / name
+    staged = _Staged(root, name, skill, Path(tempfile.mkdtemp(dir=root, prefix=".staging-")))
+    work = staged.staging / name
     try:
         if skill is None:
             work.mkdir()
         else:
             shutil.copytree(skill.folder, work, ignore=shutil.ignore_patterns(versions.HISTORY))
-        for number, op in enumerate(operations, 1):
+        for number, op in operations:
             _apply(work, op, f"operation {number} ({op.action})")
         _refuse_new_threats(work, skill.folder if skill is not None else None)
-        files = len(_validated(work, name).files())  # counted before `work` moves into place
+        staged.files = len(_validated(work, name).files())
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)  # a refused call leaves nothing behind
+        staged.discard()
         raise
-    # Not removed if installing fails midway: the staging folder may then hold the old version.
-    kept = versions.install(root / name, work)
-    staging.rmdir()
-    done = "created" if skill is None else "changed"
-    note = f"; previous version kept in {kept}" if kept else ""
-    if skill is not None and skill.origin == "home":
-        note = f"; the home library's version is untouched ({skill.folder})"
-    return f"Skill {name!r} {done} in {root / name} ({SKILL_FILE} and {files} other files){note}."
+    return staged
 
 
-@tool()
-async def skill_manage(run: RunContext, name: str, operations: list[SkillOperation]) -> str:
-    """Create or change one of your skills (a reusable procedure; SKILL.md with frontmatter name,
-    description). Operations, applied all or none: create (content: the whole SKILL.md); patch
-    (old_string/new_string, replace_all, file_path default SKILL.md; or content for the whole
-    file); write_file/remove_file (file_path under references/, templates/, scripts/ or assets/;
-    content); delete or restore (alone: restore brings back the previous version or a deleted
-    skill)."""
+def _named(op: SkillOperation, top_level: str, number: int) -> SkillOperation:
+    """The operation with its skill's name: its own, or the call's top-level `name` (the
+    older shape, still accepted)."""
+    name = op.name.strip() or top_level.strip()
+    where = f"operation {number} ({op.action})"
+    if not name:
+        raise ToolError(f"{where}: give `name`, the skill it works on")
     try:
         check_skill_name(name)
     except SkillError as exc:
-        raise ToolError(str(exc)) from None
-    if not operations:
-        raise ToolError("give at least one operation")
-    # The registry hands nested models over as dicts (model_dump): make them models again.
-    operations = [SkillOperation.model_validate(op) for op in operations]
-    library = library_for(run)
-    actions = [op.action for op in operations]
-    if {"delete", "restore"} & set(actions):
-        if len(operations) > 1:
-            raise ToolError(
-                f"{actions[0] if len(actions) == 1 else 'delete/restore'} must be alone in its call"
-            )
-        return _delete_or_restore(run, name, operations[0], library)
+        raise ToolError(f"{where}: {exc}") from None
+    return op.model_copy(update={"name": name})
+
+
+def _check_order(name: str, group: list[tuple[int, SkillOperation]], library: Library) -> None:
+    actions = [op.action for _, op in group]
     skill = library.skills.get(name)
     if "create" in actions[1:]:
-        raise ToolError("create must be the first operation")
+        raise ToolError(f"create must be the first operation on skill {name!r}")
     if actions[0] == "create" and skill is not None:
         raise ToolError(f"skill {name!r} already exists ({skill.folder}); change it with patch")
     if actions[0] != "create" and skill is None:
-        raise ToolError(
-            f"no skill named {name!r}; create it first (skills: {', '.join(library.skills) or 'none'})"
-        )
-    return _stage(run, name, operations, skill)
+        known = ", ".join(library.skills) or "none"
+        raise ToolError(f"no skill named {name!r}; create it first (skills: {known})")
+
+
+@tool()
+async def skill_manage(
+    run: RunContext, operations: list[SkillOperation], name: SkipJsonSchema[str] = ""
+) -> str:
+    """Create or change your skills (reusable procedures; SKILL.md with frontmatter name,
+    description). Operations, each naming its skill (`name`), applied all or none: create
+    (content: the whole SKILL.md); patch (old_string/new_string, replace_all, file_path
+    default SKILL.md; or content for the whole file); write_file/remove_file (file_path under
+    references/, templates/, scripts/ or assets/; file_content); delete or restore (alone:
+    restore brings back the previous version or a deleted skill)."""
+    if not operations:
+        raise ToolError("give at least one operation")
+    # The registry hands nested models over as dicts (model_dump): make them models again.
+    ops = [
+        _named(SkillOperation.model_validate(op), name, number)
+        for number, op in enumerate(operations, 1)
+    ]
+    library = library_for(run)
+    actions = [op.action for op in ops]
+    if {"delete", "restore"} & set(actions):
+        if len(ops) > 1:
+            raise ToolError(
+                f"{actions[0] if len(actions) == 1 else 'delete/restore'} must be alone in its call"
+            )
+        return _delete_or_restore(run, ops[0].name, ops[0], library)
+    groups: dict[str, list[tuple[int, SkillOperation]]] = {}
+    for number, op in enumerate(ops, 1):
+        groups.setdefault(op.name, []).append((number, op))
+    for skill_name, group in groups.items():
+        _check_order(skill_name, group, library)
+    staged: list[_Staged] = []
+    try:
+        for skill_name, group in groups.items():
+            staged.append(_stage(run, skill_name, group, library.skills.get(skill_name)))
+    except BaseException:
+        for each in staged:
+            each.discard()
+        raise
+    return "\n".join(each.install() for each in staged)
 
 
 SKILL_TOOLS: list[Tool] = [use_skill, skill_manage]

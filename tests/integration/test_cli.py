@@ -160,8 +160,9 @@ def test_init_creates_a_home_then_never_overwrites(tmp_path: Path) -> None:
     bot = home / "bots" / "atlas"
     assert (bot / "bot.toml").is_file()
     assert (bot / "MISSION.md").is_file()
-    for folder in (bot / "memory", bot / "skills", bot / "workspace"):
+    for folder in (bot / "memory", bot / "workspace"):
         assert folder.is_dir(), folder
+    assert not (bot / "skills").exists()  # the main bot's skills are the home's library
     assert (home / "routines").is_dir()
     assert (home / "skills").is_dir()
 

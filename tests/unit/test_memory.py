@@ -20,7 +20,7 @@ def run(home: Home) -> RunContext:
 
 
 def user_file(run: RunContext) -> Path:
-    return run.bot.memory_dir / "USER.md"
+    return run.home.user_profile_path  # the home's profile, shared by every bot
 
 
 async def call(run: RunContext, **arguments: object):  # type: ignore[no-untyped-def]

@@ -35,7 +35,7 @@ async def chat(home, model, channel, texts):  # type: ignore[no-untyped-def]
 
 async def test_a_quiet_conversation_is_reviewed_into_memory(home_path: Path) -> None:
     home = review_home(home_path)
-    user_md = home.bot(None).memory_dir / "USER.md"
+    user_md = home.user_profile_path
     user_md.write_text("Lives in Paris.\n")
     model = ScriptedModel(
         Reply("hi"),
@@ -67,6 +67,7 @@ async def test_a_quiet_conversation_is_reviewed_into_memory(home_path: Path) -> 
     model.assert_complete()
     assert "Prefers tea." in user_md.read_text() and "Lives in Lyon." in user_md.read_text()
     assert len(channel.questions) == 1 and "Paris" in channel.questions[0]  # only the replace asked
+    assert "every bot of this home" in channel.questions[0]  # the profile is shared: it says so
     results = [m.content for m in model.requests[3].messages if m.role == "tool"]
     assert "a background review may use only" in results[2]
     assert "I moved to Lyon" in model.requests[2].messages[0].content  # the review read the chat
@@ -78,7 +79,7 @@ async def test_a_quiet_conversation_is_reviewed_into_memory(home_path: Path) -> 
 
 async def test_a_declined_proposal_changes_nothing(home_path: Path) -> None:
     home = review_home(home_path)
-    user_md = home.bot(None).memory_dir / "USER.md"
+    user_md = home.user_profile_path
     user_md.write_text("Lives in Paris.\n")
     model = ScriptedModel(
         Reply("hi"),

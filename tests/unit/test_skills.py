@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from atlas.home import Home
+from atlas.newbot import create_bot
 from atlas.skills.claude_code import import_skill, map_allowed_tools
 from atlas.skills.library import SkillError, count_tokens, discover, skill_index
 from atlas.skills.versions import ARCHIVE, HISTORY
@@ -51,7 +52,7 @@ def no_leftovers(root: Path) -> bool:
 
 
 def test_the_bots_skill_wins_and_broken_ones_are_reported(home: Home) -> None:
-    bot = home.main_bot
+    bot = create_bot(home, "scout", "Scout", "A second bot.")  # the main's skills are the library
     write_skill(home.skills_dir, "shared", skill_md("shared", "From the home."))
     write_skill(bot.skills_dir, "shared", skill_md("shared", "From the bot."))
     write_skill(home.skills_dir, "broken", "no frontmatter here")
@@ -295,7 +296,9 @@ async def test_create_checks_the_name(run: RunContext) -> None:
     assert late.is_error and "create must be the first" in late.text
 
 
-async def test_changing_a_home_skill_makes_the_bot_its_own_copy(run: RunContext) -> None:
+async def test_changing_a_home_skill_makes_the_bot_its_own_copy(home: Home) -> None:
+    create_bot(home, "scout", "Scout", "A second bot.")  # the main bot changes the library itself
+    run = run_context(home, bot="scout")
     home_folder = write_skill(run.home.skills_dir, "shared", skill_md("shared", body="Home way."))
     result = await manage(
         run, "shared", {"action": "patch", "old_string": "Home way", "new_string": "Bot way"}
