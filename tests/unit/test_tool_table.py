@@ -98,16 +98,18 @@ def test_conditions_in_the_table_are_real_conditions(tmp_path: Path) -> None:
     assert re.search(r"main agent", rows["bot_create"]["also needs"])
 
 
-def test_the_rules_issue_21_added_are_in_the_table_and_the_code(everything_home: Home) -> None:
-    """message_agent is not offered in routine runs; a bot sees the library skills its
-    `skills` lists (so with `skills = []` and none of its own it has no use_skill)."""
+async def test_the_rules_issue_21_added_are_in_the_table_and_the_code(
+    everything_home: Home,
+) -> None:
+    """message_agent is not offered in routine runs (nor callable there); a bot sees the library
+    skills its `skills` lists (so with `skills = []` and none of its own it has no use_skill)."""
     rows = table_rows(DOC.read_text(encoding="utf-8"))
     registry = full_registry()
     assert rows["message_agent"]["routine"] == "no"
-    reason = registry.get("message_agent").unavailable_reason(
-        run_context(everything_home, kind="routine")
-    )
-    assert reason and "routine" in reason
+    routine = run_context(everything_home, kind="routine")
+    assert "message_agent" not in {t.name for t in registry.for_run(routine)}
+    called = await registry.call(routine, "message_agent", '{"target": "scout", "message": "hi"}')
+    assert called.is_error and "not available in a routine run" in called.text
     assert "lists" in rows["use_skill"]["also needs"]
     bot_toml = everything_home.bots_dir / "scout" / "bot.toml"
     bot_toml.write_text(bot_toml.read_text() + "skills = []\n")
