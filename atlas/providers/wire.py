@@ -105,19 +105,20 @@ def transport_error(where: str, exc: BaseException) -> ProviderCallError:
     """A retryable ProviderCallError for a timeout or a broken connection."""
     kind = "timed out" if "timeout" in type(exc).__name__.lower() else "connection failed"
     detail = str(exc) or type(exc).__name__
-    # The aiohttp transport reports a refused connection as a connect *timeout* ("Request
-    # timed out."): the refusal found underneath says what really happened.
-    if refused := _refusal_under(exc):
-        kind, detail = "connection failed", str(refused)
+    # The aiohttp transport reports a refused connection or an unknown host as a connect
+    # *timeout* ("Request timed out."): the OS error found underneath says what happened.
+    if failure := _os_error_under(exc):
+        kind, detail = "connection failed", str(failure)
     return ProviderCallError(f"{where}: {kind}: {detail}", retryable=True)
 
 
-def _refusal_under(exc: BaseException) -> BaseException | None:
-    """A ConnectionRefusedError among the causes of `exc`, if any."""
+def _os_error_under(exc: BaseException) -> BaseException | None:
+    """The first OSError (not a timeout) among `exc` and its causes: a refused connection,
+    a host that does not resolve. None when there is none."""
     seen: set[int] = set()
     cause: BaseException | None = exc
     while cause is not None and id(cause) not in seen:
-        if isinstance(cause, ConnectionRefusedError):
+        if isinstance(cause, OSError) and not isinstance(cause, TimeoutError):
             return cause
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__
