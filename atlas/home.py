@@ -106,8 +106,11 @@ class Home:
             )
         from atlas.migrate_profile import migrate_home
 
-        for line in migrate_home(self.root, self.settings.main):
-            log.warning("home layout migrated: %s", line)  # once: the person should see it
+        try:
+            for line in migrate_home(self.root, self.settings.main):
+                log.warning("home layout migrated: %s", line)  # once: the person should see it
+        except OSError as exc:  # e.g. a read-only home: it loads as it is; the next load retries
+            log.warning("could not migrate the home's layout (USER.md, skills): %s", exc)
         self._check_listed_skills()
 
     @property

@@ -162,3 +162,19 @@ def test_a_fresh_home_has_no_per_bot_profile_and_nothing_to_migrate(tmp_path: Pa
     assert not (home.root / MIGRATED).exists()
     assert not (home.main_bot.root / "skills").exists()  # the main bot's skills are the library
     assert home.skills_dir.is_dir()
+
+
+def test_a_migration_that_cannot_write_leaves_the_home_loadable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = old_home(tmp_path / "home")
+
+    def read_only(*_: object) -> list[str]:
+        raise PermissionError(13, "Read-only file system", str(root / "USER.md"))
+
+    monkeypatch.setattr("atlas.migrate_profile.migrate_home", read_only)
+    with caplog.at_level(logging.WARNING, logger="atlas.home"):
+        home = Home(root)
+    assert "could not migrate" in caplog.text and "Read-only" in caplog.text
+    assert (root / "bots/atlas/memory/USER.md").exists()  # untouched, tried again next load
+    assert home.main_bot.is_main
