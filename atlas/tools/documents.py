@@ -1,5 +1,6 @@
-"""Documents (PDF, Word, PowerPoint, Excel, EPUB) as Markdown: converted once with markitdown,
-kept in the home's `documents/` folder, converted again only when the file's size or mtime changes.
+"""Documents (PDF, Word, PowerPoint, Excel, EPUB, OpenDocument, RTF) as Markdown: converted once
+(markitdown; odfdo and striprtf in atlas.tools.office_text), kept in the home's `documents/`
+folder, converted again only when the file's size or mtime changes.
 
 read_file pages this Markdown and find_files searches it, so a line number from one is a line
 number in the other.
@@ -18,14 +19,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from atlas.errors import ToolError
+from atlas.tools.office_text import (
+    OPENDOCUMENT_SUFFIXES,
+    RTF_SUFFIXES,
+    opendocument_markdown,
+    rtf_text,
+)
 
 if TYPE_CHECKING:
     from markitdown import MarkItDown
 
-# What the installed markitdown extras ([pdf,docx,pptx,xlsx]) really convert; .epub needs no extra.
-DOCUMENT_SUFFIXES = (".pdf", ".docx", ".pptx", ".xlsx", ".epub")
-# Office formats markitdown cannot read here (no xlrd, no converter for OpenDocument or old .doc).
-UNCONVERTIBLE_SUFFIXES = (".doc", ".xls", ".ppt", ".odt", ".ods", ".odp")
+# What the installed markitdown extras ([pdf,docx,pptx,xlsx]) really convert (.epub needs no
+# extra), then what office_text converts.
+MARKITDOWN_SUFFIXES = (".pdf", ".docx", ".pptx", ".xlsx", ".epub")
+DOCUMENT_SUFFIXES = (*MARKITDOWN_SUFFIXES, *OPENDOCUMENT_SUFFIXES, *RTF_SUFFIXES)
+# Old binary Office formats nothing here reads (markitdown has no xlrd, no converter for .doc).
+UNCONVERTIBLE_SUFFIXES = (".doc", ".xls", ".ppt")
 MAX_DOCUMENT_BYTES = 50 * 1024 * 1024
 
 _markitdown: MarkItDown | None = None
@@ -109,11 +118,18 @@ def _converter() -> MarkItDown:
 
 def convert_open_document(path: Path, f: BinaryIO) -> str:
     """Convert the open document `f` (named `path`, for its kind and for messages)."""
-    from markitdown import StreamInfo
-
-    info = StreamInfo(extension=path.suffix.lower(), filename=path.name)
+    suffix = path.suffix.lower()
     try:
+        if suffix in OPENDOCUMENT_SUFFIXES:
+            return opendocument_markdown(path, f.read())
+        if suffix in RTF_SUFFIXES:
+            return rtf_text(f.read())
+        from markitdown import StreamInfo
+
+        info = StreamInfo(extension=suffix, filename=path.name)
         return _converter().convert_stream(f, stream_info=info).markdown
+    except ToolError:
+        raise
     except (
         Exception
     ) as exc:  # markitdown raises many kinds; the model needs the reason, not a crash
@@ -123,6 +139,9 @@ def convert_open_document(path: Path, f: BinaryIO) -> str:
 
 def convert_document(path: Path) -> str:
     """Convert a document file Atlas made itself (web_fetch's download)."""
+    if path.suffix.lower() not in MARKITDOWN_SUFFIXES:
+        with path.open("rb") as f:
+            return convert_open_document(path, f)
     converter = _converter()
     try:
         return converter.convert_local(str(path)).markdown

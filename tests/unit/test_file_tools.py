@@ -228,9 +228,9 @@ async def test_read_documents_as_markdown(run: RunContext, ws: Path) -> None:
 
 
 async def test_read_refuses_documents_it_cannot_convert(run: RunContext, ws: Path) -> None:
-    (ws / "old.odt").write_bytes(b"PK\x03\x04 not really")
-    result = await call(run, read_file, path="old.odt")
-    assert result.is_error and ".odt files cannot be converted" in result.text
+    (ws / "old.doc").write_bytes(b"\xd0\xcf\x11\xe0 not really")
+    result = await call(run, read_file, path="old.doc")
+    assert result.is_error and ".doc files cannot be converted" in result.text
 
 
 async def test_file_path_alias_and_disagreeing_aliases(run: RunContext, ws: Path) -> None:
