@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import difflib
 import hashlib
 import os
-import secrets
-import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +27,26 @@ from atlas.tools.documents import (
     markdown_file_for,
     unconvertible_reason,
 )
-from atlas.tools.fences import Fence, PathChanged, open_folder
+from atlas.tools.fences import Fence
+from atlas.tools.file_batch import (
+    EditEntry,
+    EntryPaths,
+    Outcome,
+    ReadEntry,
+    WriteEntry,
+    entries_field,
+    report,
+    run_each,
+    single_or_batch,
+)
 from atlas.tools.file_reading import blocking_reason, cut_line, decoded_lines
+from atlas.tools.file_writes import (
+    NEW_FILE_MODE,
+    check_read_and_unchanged,
+    existing_bytes,
+    sha256_of,
+    write_atomically,
+)
 from atlas.tools.paths import PathArg, judged_path, shown_path
 from atlas.tools.registry import RunContext, Tool, ToolResult, tool
 from atlas.tools.search_files import find_files
@@ -45,89 +60,6 @@ IMAGE_SIGNATURES = {
     b"\xff\xd8\xff": "image/jpeg",
     b"GIF8": "image/gif",
 }
-
-
-# ---- hashes, atomic writes --------------------------------------------------------------------
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _umask() -> int:
-    try:  # Linux: read it without the set-and-restore race of os.umask
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except OSError:
-        pass  # not Linux: fall back to os.umask below
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-NEW_FILE_MODE = 0o666 & ~_umask()
-
-
-def _write_atomically(path: Path, data: bytes, shown: str) -> None:
-    """Temp file in the same folder, then a rename: a reader never sees half a file. The folder
-    is opened once, without following a symlink, and both happen inside it (no second lookup)."""
-    try:
-        folder = open_folder(path.parent, create=True)
-    except ToolError:
-        raise
-    except OSError as exc:
-        raise ToolError(f"cannot write {shown}: {exc.strerror} ({path.parent})") from None
-    tmp = f".{path.name}.{secrets.token_hex(4)}.tmp"
-    try:
-        try:
-            existing = os.stat(path.name, dir_fd=folder, follow_symlinks=False)
-        except FileNotFoundError:
-            mode = NEW_FILE_MODE
-        else:
-            if stat.S_ISLNK(existing.st_mode):
-                raise PathChanged(
-                    f"{shown} became a symbolic link after its check; nothing written"
-                )
-            mode = stat.S_IMODE(existing.st_mode)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(tmp, flags, 0o600, dir_fd=folder)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fchmod(f.fileno(), mode)
-                os.fsync(f.fileno())
-            os.replace(tmp, path.name, src_dir_fd=folder, dst_dir_fd=folder)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=folder)
-            raise
-    except OSError as exc:
-        raise ToolError(f"cannot write {shown}: {exc.strerror}") from None
-    finally:
-        os.close(folder)
-
-
-def _check_read_and_unchanged(
-    hashes: dict[str, str], path: Path, shown: str, current: bytes
-) -> None:
-    known = hashes.get(str(path))
-    if known is None:
-        raise ToolError(
-            f"{shown} exists but was not read in this conversation; read it first (read_file)"
-        )
-    if known != _sha256(current):
-        raise ToolError(f"{shown} changed since you read it; read it again before changing it")
-
-
-def _existing_bytes(fence: Fence, path: Path, shown: str) -> bytes | None:
-    try:
-        f, _ = fence.open_file(path, shown)
-    except FileNotFoundError:
-        return None
-    with f:
-        return f.read()
 
 
 # ---- read_file --------------------------------------------------------------------------------
@@ -186,7 +118,7 @@ def _read_plain(
                     "images over 5 MB are refused"
                 )
             data = head + f.read()
-            return _ImageFile(media_type, data), _sha256(data)
+            return _ImageFile(media_type, data), sha256_of(data)
         if b"\0" in head:
             raise ToolError(
                 f"{shown} is a binary file; read_file shows text, documents "
@@ -222,16 +154,10 @@ def _read_document(fence: Fence, documents_dir: Path, path: Path, shown: str) ->
     return markdown_file.read_text(encoding="utf-8"), digest.hexdigest()
 
 
-@tool(read_only=True, pages_itself=True, aliases={"file_path": "path"})
-async def read_file(
-    run: RunContext,
-    path: PathArg,
-    offset: Annotated[int, Field(ge=1, description="first line to show")] = 1,
-    limit: Annotated[int, Field(ge=1, le=MAX_PAGE_LINES)] = MAX_PAGE_LINES,
-) -> str | ToolResult:
-    """Read a file: numbered lines, paged. PDF, Word, PowerPoint, Excel and EPUB come as Markdown;
-    PNG, JPEG, GIF and WebP as images. Read a file before you change it."""
-    resolved = judged_path(run, "read_file", path)
+async def _read_one(
+    run: RunContext, resolved: Path, offset: int, limit: int
+) -> tuple[ToolResult, str]:
+    """One file's answer and the sha256 of its bytes (the caller records it as read)."""
     shown = shown_path(run, resolved)
     if reason := unconvertible_reason(resolved):
         raise ToolError(reason)
@@ -245,18 +171,61 @@ async def read_file(
         else:
             lines = (cut_line(line) for line in markdown.splitlines())
             answer = f"{shown} as Markdown:\n" + _page(lines, offset, limit, shown)
-        run.state.file_hashes[str(resolved)] = digest
-        return ToolResult(answer, untrusted=True)  # a document's text may come from anyone
+        return ToolResult(answer, untrusted=True), digest  # a document's text may come from anyone
     content, digest = await asyncio.to_thread(_read_plain, fence, resolved, shown, offset, limit)
-    run.state.file_hashes[str(resolved)] = digest
     if not isinstance(content, _ImageFile):
-        return content
+        return ToolResult(content), digest
     about = f"{shown}: {content.media_type} image, {len(content.data)} bytes"
     if not run.supports_images:
-        return f"{about}. This model cannot see images."
-    return ToolResult(
-        text=about, images=[Image(content.media_type, base64.b64encode(content.data).decode())]
-    )
+        return ToolResult(f"{about}. This model cannot see images."), digest
+    image = Image(content.media_type, base64.b64encode(content.data).decode())
+    return ToolResult(text=about, images=[image]), digest
+
+
+@tool(read_only=True, pages_itself=True, aliases={"file_path": "path"})
+async def read_file(
+    run: RunContext,
+    path: PathArg = "",
+    offset: Annotated[int, Field(ge=1, description="first line to show")] = 1,
+    limit: Annotated[int, Field(ge=1, le=MAX_PAGE_LINES)] = MAX_PAGE_LINES,
+    reads: Annotated[list[ReadEntry], entries_field("several files at once")] = [],  # noqa: B006
+) -> ToolResult:
+    """Read a file: numbered lines, paged. PDF, Office, OpenDocument, RTF and EPUB come as
+    Markdown; PNG, JPEG, GIF and WebP as images. Read a file before you change it."""
+    if single_or_batch(path, reads, "reads"):
+        return await _read_each(run, [ReadEntry.model_validate(r) for r in reads])
+    resolved = judged_path(run, "read_file", path)
+    result, digest = await _read_one(run, resolved, offset, limit)
+    run.state.file_hashes[str(resolved)] = digest
+    return result
+
+
+async def _read_each(run: RunContext, entries: list[ReadEntry]) -> ToolResult:
+    """Each file's page in turn, within one page's characters in all: a file that no longer
+    fits is not read (nor recorded as read), and says to read it alone."""
+    resolve = EntryPaths(run, "read_file")
+    images: list[Image] = []
+    untrusted = False
+    room = MAX_PAGE_CHARS
+
+    async def one(entry: ReadEntry) -> Outcome:
+        nonlocal room, untrusted
+        resolved = resolve(entry.path)
+        shown = shown_path(run, resolved)
+        result, digest = await _read_one(run, resolved, entry.offset, entry.limit)
+        if len(result.text) > room:
+            raise ToolError(
+                f"not shown: its {len(result.text)} characters do not fit in this answer; "
+                "read it in a call of its own"
+            )
+        room -= len(result.text)
+        run.state.file_hashes[str(resolved)] = digest
+        images.extend(result.images)
+        untrusted = untrusted or result.untrusted
+        return Outcome(shown, result.text)
+
+    outcomes = await run_each(entries, one)
+    return ToolResult(report("read", outcomes), images=images, untrusted=untrusted)
 
 
 # ---- write_file, edit_file --------------------------------------------------------------------
@@ -267,26 +236,47 @@ def _write_checked(
 ) -> bool:
     """Write after the read-and-unchanged check; True when a file was replaced."""
     fence.refuse_writing(path, shown)
-    current = _existing_bytes(fence, path, shown)
+    current = existing_bytes(fence, path, shown)
     if current is not None:
-        _check_read_and_unchanged(hashes, path, shown, current)
-    _write_atomically(path, data, shown)
+        check_read_and_unchanged(hashes, path, shown, current)
+    write_atomically(path, data, shown)
     return current is not None
 
 
-@tool(edits_files=True, aliases={"file_path": "path"})
-async def write_file(run: RunContext, path: PathArg, content: str) -> str:
-    """Write a whole file (folders created). Replacing a file needs a read_file of it first;
-    for small changes use edit_file."""
-    resolved = judged_path(run, "write_file", path)
+async def _write_one(run: RunContext, resolved: Path, content: str) -> str:
     shown = shown_path(run, resolved)
     data = content.encode("utf-8")
     replaced = await asyncio.to_thread(
         _write_checked, Fence.for_run(run), run.state.file_hashes, resolved, shown, data
     )
-    run.state.file_hashes[str(resolved)] = _sha256(data)
+    run.state.file_hashes[str(resolved)] = sha256_of(data)
     lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
     return f"{'Replaced' if replaced else 'Created'} {shown}: {lines} lines, {len(data)} bytes"
+
+
+@tool(edits_files=True, aliases={"file_path": "path"})
+async def write_file(
+    run: RunContext,
+    path: PathArg = "",
+    content: str | None = None,
+    files: Annotated[list[WriteEntry], entries_field("several files at once")] = [],  # noqa: B006
+) -> str:
+    """Write a whole file (folders created). Replacing a file needs a read_file of it first;
+    for small changes use edit_file."""
+    if single_or_batch(path, files, "files"):
+        entries = [WriteEntry.model_validate(f) for f in files]
+        resolve = EntryPaths(run, "write_file")
+
+        async def one(entry: WriteEntry) -> Outcome:
+            resolved = resolve(entry.path)
+            return Outcome(
+                shown_path(run, resolved), await _write_one(run, resolved, entry.content)
+            )
+
+        return report("written", await run_each(entries, one))
+    if content is None:
+        raise ToolError("content is required: the whole text of the file")
+    return await _write_one(run, judged_path(run, "write_file", path), content)
 
 
 def _in_line_endings_of(text: str, *strings: str) -> list[str]:
@@ -338,10 +328,10 @@ def _edit(
     sha256 of the new bytes."""
     old, new, replace_all = change
     fence.refuse_writing(path, shown)
-    raw = _existing_bytes(fence, path, shown)
+    raw = existing_bytes(fence, path, shown)
     if raw is None:
         raise ToolError(f"{shown}: no such file; create it with write_file")
-    _check_read_and_unchanged(hashes, path, shown, raw)
+    check_read_and_unchanged(hashes, path, shown, raw)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -362,27 +352,17 @@ def _edit(
         )
     after = text.replace(old, new) if replace_all else text.replace(old, new, 1)
     data = after.encode("utf-8")
-    _write_atomically(path, data, shown)
-    return text, after, count, _sha256(data)
+    write_atomically(path, data, shown)
+    return text, after, count, sha256_of(data)
 
 
-@tool(edits_files=True, aliases={"file_path": "path"})
-async def edit_file(
-    run: RunContext,
-    path: PathArg,
-    old_string: Annotated[str, Field(description="exact text to replace, indentation included")],
-    new_string: str,
-    replace_all: Annotated[bool, Field(description="replace every occurrence")] = False,
-) -> str:
-    """Replace old_string with new_string in a file read before; answers with the diff.
-    old_string must occur once unless replace_all."""
+async def _edit_one(run: RunContext, resolved: Path, change: tuple[str, str, bool]) -> str:
+    old_string, new_string, _ = change
+    shown = shown_path(run, resolved)
     if not old_string:
         raise ToolError("old_string is empty; to create or replace a whole file use write_file")
-    if old_string == new_string:
-        raise ToolError("old_string and new_string are the same; nothing to change")
-    resolved = judged_path(run, "edit_file", path)
-    shown = shown_path(run, resolved)
-    change = (old_string, new_string, replace_all)
+    if old_string == new_string:  # a no-op, said as such: nothing is read or written
+        return f"{shown} unchanged: old_string and new_string are the same, so there is no edit"
     before, after, count, digest = await asyncio.to_thread(
         _edit, Fence.for_run(run), run.state.file_hashes, resolved, shown, change
     )
@@ -390,5 +370,36 @@ async def edit_file(
     plural = "s" if count > 1 else ""
     return f"Edited {shown} ({count} replacement{plural}):\n{_diff(before, after, shown)}"
 
+
+@tool(edits_files=True, aliases={"file_path": "path"})
+async def edit_file(
+    run: RunContext,
+    path: PathArg = "",
+    old_string: Annotated[
+        str, Field(description="exact text to replace, indentation included")
+    ] = "",
+    new_string: str | None = None,
+    replace_all: Annotated[bool, Field(description="replace every occurrence")] = False,
+    edits: Annotated[list[EditEntry], entries_field("several edits, in order")] = [],  # noqa: B006
+) -> str:
+    """Replace old_string with new_string in a file read before; answers with the diff.
+    old_string must occur once unless replace_all."""
+    if single_or_batch(path, edits, "edits"):
+        entries = [EditEntry.model_validate(e) for e in edits]
+        resolve = EntryPaths(run, "edit_file")
+
+        async def one(entry: EditEntry) -> Outcome:
+            resolved = resolve(entry.path)
+            change = (entry.old_string, entry.new_string, entry.replace_all)
+            return Outcome(shown_path(run, resolved), await _edit_one(run, resolved, change))
+
+        return report("edited", await run_each(entries, one))
+    if new_string is None:
+        raise ToolError("new_string is required (an empty string deletes old_string)")
+    change = (old_string, new_string, replace_all)
+    return await _edit_one(run, judged_path(run, "edit_file", path), change)
+
+
+__all__ = ["FILE_TOOLS", "NEW_FILE_MODE", "edit_file", "find_files", "read_file", "write_file"]
 
 FILE_TOOLS: list[Tool] = [read_file, write_file, edit_file, find_files]

@@ -32,15 +32,28 @@ def shown_path(run: RunContext, resolved: Path) -> str:
 
 
 JUDGED_PATHS = "gate:resolved-paths"  # run.state.tool_state key: (tool, raw path) → resolved
+# (tool, raw path) → why the gate refused it: in a call naming several files, that file fails
+# alone (atlas.tools.file_batch) while the gate lets the others through.
+REFUSED_PATHS = "gate:refused-paths"
 
 
 def note_judged_path(run: RunContext, tool: str, raw: str, resolved: Path) -> None:
     """The gate's resolution of a call's path, for the tool to open: one resolution per call."""
     run.state.tool_state.setdefault(JUDGED_PATHS, {})[(tool, raw)] = resolved
+    run.state.tool_state.get(REFUSED_PATHS, {}).pop((tool, raw), None)
+
+
+def note_refused_path(run: RunContext, tool: str, raw: str, reason: str) -> None:
+    """The gate refused this path of a call that names several: the tool fails it alone."""
+    run.state.tool_state.setdefault(REFUSED_PATHS, {})[(tool, raw)] = reason
+    run.state.tool_state.get(JUDGED_PATHS, {}).pop((tool, raw), None)
 
 
 def judged_path(run: RunContext, tool: str, raw: str) -> Path:
     """The path the gate judged for this call (so a link swapped in after the check cannot
-    redirect the tool), else the path resolved now (a tool run without the gate)."""
+    redirect the tool), else the path resolved now (a tool run without the gate). A path the
+    gate refused raises its reason."""
+    if refusal := run.state.tool_state.get(REFUSED_PATHS, {}).pop((tool, raw), None):
+        raise ToolError(f"refused by the approval gate: {refusal}")
     judged = run.state.tool_state.get(JUDGED_PATHS, {}).pop((tool, raw), None)
     return judged if judged is not None else resolve_path(run, raw)

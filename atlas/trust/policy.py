@@ -26,9 +26,10 @@ from atlas.providers.base import ToolCall
 from atlas.store.home_db import HomeStore
 from atlas.tools.agents import bot_create_question
 from atlas.tools.fences import Fence, inside, vault_of, write_refusal
-from atlas.tools.paths import note_judged_path, resolve_path
+from atlas.tools.file_batch import called_paths
+from atlas.tools.paths import note_judged_path, note_refused_path, resolve_path
 from atlas.tools.registry import RunContext, Tool, effective_mode
-from atlas.trust.gate import Allow, Ask, BaseGate, Decision, Deny
+from atlas.trust.gate import Allow, Ask, BaseGate, Decision, Deny, never_remembered
 from atlas.trust.guardian import Guardian
 from atlas.trust.normalise import code_parts, normalise
 from atlas.trust.rules import Verdict, classify
@@ -132,8 +133,10 @@ class RuleGate(BaseGate):
             return Allow("the tool itself refuses these arguments", "arguments")
         if tool.name == "bot_create":  # a new bot is a lasting change: always the user's call
             return bot_create_question(args)
-        if tool.name in PATH_TOOLS and args.get("path"):
-            return self._path_rules(tool.name, args["path"], run)
+        if tool.name in PATH_TOOLS and (paths := called_paths(args)):
+            if len(paths) == 1:
+                return self._path_rules(tool.name, paths[0], run)
+            return self._several_paths(tool.name, paths, run)
         if tool.name == "run_command" and (args.get("command") or args.get("until")):
             cwd = resolve_path(run, args["cwd"]) if args.get("cwd") else run.bot.workspace
             escape = args.get("sandbox", True) is False and self.sandbox_enabled
@@ -181,6 +184,25 @@ class RuleGate(BaseGate):
         if inside(path, (Path.home() / ".ssh").resolve()):
             return Ask(f"{tool} wants to change SSH configuration: {path}. Allow?", "files:ssh")
         return Allow("writing an ordinary file")
+
+    def _several_paths(self, tool: str, paths: list[str], run: RunContext) -> Decision:
+        """A call naming several files (reads, files, edits): each path judged as a call of its
+        own. A refused path fails alone (the tool reports the gate's reason for it); the paths
+        to ask about are asked in one question; the call is refused only when every path is."""
+        decisions = {raw: self._path_rules(tool, raw, run) for raw in dict.fromkeys(paths)}
+        refused = {raw: d for raw, d in decisions.items() if isinstance(d, Deny)}
+        if len(refused) == len(decisions):
+            return Deny(
+                "; ".join(d.reason for d in refused.values()), next(iter(refused.values())).rule
+            )
+        for raw, denial in refused.items():
+            note_refused_path(run, tool, raw, denial.reason)
+        asks = [d for d in decisions.values() if isinstance(d, Ask)]
+        if not asks:
+            return Allow(f"each of the {len(decisions) - len(refused)} paths is allowed")
+        # The strictest rule names the question: one asked every time keeps it so.
+        rule = next((a.rule for a in asks if never_remembered(a)), asks[0].rule)
+        return Ask("\n".join(a.question for a in asks), rule)
 
     # ---- commands --------------------------------------------------------------------------
 

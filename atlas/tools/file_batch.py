@@ -1,0 +1,117 @@
+"""Several files in one call: read_file's `reads`, write_file's `files`, edit_file's `edits`.
+
+Each entry is the arguments of a single call. The entries run in order, each one applying or
+failing alone (a failed edit leaves the others standing), and the answer reports each. The gate
+judges every path of the call (atlas.trust.policy): a path it refuses fails alone, with the
+gate's reason, through `entry_path`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from atlas.errors import ToolError
+from atlas.tools.paths import judged_path
+from atlas.tools.registry import RunContext
+
+MAX_ENTRIES = 20  # files in one call: each answer is a section of one result
+BATCH_KEYS = ("reads", "files", "edits")
+MAX_LINES = 2000
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str
+
+
+class ReadEntry(_Entry):
+    offset: Annotated[int, Field(ge=1)] = 1
+    limit: Annotated[int, Field(ge=1, le=MAX_LINES)] = MAX_LINES
+
+
+class WriteEntry(_Entry):
+    content: str
+
+
+class EditEntry(_Entry):
+    old_string: str
+    new_string: str
+    replace_all: bool = False
+
+
+def entries_field(description: str) -> Any:
+    return Field(max_length=MAX_ENTRIES, description=description)
+
+
+def called_paths(args: dict[str, Any]) -> list[str]:
+    """Every path a file tool's validated arguments name: `path`, and each entry's."""
+    paths = [args["path"]] if args.get("path") else []
+    for key in BATCH_KEYS:
+        paths.extend(entry["path"] for entry in args.get(key) or () if entry.get("path"))
+    return paths
+
+
+def single_or_batch(path: str, entries: Sequence[Any], key: str) -> bool:
+    """True for a batch call; refuses a call that gives both shapes, or neither."""
+    if entries and path:
+        raise ToolError(f"give either path or {key}, not both")
+    if not entries and not path:
+        raise ToolError(f"path is required (or {key}, for several files)")
+    return bool(entries)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    shown: str
+    text: str
+    failed: bool = False
+
+
+class EntryPaths:
+    """Each distinct path of a batch resolved once, as the gate judged it (or refused it):
+    two entries on one file meet the same file, and a refusal holds for both."""
+
+    def __init__(self, run: RunContext, tool: str) -> None:
+        self.run, self.tool = run, tool
+        self._resolved: dict[str, Path | ToolError] = {}
+
+    def __call__(self, raw: str) -> Path:
+        if raw not in self._resolved:
+            try:
+                self._resolved[raw] = judged_path(self.run, self.tool, raw)
+            except ToolError as exc:
+                self._resolved[raw] = exc
+        found = self._resolved[raw]
+        if isinstance(found, ToolError):
+            raise found
+        return found
+
+
+Entry = TypeVar("Entry", bound=_Entry)
+
+
+async def run_each(
+    entries: Sequence[Entry], one: Callable[[Entry], Awaitable[Outcome]]
+) -> list[Outcome]:
+    """Each entry in order; a ToolError fails that entry only."""
+    outcomes: list[Outcome] = []
+    for entry in entries:
+        try:
+            outcomes.append(await one(entry))
+        except ToolError as exc:
+            outcomes.append(Outcome(entry.path, f"Error: {exc}", failed=True))
+    return outcomes
+
+
+def report(verb: str, outcomes: list[Outcome]) -> str:
+    """One section per entry, under a line that counts what applied and what failed."""
+    failed = sum(o.failed for o in outcomes)
+    head = f"{len(outcomes) - failed} of {len(outcomes)} files {verb}"
+    head += f"; {failed} failed (the others stand)." if failed else "."
+    sections = [f"=== {o.shown}{' (failed)' if o.failed else ''} ===\n{o.text}" for o in outcomes]
+    return "\n\n".join([head, *sections])
