@@ -21,9 +21,12 @@ from atlas.channels.base import Address, Channel, Question, QuestionOutcome
 from atlas.channels.supervisor import health_lines
 from atlas.errors import AtlasError
 from atlas.home import Bot
+from atlas.outbox.rows import Kind, Outgoing
+from atlas.outbox.sender import Outbox
 from atlas.providers.base import Message, ToolCall
 from atlas.runtime import Runtime
 from atlas.store.conversations import Conversation, ConversationStore
+from atlas.store.db import Database
 from atlas.tools.registry import Asker, Notifier, RunContext, RunKind
 from atlas.tools.services import AgentServices
 from atlas.trust.gate import BaseGate
@@ -35,10 +38,6 @@ MODE_COMMAND = "/mode"
 STATUS_COMMAND = "/status"
 MODES = ("ask", "auto", "read-only")
 TURN_FAILED = "Sorry, I could not answer"  # what the person gets, then the reason
-# What a channel kept through an outage is tried again on its own after this many seconds,
-# then twice as long each time, up to the cap: the person need not write again to get it.
-KEPT_RETRY_FIRST = 60.0
-KEPT_RETRY_CAP = 900.0
 
 
 @dataclass(frozen=True)
@@ -80,10 +79,8 @@ class Dispatcher:
         self.runtime = runtime
         self.channels = channels
         self._lanes: dict[Address, Lane] = {}
-        # Ids of stored answers a channel kept undelivered for an address, known
-        # only in this process as the channel's own keeping is: see `_send`.
-        self._kept_answers: dict[Address, list[int]] = {}
-        self._kept_retries: dict[Address, asyncio.Task[None]] = {}
+        # Every message out goes through it (atlas/outbox/): rows in each bot's store.
+        self.outbox = Outbox(channels, self._database)
         self._limit = asyncio.Semaphore(runtime.home.settings.limits.concurrent_turns)
         review = runtime.home.settings.review
         self._quiet = (
@@ -214,12 +211,11 @@ class Dispatcher:
         if self._quiet:
             await self._quiet.shutdown()
         workers = [lane.worker for lane in self._lanes.values() if lane.worker]
-        workers += self._kept_retries.values()  # what they hold is owed in the stores
-        self._kept_retries.clear()
         for worker in workers:
             worker.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
         self._lanes.clear()
+        await self.outbox.shutdown()  # what it still holds is in the stores: a start resumes it
 
     def _channel(self, address: Address) -> Channel:
         try:
@@ -305,7 +301,14 @@ class Dispatcher:
         async def on_tool_call(call: ToolCall) -> None:
             await channel.show_tool_call(address, call)
 
-        hooks = TurnHooks(on_text=on_text if streaming else None, on_tool_call=on_tool_call)
+        def answer_rows(text: str, files: list[Path], notes: list[str]) -> Outgoing:
+            return Outgoing(address, text, tuple(files), tuple(f"({note})" for note in notes))
+
+        hooks = TurnHooks(
+            on_text=on_text if streaming else None,
+            on_tool_call=on_tool_call,
+            answer_rows=answer_rows,
+        )
         await self._safe(channel.typing(address))
         loop = await self.runtime.loop(bot)
         try:
@@ -315,20 +318,8 @@ class Dispatcher:
             await self._safe_send(address, f"{TURN_FAILED}: {exc}")
             return
         lane.answered_upto = outcome.answers_upto
-        for note in outcome.notes:
-            await self._safe_send(address, f"({note})")
-        store = await self.runtime.store(bot)
-        if outcome.message_id is not None:
-            await store.mark_sending(outcome.message_id)
-        try:
-            await self._send(address, outcome.text, outcome.files)
-        except (AtlasError, OSError) as exc:  # it did not arrive: the next start sends it
-            log.warning("could not deliver the answer in %s: %s", address, exc)
-            if outcome.message_id is not None:
-                await self.answer_kept(address, outcome.message_id)
-            return
-        if outcome.message_id is not None:
-            await store.mark_delivered(outcome.message_id)
+        if outcome.outgoing is not None:  # its notes and the answer, stored with it
+            await self.outbox.deliver(outcome.outgoing.rows)
 
     def _run_context(
         self,
@@ -411,82 +402,32 @@ class Dispatcher:
             result.error or (result.outcome.text[:80] if result.outcome else ""),
         )
 
-    async def deliver(self, address: Address, text: str) -> str | None:
-        """Send to a conversation's channel; None when delivered, else why not."""
-        try:
-            await self._send(address, text)
-        except (AtlasError, OSError) as exc:
-            log.warning("could not deliver to %s: %s", address, exc)
-            return str(exc)
-        return None
+    async def deliver(
+        self, address: Address, text: str, *, kind: Kind = "report", key: str | None = None
+    ) -> str | None:
+        """Send through the outbox (a routine's report, a notice); None when delivered, else
+        why not. With `key`, a row made for it before (a crash between enqueueing and
+        recording) is the one awaited: never a second message."""
+        sent = await self.outbox.send(address, text, kind=kind, key=key)
+        if sent.state == "delivered":
+            return None
+        why = sent.error or sent.state
+        if sent.state == "kept":
+            return f"kept to send again ({why})"
+        if sent.state == "maybe":
+            return f"may not have arrived; not sent again ({why})"
+        return why
 
     async def _safe_send(self, address: Address, text: str) -> None:
         await self._safe(self._send(address, text))
 
-    async def _send(self, address: Address, text: str, files: list[Path] | None = None) -> None:
-        """Send through the address's channel. What the channel kept undelivered for this
-        address (an outage) goes out ahead of this message; once it has, the stores learn so,
-        or the next start would send those answers and routine reports again."""
-        carried_kept = self._holds_undelivered(address)
-        try:
-            await self._channel(address).send(address, text, files)
-        except Exception:
-            if self._holds_undelivered(address):
-                self._retry_kept_later(address)
-            raise
-        if carried_kept:
-            await self._kept_went_out(address)
+    async def _send(self, address: Address, text: str) -> None:
+        """A line about a turn or a command's reply, through the outbox like every message
+        (which keeps, retries and marks it: atlas/outbox/sender.py)."""
+        await self.outbox.send(address, text, kind="note")
 
-    def _retry_kept_later(self, address: Address) -> None:
-        task = self._kept_retries.get(address)
-        if task is None or task.done():
-            self._kept_retries[address] = asyncio.create_task(
-                self._retry_kept(address), name=f"kept for {address}"
-            )
-
-    async def _retry_kept(self, address: Address) -> None:
-        """Send what the channel kept for the address, alone, until it goes out (a message
-        sent there meanwhile carries it, and this finds nothing left to do)."""
-        wait = KEPT_RETRY_FIRST
-        while True:
-            await asyncio.sleep(wait)
-            if not self._holds_undelivered(address):
-                return
-            try:
-                await self._send(address, "")
-                return
-            except (AtlasError, OSError) as exc:
-                log.info("kept messages for %s still undelivered: %s", address, exc)
-            wait = min(wait * 2, KEPT_RETRY_CAP)
-
-    def _holds_undelivered(self, address: Address) -> bool:
-        holds = getattr(self.channels.get(address.channel), "holds_undelivered", None)
-        return bool(holds and holds(address))
-
-    async def answer_kept(self, address: Address, message_id: int) -> None:
-        """This stored answer did not arrive: the store says it is owed, so a restart sends
-        it. If the channel keeps it for the address's next message, that may send it first."""
-        store = await self.runtime.store(self.runtime.home.bot(address.bot))
-        await store.unmark_sending(message_id)
-        if self._holds_undelivered(address):
-            self._kept_answers.setdefault(address, []).append(message_id)
-
-    async def _kept_went_out(self, address: Address) -> None:
-        from atlas.routines.store import RoutineStore, Target
-
-        store = await self.runtime.store(self.runtime.home.bot(address.bot))
-        answers = self._kept_answers.pop(address, [])
-        for message_id in answers:
-            await store.mark_delivered(message_id)
-        reports = await RoutineStore(self.runtime.audit).settle_owed_reports(
-            address, f"delivered to {Target.of(address)} with a later message"
-        )
-        log.info(
-            "%s: what was kept went out: %d answer(s), %d routine report(s)",
-            address,
-            len(answers),
-            reports,
-        )
+    async def _database(self, bot_name: str) -> Database:
+        return (await self.runtime.store(self.runtime.home.bot(bot_name))).db
 
     @staticmethod
     async def _safe(action: object) -> None:

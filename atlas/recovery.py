@@ -15,10 +15,9 @@ Terminal (`atlas chat`) turns cannot be resumed or told: their chat has ended. O
 `resume_within` is settled quietly with a note stored as its answer (shown if the chat is taken
 up again with `--chat`); a recent one is left to the chat that may still be running it.
 
-Final answers are delivered at most once. Each records when its sending began (`sending_at`) and
-when the platform took it (`delivered_at`). One stored before the crash and never sent is sent
-now; one whose sending had begun may have arrived (the platforms take no idempotency key), so it
-is not sent again: the person is told it may not have reached them.
+Final answers are delivered at most once: each is stored with its outbox row, and the outbox's
+own resume (atlas/outbox/resume.py) sends what was never sent and tells the person once about
+what a crash caught while the platform had it. This module only decides about turns.
 """
 
 from __future__ import annotations
@@ -29,6 +28,9 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from atlas.channels.base import Address
+from atlas.outbox.notes import RESTARTED_WHILE_SENDING
+from atlas.outbox.resume import ResumeReport, resume_outbox
+from atlas.outbox.rows import Outgoing
 from atlas.providers.base import Message
 
 if TYPE_CHECKING:
@@ -36,6 +38,11 @@ if TYPE_CHECKING:
     from atlas.store.conversations import ConversationStore
 
 log = logging.getLogger(__name__)
+
+CONSOLE = "console"  # `atlas chat`'s channel: another process serves it
+# Channels only another process serves (`atlas chat`, `atlas routines run`): their outbox rows
+# are theirs, never resumed here.
+ELSEWHERE = (CONSOLE, "terminal")
 
 RESUME_WITHIN = timedelta(minutes=10)
 LOOK_BACK = timedelta(hours=24)
@@ -50,10 +57,7 @@ TOLD = (
 # Stored (never sent) as the answer of a terminal turn left unfinished: `atlas chat` has ended,
 # nobody is there to tell, and `atlas chat --chat NAME` shows it when the chat is resumed.
 CONSOLE_UNANSWERED = "(This message was not answered: the terminal chat ended first.)"
-MAYBE_LOST = (
-    "(Atlas restarted while sending its last answer, so it may not have reached you. "
-    "Ask again if it did not.)"
-)
+MAYBE_LOST = RESTARTED_WHILE_SENDING  # said by the outbox's resume
 
 
 @dataclass(frozen=True)
@@ -67,46 +71,21 @@ class Unfinished:
     resumed_before: bool  # its latest user message is our own resume notice
 
 
-@dataclass(frozen=True)
-class OwedAnswer:
-    """A final answer stored before the restart whose delivery was never recorded."""
-
-    message_id: int
-    conversation_id: int
-    address: Address
-    text: str
-    answers_upto: int
-    maybe_sent: bool  # its sending had begun: it may have arrived
-
-
 @dataclass
 class RecoveryReport:
-    resent: list[OwedAnswer] = field(default_factory=list)
-    maybe_lost: list[OwedAnswer] = field(default_factory=list)  # told it may not have arrived
+    outbox: ResumeReport = field(default_factory=ResumeReport)  # messages left going out
     resumed: list[Unfinished] = field(default_factory=list)
     told: list[Unfinished] = field(default_factory=list)
-    skipped: list[tuple[Unfinished | OwedAnswer, str]] = field(default_factory=list)
+    skipped: list[tuple[Unfinished, str]] = field(default_factory=list)
     # Terminal turns settled without a word: the `atlas chat` that ran them has ended.
-    settled_console: list[Unfinished | OwedAnswer] = field(default_factory=list)
+    settled_console: list[Unfinished] = field(default_factory=list)
 
     def summary(self) -> str:
         return (
-            f"{len(self.resent)} answers resent, {len(self.maybe_lost)} maybe lost (told), "
-            f"{len(self.resumed)} resumed, {len(self.told)} told, {len(self.skipped)} skipped"
+            f"outbox: {self.outbox.summary()}; turns: {len(self.resumed)} resumed, "
+            f"{len(self.told)} told, {len(self.skipped)} skipped"
         )
 
-
-# Final answers of this bot's person-facing conversations, stored before the restart, whose
-# delivery was never recorded.
-_OWED_ANSWERS = """
-SELECT m.id, m.conversation_id, m.content, m.answers_upto, m.sending_at,
-       c.channel, c.chat, c.thread, c.user
-FROM messages m JOIN conversations c ON c.id = m.conversation_id
-WHERE c.kind = 'conversation' AND c.bot = ? AND c.updated_at >= ?
-  AND m.role = 'assistant' AND m.answers_upto IS NOT NULL AND m.delivered_at IS NULL
-  AND m.created_at < ?
-ORDER BY m.id
-"""
 
 # The last message of each person-facing conversation of this bot, and its latest user message.
 _LAST_MESSAGES = """
@@ -155,42 +134,6 @@ async def find_unfinished(
     return found
 
 
-async def find_owed_answers(
-    store: ConversationStore, bot: str, *, since: datetime, before: datetime
-) -> list[OwedAnswer]:
-    """Final answers stored before `before` in conversations of `bot` active since `since`
-    whose delivery was never recorded, oldest first. (Answers from before delivery was
-    tracked have no `answers_upto` and count as delivered.)"""
-    rows = await store.db.call(
-        lambda db: list(db.query(_OWED_ANSWERS, [bot, _iso(since), _iso(before)]))
-    )
-    return [
-        OwedAnswer(
-            message_id=row["id"],
-            conversation_id=row["conversation_id"],
-            address=Address(bot, row["channel"], row["chat"], row["thread"], row["user"]),
-            text=row["content"],
-            answers_upto=row["answers_upto"],
-            maybe_sent=row["sending_at"] is not None,
-        )
-        for row in rows
-    ]
-
-
-async def send_owed(
-    dispatcher: Dispatcher, store: ConversationStore, message_id: int, address: Address, text: str
-) -> str | None:
-    """Send a stored answer at most once: marked as sending, sent, marked delivered (or
-    kept, when the platform refused it). None when sent, else why not."""
-    await store.mark_sending(message_id)
-    problem = await dispatcher.deliver(address, text)
-    if problem is not None:
-        await dispatcher.answer_kept(address, message_id)
-        return problem
-    await store.mark_delivered(message_id)
-    return None
-
-
 def _came_in_during_the_turn(row: dict[str, Any]) -> bool:
     """A person's message stored before the final answer but after its turn began: the lane
     would have answered it next, had the process lived."""
@@ -215,18 +158,26 @@ async def resume_interrupted_turns(
     now = now or datetime.now(UTC)
     runtime = dispatcher.runtime
     report = RecoveryReport()
+    found: list[tuple[ConversationStore, list[Unfinished]]] = []
     for bot in runtime.home.bots.values():
         store = await runtime.store(bot)
-        since = now - look_back
-        # Found before the owed answers are settled, which may store a note after them.
-        unfinished = await find_unfinished(store, bot.name, since=since)
-        for owed in await find_owed_answers(store, bot.name, since=since, before=started_at):
-            await _settle_owed(dispatcher, store, owed, report)
+        # Found before the outbox resumes, which may store a note after an answer.
+        found.append((store, await find_unfinished(store, bot.name, since=now - look_back)))
+    # What the last process left going out, sent or settled first: ahead of anything new.
+    report.outbox = await resume_outbox(
+        dispatcher.outbox,
+        runtime.home.bots,
+        started_at=started_at,
+        now=now,
+        look_back=look_back,
+        elsewhere=ELSEWHERE,
+    )
+    for store, unfinished in found:
         for item in unfinished:
             if item.last_at >= started_at:
                 continue  # stored by this process: its lane is on it
             if item.address.channel not in dispatcher.channels:
-                if item.address.channel == "console":
+                if item.address.channel == CONSOLE:
                     await _settle_console_turn(store, item, report, now, resume_within)
                     continue
                 report.skipped.append((item, f"channel {item.address.channel} is not running"))
@@ -255,7 +206,7 @@ async def resume_interrupted_turns(
             report.told.append(item)
     for item, why in report.skipped:
         log.warning("unfinished turn in %s not recovered: %s", item.address, why)
-    if report.resent or report.maybe_lost or report.resumed or report.told:
+    if report.resumed or report.told:
         log.info("turns cut short by the last stop: %s", report.summary())
     return report
 
@@ -268,16 +219,14 @@ async def _settle_console_turn(
     recent: timedelta,
 ) -> None:
     """A terminal turn (a failed or interrupted `atlas chat` turn) cannot be resumed: its chat
-    has ended. A note stored as its answer, marked delivered, settles it once. A recent one is
+    has ended. A note stored as its answer (never sent: no outbox row) settles it once. A recent one is
     left alone (an `atlas chat` may still be running it), without a warning."""
     if now - item.last_at <= recent:
         log.debug("terminal turn in %s left to its chat (recent)", item.address)
         return
-    note_id = await store.append(
+    await store.append(
         item.conversation_id, Message("assistant", CONSOLE_UNANSWERED), answers_upto=item.last_id
     )
-    if note_id is not None:
-        await store.mark_delivered(note_id)
     report.settled_console.append(item)
 
 
@@ -289,49 +238,16 @@ async def _tell(
     note: str,
     *,
     upto: int,
-    settles: int | None = None,
 ) -> str | None:
-    """Store a note as the answer owed, then send it: should this process die in between,
-    the next start sends it (once) instead of telling them again. None when sent."""
-    note_id = await store.append(
-        conversation_id, Message("assistant", note), answers_upto=upto, settles=settles
+    """Store a note as the conversation's answer, with its outbox row in the same transaction,
+    then send it: should this process die in between, the next start sends it (once) instead
+    of telling them again. None when sent, else why not (the outbox keeps it)."""
+    outgoing = Outgoing(address, note, kind="notice")
+    await store.append(
+        conversation_id, Message("assistant", note), answers_upto=upto, also=outgoing
     )
-    assert note_id is not None  # no event id: never a duplicate
-    return await send_owed(dispatcher, store, note_id, address, note)
-
-
-async def _settle_owed(
-    dispatcher: Dispatcher, store: ConversationStore, owed: OwedAnswer, report: RecoveryReport
-) -> None:
-    if owed.address.channel not in dispatcher.channels:
-        if owed.address.channel == "console":  # the terminal printed it, or it is gone
-            await store.mark_delivered(owed.message_id)
-            report.settled_console.append(owed)
-            return
-        report.skipped.append((owed, f"channel {owed.address.channel} is not running"))
-        return
-    if not owed.maybe_sent:
-        problem = await send_owed(dispatcher, store, owed.message_id, owed.address, owed.text)
-        if problem is not None:
-            report.skipped.append((owed, f"could not send its stored answer: {problem}"))
-            return
-        report.resent.append(owed)
-        return
-    # It may have arrived: sending it again could say it twice. The note takes its place as
-    # the answer owed (one transaction), so a crash from here on sends the note, not both.
-    problem = await _tell(
-        dispatcher,
-        store,
-        owed.conversation_id,
-        owed.address,
-        MAYBE_LOST,
-        upto=owed.answers_upto,
-        settles=owed.message_id,
-    )
-    if problem is not None:
-        report.skipped.append((owed, f"could not tell them yet: {problem}"))
-        return
-    report.maybe_lost.append(owed)
+    [sent] = await dispatcher.outbox.deliver(outgoing.rows)
+    return None if sent.state == "delivered" else f"{sent.state}: {sent.error}"
 
 
 __all__ = [
@@ -342,10 +258,7 @@ __all__ = [
     "RESUME_WITHIN",
     "TOLD",
     "RecoveryReport",
-    "OwedAnswer",
     "Unfinished",
-    "find_owed_answers",
     "find_unfinished",
-    "send_owed",
     "resume_interrupted_turns",
 ]

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from atlas.agent.compaction import compact, over_budget, truncate_old_tool_outputs
 from atlas.agent.context import build_system_prompt, repair_history
@@ -21,6 +21,7 @@ from atlas.agent.guards import RepeatGuard
 from atlas.agent.spill import spill
 from atlas.agent.untrusted import wrap_untrusted
 from atlas.errors import AtlasError, ProviderError
+from atlas.outbox.rows import Outgoing
 from atlas.providers.base import (
     CompletionRequest,
     CompletionResponse,
@@ -41,6 +42,9 @@ log = logging.getLogger(__name__)
 CONTEXT_NOTE = "This conversation is near the model's context limit"
 
 ToolCallSink = Callable[[ToolCall], Awaitable[None] | None]
+# The outbox rows that deliver a final answer (text, attached files, notes told before it),
+# written in the transaction that stores the answer.
+AnswerRows = Callable[[str, list[Path], list[str]], Outgoing]
 
 
 class MessageStore(Protocol):
@@ -52,6 +56,7 @@ class MessageStore(Protocol):
         usage: Usage | None = None,
         model: str | None = None,
         answers_upto: int | None = None,
+        also: Callable[[Any, int], object] | None = None,
     ) -> int | None: ...
 
     async def history(self, conversation_id: int) -> list[Message]: ...
@@ -73,6 +78,8 @@ class TurnHooks:
 
     on_text: TextSink | None = None
     on_tool_call: ToolCallSink | None = None
+    # A turn whose answer goes to a person: its rows, stored with it (atlas/outbox/).
+    answer_rows: AnswerRows | None = None
 
 
 @dataclass
@@ -83,8 +90,9 @@ class TurnOutcome:
     halted: bool = False
     notes: list[str] = field(default_factory=list)  # told to the user before the answer
     files: list[Path] = field(default_factory=list)  # attached to the answer by tools
-    message_id: int | None = None  # the stored answer, to mark delivered once it is sent
+    message_id: int | None = None  # the stored answer
     answers_upto: int | None = None  # the newest person's message the turn saw
+    outgoing: Outgoing | None = None  # its outbox rows (notes, then the answer), when sent
 
 
 @dataclass
@@ -98,11 +106,29 @@ class _Turn:
     answers_upto: int | None = None  # the newest person's message this turn has seen
 
     def outcome(
-        self, text: str, rounds: int, message_id: int | None, *, halted: bool = False
+        self,
+        text: str,
+        rounds: int,
+        message_id: int | None,
+        outgoing: Outgoing | None,
+        *,
+        halted: bool = False,
     ) -> TurnOutcome:
         return TurnOutcome(
-            text, rounds, self.usage, halted, self.notes, self.files, message_id, self.answers_upto
+            text,
+            rounds,
+            self.usage,
+            halted,
+            self.notes,
+            self.files,
+            message_id,
+            self.answers_upto,
+            outgoing,
         )
+
+    def rows(self, hooks: TurnHooks, text: str) -> Outgoing | None:
+        """The outbox rows of this turn's answer, when it goes to someone."""
+        return hooks.answer_rows(text, self.files, self.notes) if hooks.answer_rows else None
 
 
 def _add_usage(total: Usage, more: Usage) -> None:
@@ -157,26 +183,28 @@ class ToolLoop:
             _add_usage(turn.usage, response.usage)
             reply = response.message
             final = not reply.tool_calls
+            outgoing = turn.rows(hooks, reply.content) if final else None
             stored_id = await self.store.append(
                 run.conversation_id,
                 reply,
                 usage=response.usage,
                 model=response.model,
                 answers_upto=turn.answers_upto if final else None,
+                also=outgoing,
             )
             history.append(reply)
             if final:
-                return turn.outcome(reply.content, round_number, stored_id)
+                return turn.outcome(reply.content, round_number, stored_id, outgoing)
             for result in await self._run_calls(run, reply.tool_calls, turn, hooks):
                 await self.store.append(run.conversation_id, result)
                 history.append(result)
             if turn.guard.halted:
-                return await self._finish(run, turn.guard.halted, round_number, turn)
+                return await self._finish(run, turn.guard.halted, round_number, turn, hooks)
         note = (
             f"I stopped after {rounds} rounds of tool calls without finishing "
             "(the round limit). Tell me to go on if you want more."
         )
-        return await self._finish(run, note, rounds, turn)
+        return await self._finish(run, note, rounds, turn, hooks)
 
     async def _call_model(
         self,
@@ -237,11 +265,17 @@ class ToolLoop:
         )
         return compacted.messages
 
-    async def _finish(self, run: RunContext, text: str, rounds: int, turn: _Turn) -> TurnOutcome:
+    async def _finish(
+        self, run: RunContext, text: str, rounds: int, turn: _Turn, hooks: TurnHooks
+    ) -> TurnOutcome:
+        outgoing = turn.rows(hooks, text)
         stored_id = await self.store.append(
-            run.conversation_id, Message("assistant", text), answers_upto=turn.answers_upto
+            run.conversation_id,
+            Message("assistant", text),
+            answers_upto=turn.answers_upto,
+            also=outgoing,
         )
-        return turn.outcome(text, rounds, stored_id, halted=True)
+        return turn.outcome(text, rounds, stored_id, outgoing, halted=True)
 
     async def _run_calls(
         self, run: RunContext, calls: list[ToolCall], turn: _Turn, hooks: TurnHooks

@@ -61,9 +61,12 @@ class Channel(Protocol):
 
     async def stop(self) -> None: ...
 
-    # A channel that keeps what an outage stopped (Telegram, Slack) sends it ahead of the next
-    # message to that address, and has `holds_undelivered(address) -> bool` to say so.
-    async def send(self, address: Address, text: str, files: list[Path] | None = None) -> None: ...
+    # Called only by the outbox (atlas/outbox/sender.py), once per row: the platform's message
+    # id (None where there is none), or one of atlas/outbox/errors.py's errors: RetryLater,
+    # NeverRetry, MaybeDelivered. A channel keeps nothing: the outbox keeps and resends.
+    async def send(
+        self, address: Address, text: str, files: list[Path] | None = None
+    ) -> str | None: ...
 
     async def ask(self, address: Address, question: str, choices: list[str]) -> str | None: ...
 

@@ -123,7 +123,6 @@ class SlackChannel(SlackInbound):
         self._reacting = {}
         self._asks = {}
         self._question_sets = {}
-        self.undelivered = {}
         self._background = BackgroundTasks()
 
     async def start(self) -> None:

@@ -93,12 +93,15 @@ class SlackAsking(SlackSending):
         request_id = random_ids.token_hex(6)
         channel = slack_channel(address)
         try:
-            ts = await self.sender.post(
-                channel,
-                question,
-                thread_ts=address.thread or None,
-                blocks=question_blocks(request_id, question, choices),
-            )
+            # A row of its own in the outbox, marked by how the post went; the wait is here.
+            async with self.dispatcher.outbox.posting(address, question) as posted:
+                ts = await self.sender.post(
+                    channel,
+                    question,
+                    thread_ts=address.thread or None,
+                    blocks=question_blocks(request_id, question, choices),
+                )
+                posted.platform_id = ts
         except SlackDeliveryError as exc:
             log.error("%s: could not ask %r in %s: %s", self.name, question, address, exc)
             return None
@@ -170,12 +173,14 @@ class SlackAsking(SlackSending):
         asked = SlackQuestionSet(random_ids.token_hex(6), questions, channel)
 
         async def post(index: int) -> None:
-            ts = await self.sender.post(
-                channel,
-                questions[index].text,
-                thread_ts=address.thread or None,
-                blocks=ask_user_blocks(asked, index),
-            )
+            async with self.dispatcher.outbox.posting(address, questions[index].text) as posted:
+                ts = await self.sender.post(
+                    channel,
+                    questions[index].text,
+                    thread_ts=address.thread or None,
+                    blocks=ask_user_blocks(asked, index),
+                )
+                posted.platform_id = ts
             asked.message_ts.append(ts)
 
         async def close(index: int, status: QuestionStatus, detail: str) -> None:

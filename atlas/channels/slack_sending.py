@@ -1,27 +1,28 @@
-"""What the Slack channel sends: replies rendered to mrkdwn and split (kept when undeliverable,
-never sent twice when they may have arrived), files uploaded into the same thread, and the
-reaction that says a reply is being written."""
+"""What the Slack channel sends: an outbox row's reply rendered to mrkdwn and split (what fails
+is raised, classified, for the outbox: atlas/outbox/), files uploaded into the same thread, and
+the reaction that says a reply is being written."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from atlas.channels.base import Address
 from atlas.channels.chat_common import BackgroundTasks, platform_chat, sort_attached
-from atlas.channels.markdown import RULE
-from atlas.channels.send_errors import MAYBE_LOST, MaybeDelivered
+from atlas.channels.send_errors import MAYBE_LOST, MaybeDelivered, RetryLater
 from atlas.channels.slack_delivery import SlackDeliveryError, SlackSender, unsendable
 from atlas.channels.slack_format import SLACK_TEXT_LIMIT, markdown_to_mrkdwn
 from atlas.channels.text import split_message
 from atlas.errors import AtlasError
 from atlas.providers.base import ToolCall
 
+if TYPE_CHECKING:
+    from atlas.dispatch import Dispatcher
+
 log = logging.getLogger(__name__)
 
 TYPING_REACTION = "eyes"
-EARLIER_REPLY = "(An earlier reply could not be delivered; here it is.)"
 
 
 def slack_channel(address: Address) -> str:
@@ -36,8 +37,7 @@ class SlackSending:
     _sender: SlackSender | None
     _last_message: dict[Address, tuple[str, str]]  # where the typing mark goes
     _reacting: dict[Address, tuple[str, str]]
-    # Rendered mrkdwn that could not be posted, sent ahead of the next reply that gets through.
-    undelivered: dict[Address, list[str]]
+    dispatcher: Dispatcher
     _background: BackgroundTasks
 
     @property
@@ -69,83 +69,71 @@ class SlackSending:
     async def show_tool_call(self, address: Address, call: ToolCall) -> None:
         return None
 
-    def holds_undelivered(self, address: Address) -> bool:
-        """Whether a reply to this address is kept undelivered: the next send carries it."""
-        return bool(self.undelivered.get(address))
-
-    async def send(self, address: Address, text: str, files: list[Path] | None = None) -> None:
-        """Render, split and post, each chunk exactly once, then upload its files into the same
-        channel and thread. A reply that cannot be delivered is kept (and sent with the next
-        reply that gets through, or alone when `text` is empty) and the error is raised; a file
-        that cannot be sent is named in the reply with the reason. A part that may have arrived
-        but cannot be checked (MaybeDelivered) is not posted again: the person is told."""
+    async def send(
+        self, address: Address, text: str, files: list[Path] | None = None
+    ) -> str | None:
+        """One outbox row: rendered, split and posted, each part exactly once (SlackSender),
+        then its files uploaded into the same channel and thread; the `ts` of the first part.
+        A thin adapter: what cannot go is raised for the outbox (atlas/outbox/sender.py):
+        RetryLater (with `unsent`, the rest, once a part went), NeverRetry when Slack refuses,
+        MaybeDelivered once the rest went when a part may have arrived but cannot be checked
+        (not posted again). A file that cannot be sent is named in a reply of its own."""
         await self._stop_typing(address)
         sendable, refused = await sort_attached(files, unsendable, self.name)
-        kept_only = not text.strip() and not files and self.holds_undelivered(address)
-        body = (
-            text
-            if text.strip() or kept_only
-            else ("" if sendable and not refused else "(no answer)")
-        )
+        body = text if text.strip() else ("" if sendable and not refused else "(no answer)")
         if refused:
             body = "\n\n".join(part for part in (body, "\n".join(refused)) if part)
-        rendered = markdown_to_mrkdwn(body) if body else ""
-        if self.undelivered.get(address):
-            # Kept parts are mrkdwn already: they go ahead as they are, not rendered again.
-            kept = "\n\n".join(self.undelivered.pop(address))
-            after = (RULE, rendered) if rendered else ()
-            rendered = "\n\n".join(part for part in (EARLIER_REPLY, kept, *after) if part)
-        chunks = split_message(rendered, SLACK_TEXT_LIMIT) if rendered else []
-        unsure = False  # a part may not have arrived
-        for number, chunk in enumerate(chunks):
+        pieces = split_message(body, SLACK_TEXT_LIMIT) if body else []
+        first_ts: str | None = None
+        unsure: MaybeDelivered | None = None  # a part that may not have arrived
+        for number, piece in enumerate(pieces):
             try:
-                await self.sender.post(
-                    slack_channel(address), chunk, thread_ts=address.thread or None
-                )
+                ts = await self._post_piece(address, piece)
             except MaybeDelivered as exc:
-                unsure = True
+                unsure = exc
                 log.warning(
                     "%s: part %d of %d of a reply to %s may not have arrived; not posted again: %s",
                     self.name,
                     number + 1,
-                    len(chunks),
+                    len(pieces),
                     address,
                     exc,
                 )
-            except SlackDeliveryError as exc:
-                kept_parts = "\n".join(chunks[number:])
-                if unsure:
-                    kept_parts += f"\n\n{MAYBE_LOST}"
-                if sendable:
-                    kept_parts += f"\n\n(Not sent with it: {', '.join(p.name for p in sendable)}.)"
-                self.undelivered.setdefault(address, []).append(kept_parts)
-                log.error(
-                    "%s: reply to %s undelivered (%d of %d parts kept): %s",
-                    self.name,
-                    address,
-                    len(chunks) - number,
-                    len(chunks),
-                    exc,
-                )
-                raise
-        if unsure:
-            await self._tell_maybe_lost(address)
-        await self._send_files(address, sendable)
+                continue
+            except RetryLater as exc:
+                if number == 0:
+                    raise
+                rest = "\n\n".join(pieces[number:])
+                if unsure is not None:
+                    rest += f"\n\n{MAYBE_LOST}"
+                raise RetryLater(
+                    str(exc), after=exc.after, unsent=rest, unsent_files=tuple(sendable)
+                ) from exc
+            first_ts = first_ts or ts
+        failed = await self._send_files(address, sendable)
+        if failed:
+            await self._send_failures(address, failed)
+        if unsure is not None:
+            raise unsure
+        return first_ts
 
-    async def _tell_maybe_lost(self, address: Address) -> None:
-        """Say that part of the reply may be missing; if even that fails, it is kept."""
-        try:
-            await self.sender.post(
-                slack_channel(address), MAYBE_LOST, thread_ts=address.thread or None
+    async def _post_piece(self, address: Address, piece: str) -> str:
+        """One piece of the reply's Markdown, rendered (split again in the rare case that its
+        escapes carry it past the limit); the `ts` of its first post."""
+        rendered = markdown_to_mrkdwn(piece)
+        posts = [rendered]
+        if len(rendered) > SLACK_TEXT_LIMIT:
+            posts = split_message(rendered, SLACK_TEXT_LIMIT)
+        first = ""
+        for post in posts:
+            ts = await self.sender.post(
+                slack_channel(address), post, thread_ts=address.thread or None
             )
-        except MaybeDelivered as exc:
-            log.warning("%s: the notice to %s may not have arrived: %s", self.name, address, exc)
-        except SlackDeliveryError as exc:
-            log.warning("%s: notice to %s kept undelivered: %s", self.name, address, exc)
-            self.undelivered.setdefault(address, []).append(MAYBE_LOST)
+            first = first or ts
+        return first
 
-    async def _send_files(self, address: Address, files: list[Path]) -> None:
-        """Upload each file; those that fail are named in a reply of their own."""
+    async def _send_files(self, address: Address, files: list[Path]) -> list[str]:
+        """Upload each file; a line for each that did not go."""
         failed = []
         for path in files:
             try:
@@ -164,14 +152,25 @@ class SlackSending:
                 log.warning("%s: file %s not sent to %s: %s", self.name, path, address, exc)
                 why = exc if isinstance(exc, SlackDeliveryError) else exc.strerror or exc
                 failed.append(f"(I could not send the file {path.name}: {why})")
-        if failed:
-            await self.send(address, "\n".join(failed))
+        return failed
+
+    async def _send_failures(self, address: Address, lines: list[str]) -> None:
+        """The files that did not go, named; should that fail for an outage, it is what the
+        outbox keeps of the row (the reply itself went)."""
+        note = "\n".join(lines)
+        try:
+            await self.sender.post(
+                slack_channel(address), markdown_to_mrkdwn(note), thread_ts=address.thread or None
+            )
+        except RetryLater as exc:
+            raise RetryLater(str(exc), after=exc.after, unsent=note) from exc
+        except SlackDeliveryError as exc:  # refused, or it may have arrived: the reply went
+            log.warning("%s: the note on files to %s: %s", self.name, address, exc)
 
     async def _send_quietly(self, address: Address, text: str) -> None:
-        try:
-            await self.send(address, text)
-        except AtlasError as exc:
-            log.warning("%s: %s", self.name, exc)
+        """A line of the channel's own (a command's reply, a file it could not take), sent
+        through the outbox like every message."""
+        await self.dispatcher.outbox.send(address, text, kind="note")
 
     async def _safe_call(self, method: str, **params: Any) -> None:
         """A call whose failure must not end what it decorates (a reaction, an edit)."""
@@ -181,4 +180,4 @@ class SlackSending:
             log.warning("%s: %s", self.name, exc)
 
 
-__all__ = ["EARLIER_REPLY", "TYPING_REACTION", "SlackSending", "slack_channel"]
+__all__ = ["TYPING_REACTION", "SlackSending", "slack_channel"]

@@ -110,7 +110,6 @@ class TelegramChannel(TelegramInbound):
         self._asks = {}
         self._question_sets = {}
         self._awaiting_text = {}
-        self._undelivered = {}
         self._background = BackgroundTasks()
 
     async def start(self) -> None:

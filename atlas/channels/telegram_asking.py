@@ -99,14 +99,17 @@ class TelegramAsking(TelegramSending):
         )
         shown = question[:QUESTION_LIMIT]
         try:
-            message_id = await send_chunk(
-                self._connected(),
-                self.retrying,
-                chat_id,
-                Chunk(html.escape(shown), shown),
-                thread_id=thread_id,
-                reply_markup=buttons,
-            )
+            # A row of its own in the outbox, marked by how the post went; the wait is here.
+            async with self.dispatcher.outbox.posting(address, shown) as posted:
+                message_id = await send_chunk(
+                    self._connected(),
+                    self.retrying,
+                    chat_id,
+                    Chunk(html.escape(shown), shown),
+                    thread_id=thread_id,
+                    reply_markup=buttons,
+                )
+                posted.platform_id = str(message_id)
         except DeliveryError as exc:
             log.warning("%s: could not put a question to %s: %s", self.name, address, exc)
             return None
@@ -184,14 +187,16 @@ class TelegramAsking(TelegramSending):
 
         async def post(index: int) -> None:
             chunk = Chunk(question_html(asked, index), question_plain(asked, index))
-            message_id = await send_chunk(
-                self._connected(),
-                self.retrying,
-                chat_id,
-                chunk,
-                thread_id=thread_id,
-                reply_markup=keyboard(asked, index),
-            )
+            async with self.dispatcher.outbox.posting(address, chunk.plain) as posted:
+                message_id = await send_chunk(
+                    self._connected(),
+                    self.retrying,
+                    chat_id,
+                    chunk,
+                    thread_id=thread_id,
+                    reply_markup=keyboard(asked, index),
+                )
+                posted.platform_id = str(message_id)
             asked.message_ids.append(message_id)
 
         async def close(index: int, status: QuestionStatus, detail: str) -> None:

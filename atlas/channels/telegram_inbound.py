@@ -22,7 +22,7 @@ from atlas.channels.base import Address
 from atlas.channels.chat_common import NEW_CONVERSATION, ChatGenerations, platform_chat
 from atlas.channels.inbox import FileTooLarge, check_size, name_files, save_stream
 from atlas.channels.telegram_asking import TelegramAsking
-from atlas.channels.telegram_delivery import Chunk, DeliveryError, send_chunk
+from atlas.channels.telegram_delivery import DeliveryError
 from atlas.channels.telegram_errors import describe
 from atlas.channels.telegram_sending import target
 from atlas.errors import AtlasError
@@ -190,7 +190,7 @@ class TelegramInbound(TelegramAsking):
             text = f"{command} {rest}".strip()  # as the dispatcher knows them, without @bot
         files, problems = await self._download_files(message)
         for problem in problems:
-            await self.send(address, problem)
+            await self._say(address, problem)
         if not text.strip() and not files:
             return
         turn_text = name_files(text.strip(), files, self.bot.workspace)
@@ -229,21 +229,19 @@ class TelegramInbound(TelegramAsking):
         else:
 
             async def send_privately(text: str) -> bool:
-                try:
-                    await send_chunk(self._connected(), self.retrying, user.id, Chunk(None, text))
-                except DeliveryError as exc:
-                    log.info("%s: cannot write privately to %s: %s", self.name, user.id, exc)
-                    return False
-                return True
+                privately = Address(self.bot.name, self.name, str(user.id))
+                sent = await self.dispatcher.outbox.send(privately, text, kind="note")
+                if sent.state != "delivered":
+                    log.info("%s: cannot write privately to %s: %s", self.name, user.id, sent.error)
+                return sent.state == "delivered"
 
             reply = await self.access.group_stranger(
                 str(user.id), send_privately, user_name=user.full_name, chat=str(chat_id)
             )
         if reply is None:
             return
-        await send_chunk(
-            self._connected(), self.retrying, chat_id, Chunk(None, reply), thread_id=thread_id
-        )
+        where = Address(self.bot.name, self.name, str(chat_id), str(thread_id or ""))
+        await self.dispatcher.outbox.send(where, reply, kind="note")
 
     async def address_for(self, message: Message) -> Address:
         """The conversation a message belongs to (see the module docstring)."""
@@ -261,11 +259,11 @@ class TelegramInbound(TelegramAsking):
         if command == "/new":
             self.dispatcher.stop_turn(address)
             await self.generations.bump(platform_chat(address.chat), address.thread, address.user)
-            await self.send(address, NEW_CONVERSATION)
+            await self._say(address, NEW_CONVERSATION)
         elif command == "/status":
-            await self.send(address, await self._status(address))
+            await self._say(address, await self._status(address))
         elif command in ("/start", "/help"):
-            await self.send(address, HELP)
+            await self._say(address, HELP)
         else:
             return False
         return True

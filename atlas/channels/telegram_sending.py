@@ -1,6 +1,6 @@
-"""What the Telegram channel sends: replies in chunks (kept when undeliverable, never sent twice
-when they may have arrived), files as documents, the "typing…" indicator, and edits of the
-messages that carry buttons."""
+"""What the Telegram channel sends: an outbox row's reply in chunks (what fails is raised,
+classified, for the outbox: atlas/outbox/), files as documents, the "typing…" indicator, and
+edits of the messages that carry buttons."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from atlas.channels.base import Address
 from atlas.channels.chat_common import BackgroundTasks, platform_chat, sort_attached
-from atlas.channels.send_errors import MAYBE_LOST, MaybeDelivered, SendError
+from atlas.channels.send_errors import MAYBE_LOST, MaybeDelivered, RetryLater, SendError
 from atlas.channels.settings import TelegramSettings
 from atlas.channels.telegram_delivery import (
     SELF_HOSTED_UPLOAD_LIMIT,
@@ -30,11 +30,12 @@ from atlas.providers.base import ToolCall
 if TYPE_CHECKING:
     from aiogram import Bot as TelegramBot
 
+    from atlas.dispatch import Dispatcher
+
 log = logging.getLogger(__name__)
 
 TYPING_EVERY = 4.0  # Telegram shows "typing…" for about five seconds
 TYPING_LIMIT = 600.0  # a turn that never replies must not type forever
-EARLIER_REPLY = "_(An earlier reply could not be delivered; here it is:)_"
 
 
 def target(address: Address) -> tuple[int, int | None]:
@@ -50,8 +51,13 @@ class TelegramSending:
     retrying: Retrying
     tg: TelegramBot | None
     _typing: dict[Address, asyncio.Task[None]]
-    _undelivered: dict[Address, list[str]]  # replies kept through an outage, sent next time
     _background: BackgroundTasks
+    dispatcher: Dispatcher
+
+    async def _say(self, address: Address, text: str) -> None:
+        """A line of the channel's own (a command's reply, a file it could not take), sent
+        through the outbox like every message."""
+        await self.dispatcher.outbox.send(address, text, kind="note")
 
     def _connected(self) -> TelegramBot:
         if self.tg is None:
@@ -93,15 +99,19 @@ class TelegramSending:
 
     # ------------------------------------------------------------ replies and files
 
-    def holds_undelivered(self, address: Address) -> bool:
-        """Whether a reply to this address is kept undelivered: the next send carries it."""
-        return bool(self._undelivered.get(address))
+    async def send(
+        self, address: Address, text: str, files: list[Path] | None = None
+    ) -> str | None:
+        """One outbox row: the text in chunks, each retried on its own (Retrying), then its
+        files as documents; the id of the first message posted. A thin adapter: what cannot
+        go is raised for the outbox to act on (atlas/outbox/sender.py), never kept here.
 
-    async def send(self, address: Address, text: str, files: list[Path] | None = None) -> None:
-        """The reply in chunks, each retried on its own, then its files as documents. What
-        cannot be sent is kept, logged, and sent ahead of the next message to that address;
-        a file that cannot be sent is named in the reply with the reason. A chunk that may have
-        arrived (MaybeDelivered) is not sent again: the person is told it may be missing."""
+        - RetryLater when a chunk could not go; after earlier chunks went, with `unsent` (the
+          rest, and the files) so the outbox resends only that.
+        - NeverRetry when Telegram refuses the reply.
+        - MaybeDelivered when a chunk may have arrived (it is not sent again), raised once the
+          rest went: the outbox tells the person once.
+        A file that cannot be sent is named in a line of its own after the reply."""
         self._stop_typing(address)
         chat_id, thread_id = target(address)
         limit = SELF_HOSTED_UPLOAD_LIMIT if self.settings.api_base else UPLOAD_LIMIT
@@ -110,20 +120,16 @@ class TelegramSending:
         )
         if refused:
             text = f"{text}\n\n" + "\n".join(refused) if text.strip() else "\n".join(refused)
-        backlog = self._undelivered.pop(address, [])
-        if backlog:  # an empty text sends only what was kept
-            earlier = "\n\n".join(backlog)
-            rest = f"\n\n---\n\n{text}" if text.strip() else ""
-            text = f"{EARLIER_REPLY}\n\n{earlier}{rest}"
         chunks = telegram_chunks(text) if text.strip() else []
-        unsure = False  # a chunk may not have arrived
+        first_id: int | None = None
+        unsure: MaybeDelivered | None = None  # a chunk that may not have arrived
         for index, chunk in enumerate(chunks):
             try:
-                await send_chunk(
+                posted = await send_chunk(
                     self._connected(), self.retrying, chat_id, chunk, thread_id=thread_id
                 )
             except MaybeDelivered as exc:
-                unsure = True
+                unsure = exc
                 log.warning(
                     "%s: part %d of %d of a reply to chat %s may not have arrived; not sent "
                     "again: %s",
@@ -133,48 +139,28 @@ class TelegramSending:
                     chat_id,
                     exc,
                 )
-            except DeliveryError as exc:
-                kept = "\n\n".join(c.plain for c in chunks[index:])
-                if unsure:
-                    kept += f"\n\n{MAYBE_LOST}"
-                if sendable:
-                    names = ", ".join(path.name for path in sendable)
-                    kept += f"\n\n(Not sent with it: {names}.)"
-                self._undelivered.setdefault(address, []).append(kept)
-                log.error(
-                    "%s: reply to chat %s kept undelivered (%d chars): %s",
-                    self.name,
-                    chat_id,
-                    len(kept),
-                    exc,
-                )
-                raise
-        if unsure:
-            await self._tell_maybe_lost(address)
-        await self._send_files(address, sendable)
+                continue
+            except RetryLater as exc:
+                if index == 0:
+                    raise
+                rest = "\n\n".join(c.plain for c in chunks[index:])
+                if unsure is not None:
+                    rest += f"\n\n{MAYBE_LOST}"
+                raise RetryLater(
+                    str(exc), after=exc.after, unsent=rest, unsent_files=tuple(sendable)
+                ) from exc
+            first_id = first_id or posted
+        failed = await self._send_files(chat_id, thread_id, sendable)
+        if failed:
+            await self._send_failures(chat_id, thread_id, failed)
+        if unsure is not None:
+            raise unsure
+        return str(first_id) if first_id is not None else None
 
-    async def _tell_maybe_lost(self, address: Address) -> None:
-        """Say that part of the reply may be missing; if even that fails, it is kept."""
-        chat_id, thread_id = target(address)
-        try:
-            await send_chunk(
-                self._connected(),
-                self.retrying,
-                chat_id,
-                Chunk(None, MAYBE_LOST),
-                thread_id=thread_id,
-            )
-        except MaybeDelivered as exc:
-            log.warning(
-                "%s: the notice to chat %s may not have arrived: %s", self.name, chat_id, exc
-            )
-        except SendError as exc:
-            log.warning("%s: notice to chat %s kept undelivered: %s", self.name, chat_id, exc)
-            self._undelivered.setdefault(address, []).append(MAYBE_LOST)
-
-    async def _send_files(self, address: Address, files: list[Path]) -> None:
-        """Each file as a document; those that fail are named in a reply of their own."""
-        chat_id, thread_id = target(address)
+    async def _send_files(
+        self, chat_id: int, thread_id: int | None, files: list[Path]
+    ) -> list[str]:
+        """Each file as a document; a line for each that did not go."""
         failed = []
         for path in files:
             try:
@@ -190,8 +176,20 @@ class TelegramSending:
             except DeliveryError as exc:
                 log.warning("%s: file %s not sent to chat %s: %s", self.name, path, chat_id, exc)
                 failed.append(f"(I could not send the file {path.name}: {exc})")
-        if failed:
-            await self.send(address, "\n".join(failed))
+        return failed
+
+    async def _send_failures(self, chat_id: int, thread_id: int | None, lines: list[str]) -> None:
+        """The files that did not go, named; should that fail for an outage, it is what the
+        outbox keeps of the row (the reply itself went)."""
+        note = "\n".join(lines)
+        try:
+            await send_chunk(
+                self._connected(), self.retrying, chat_id, Chunk(None, note), thread_id=thread_id
+            )
+        except RetryLater as exc:
+            raise RetryLater(str(exc), after=exc.after, unsent=note) from exc
+        except SendError as exc:  # refused, or it may have arrived: the reply went
+            log.warning("%s: the note on files to chat %s: %s", self.name, chat_id, exc)
 
     async def _send_file(self, chat_id: int, thread_id: int | None, path: Path) -> None:
         """One file as a document, retried like a chunk; a SendError says why it did not go."""
@@ -241,4 +239,4 @@ class TelegramSending:
             log.warning("%s: could not edit the question message: %s", self.name, exc)
 
 
-__all__ = ["EARLIER_REPLY", "TYPING_EVERY", "TYPING_LIMIT", "TelegramSending", "target"]
+__all__ = ["TYPING_EVERY", "TYPING_LIMIT", "TelegramSending", "target"]

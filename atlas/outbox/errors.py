@@ -6,7 +6,8 @@ by kind, never by a platform's own exception types:
 - `RetryLater`: the platform did not take it (an outage, a 429, a 5xx, no connection). Sending
   it again later cannot show it twice. `after`: the platform asked for this many seconds.
   `unsent`: when part of a long reply went out before the failure, the text still to send
-  (the row is cut down to it, so a retry never repeats what arrived); None: all of it.
+  (the row is cut down to it and `unsent_files`, so a retry never repeats what arrived);
+  None: all of it.
 - `NeverRetry`: the platform refused it (blocked, bad request, too large): it would be
   refused again.
 - `MaybeDelivered`: the request reached the platform but its answer was lost, so it may have
@@ -15,6 +16,8 @@ by kind, never by a platform's own exception types:
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from atlas.errors import AtlasError
 
@@ -27,11 +30,17 @@ class RetryLater(SendError):
     """Not carried out; the same message may go out later and cannot arrive twice."""
 
     def __init__(
-        self, message: str, *, after: float | None = None, unsent: str | None = None
+        self,
+        message: str,
+        *,
+        after: float | None = None,
+        unsent: str | None = None,
+        unsent_files: tuple[Path, ...] = (),
     ) -> None:
         super().__init__(message)
         self.after = after
         self.unsent = unsent
+        self.unsent_files = unsent_files  # with `unsent`: the files still to send
 
 
 class NeverRetry(SendError):

@@ -10,10 +10,11 @@ RESTARTED_WHILE_SENDING = (
     "(Atlas restarted while sending its last answer, so it may not have reached you. "
     "Ask again if it did not.)"
 )
-# A routine's report a restart caught the same way.
+# A routine's report a restart caught the same way (its key names the routine).
+REPORT_KEY = "routine-run:"  # + run id + ":" + the routine's name: atlas/routines/runner.py
 REPORT_CAUGHT_SENDING = (
-    "(Atlas restarted while sending a routine's report, so it may not have reached you. "
-    "`atlas routines history NAME` has it.)"
+    '(Routine "{name}" finished, but Atlas stopped while sending its report, so it may not '
+    "have reached you. `atlas routines history {name}` has it.)"
 )
 # A message whose platform's answer was lost on the way (the connection broke after the
 # request went out): part of it may be missing.
@@ -32,12 +33,16 @@ def unsure_note(row: OutboxRow, *, restarted: bool) -> str | None:
         return None
     if not restarted:
         return CONNECTION_BROKE
-    return REPORT_CAUGHT_SENDING if row.kind == "report" else RESTARTED_WHILE_SENDING
+    if row.kind == "report":
+        name = row.key.split(":", 2)[2] if row.key and row.key.startswith(REPORT_KEY) else ""
+        return REPORT_CAUGHT_SENDING.format(name=name or "NAME")
+    return RESTARTED_WHILE_SENDING
 
 
 def as_sent(row: OutboxRow) -> str:
-    """The text a row goes out with: a kept one says it is late."""
-    if row.state != "kept" or not row.text.strip():
+    """The text a row goes out with: a kept answer or report says it is late (a line about
+    a turn or a notice says what it is by itself)."""
+    if row.state != "kept" or row.kind not in TOLD_WHEN_UNSURE or not row.text.strip():
         return row.text
     return f"{EARLIER_REPLY}\n\n{row.text}"
 
@@ -45,6 +50,7 @@ def as_sent(row: OutboxRow) -> str:
 __all__ = [
     "CONNECTION_BROKE",
     "EARLIER_REPLY",
+    "REPORT_KEY",
     "REPORT_CAUGHT_SENDING",
     "RESTARTED_WHILE_SENDING",
     "as_sent",

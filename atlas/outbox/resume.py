@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -53,15 +53,19 @@ async def resume_outbox(
     started_at: datetime,
     now: datetime | None = None,
     look_back: timedelta = LOOK_BACK,
+    elsewhere: Collection[str] = (),
 ) -> ResumeReport:
     """Settle or queue every row of `bots` left unsettled by an earlier process (made before
-    `started_at`, the moment this one began: later rows are this process's own)."""
+    `started_at`, the moment this one began: later rows are this process's own). Rows for
+    the channels `elsewhere` (served by another process: the terminal's) are left alone."""
     oldest = _iso((now or datetime.now(UTC)) - look_back)
     report = ResumeReport()
     for bot in bots:
         db = await outbox.database(bot)
         rows = await db.call(lambda conn, bot=bot: open_rows(conn, bot, before=_iso(started_at)))
         for row in rows:
+            if row.address.channel in elsewhere:
+                continue
             if row.kind == "question" or row.created_at < oldest:
                 why = "a question whose wait ended" if row.kind == "question" else "too old"
                 await db.quick(

@@ -46,6 +46,7 @@ class OutboxRow:
     error: str
     platform_id: str | None
     created_at: str
+    key: str | None = None  # what it is for, when one thing must make one row
 
 
 def row_from(record: dict[str, Any], bot: str) -> OutboxRow:
@@ -63,6 +64,7 @@ def row_from(record: dict[str, Any], bot: str) -> OutboxRow:
         error=record["error"] or "",
         platform_id=record["platform_id"],
         created_at=record["created_at"],
+        key=record["key"],
     )
 
 
@@ -165,12 +167,20 @@ def mark_delivered(db: sqlite_utils.Database, row_id: int, platform_id: str | No
 
 
 def mark_kept(
-    db: sqlite_utils.Database, row_ids: list[int], error: str, *, unsent: str | None = None
+    db: sqlite_utils.Database,
+    row_ids: list[int],
+    error: str,
+    *,
+    unsent: str | None = None,
+    unsent_files: tuple[Path, ...] = (),
 ) -> None:
-    """Not taken (an outage): kept for a later try. `unsent` (for the first row): what is
-    left of it when its start went out, so the retry does not repeat that start."""
+    """Not taken (an outage): kept for a later try. `unsent` and `unsent_files` (for the
+    first row): what is left of it when its start went out, so a retry never repeats that."""
     if unsent is not None and row_ids:
-        db.execute("UPDATE outbox SET text = ? WHERE id = ?", [unsent, row_ids[0]])
+        db.execute(
+            "UPDATE outbox SET text = ?, files = ? WHERE id = ?",
+            [unsent, _files_json(unsent_files), row_ids[0]],
+        )
     db.conn.executemany(
         "UPDATE outbox SET state = 'kept', error = ? WHERE id = ?",
         [(error, row_id) for row_id in row_ids],
@@ -180,6 +190,14 @@ def mark_kept(
 def mark_failed(db: sqlite_utils.Database, row_id: int, error: str) -> None:
     db.execute(
         "UPDATE outbox SET state = 'failed', error = ?, settled_at = ? WHERE id = ?",
+        [error, utc_now_iso(), row_id],
+    )
+
+
+def mark_unsure(db: sqlite_utils.Database, row_id: int, error: str) -> None:
+    """`maybe` without a note: for what the turn that sent it answers for (a question)."""
+    db.execute(
+        "UPDATE outbox SET state = 'maybe', error = ?, settled_at = ? WHERE id = ?",
         [error, utc_now_iso(), row_id],
     )
 
@@ -233,6 +251,7 @@ __all__ = [
     "mark_failed",
     "mark_kept",
     "mark_maybe",
+    "mark_unsure",
     "mark_sending",
     "open_rows",
     "row_from",

@@ -21,7 +21,7 @@ import asyncio
 import bisect
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +41,7 @@ from atlas.outbox.rows import (
     mark_kept,
     mark_maybe,
     mark_sending,
+    mark_unsure,
 )
 
 if TYPE_CHECKING:
@@ -66,6 +67,14 @@ class Delivery:
 
 
 @dataclass
+class Posted:
+    """A row a channel posts itself (`Outbox.posting`): it sets the platform's message id."""
+
+    row_id: int
+    platform_id: str | None = None
+
+
+@dataclass
 class _Queue:
     """One address's rows not yet settled, oldest first, and who waits for which."""
 
@@ -73,10 +82,20 @@ class _Queue:
     waiters: dict[int, asyncio.Future[Delivery]] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     worker: asyncio.Task[None] | None = None
+    waiting = False  # the worker waits out a backoff (its rows are kept)
+
+    def settled(self) -> bool:
+        """Nothing to try before the backoff ends: no rows, or kept ones only, waiting."""
+        return not self.rows or (
+            self.waiting
+            and not self.wake.is_set()
+            and all(row.state == "kept" for row in self.rows)
+        )
 
     def add(self, row: OutboxRow, *, first: bool = False) -> None:
         if any(queued.id == row.id for queued in self.rows):
-            return  # queued already (a resume meeting a live row)
+            self.wake.set()  # queued already (a resume meeting a live row): try it now
+            return
         if first:
             self.rows.insert(0, row)
         else:
@@ -218,7 +237,7 @@ class Outbox:
         try:
             platform_id = await channel.send(address, as_sent(row), list(row.files))
         except RetryLater as exc:
-            return await self._keep(db, queue, str(exc), unsent=exc.unsent, after=exc.after)
+            return await self._keep(db, queue, str(exc), exc)
         except NeverRetry as exc:
             log.warning("outbox: %s refused row %d: %s", address, row.id, exc)
             await self._settle(address, queue, row, "failed", str(exc))
@@ -234,28 +253,25 @@ class Outbox:
         return None
 
     async def _keep(
-        self,
-        db: Database,
-        queue: _Queue,
-        error: str,
-        *,
-        unsent: str | None = None,
-        after: float | None = None,
+        self, db: Database, queue: _Queue, error: str, exc: RetryLater | None = None
     ) -> float:
-        """An outage: every queued row is kept, in its order; the first cut to `unsent`."""
+        """An outage: every queued row is kept, in its order; the first cut down to what did
+        not go (`exc.unsent`). The wait before the next try (0: the backoff's)."""
         ids = [row.id for row in queue.rows]
+        unsent = exc.unsent if exc is not None else None
+        unsent_files = exc.unsent_files if exc is not None else ()
+        after = exc.after if exc is not None else None
 
         def keep(conn: Any) -> None:
             with conn.atomic():
-                mark_kept(conn, ids, error, unsent=unsent)
+                mark_kept(conn, ids, error, unsent=unsent, unsent_files=unsent_files)
 
         await db.quick(keep)
         first = queue.rows[0]
         log.warning("outbox: %d message(s) to %s kept (%s)", len(ids), first.address, error)
-        queue.rows = [
-            replace(row, state="kept", error=error, text=unsent if i == 0 and unsent else row.text)
-            for i, row in enumerate(queue.rows)
-        ]
+        queue.rows = [replace(row, state="kept", error=error) for row in queue.rows]
+        if unsent is not None:
+            queue.rows[0] = replace(queue.rows[0], text=unsent, files=unsent_files)
         for row in queue.rows:
             self._resolve(queue, row, Delivery("kept", error))
         return after if after is not None and after > 0 else 0.0
@@ -292,11 +308,45 @@ class Outbox:
     @staticmethod
     async def _sleep(queue: _Queue, seconds: float, *, wake_early: bool) -> None:
         """Wait out a backoff; a new row ends it early unless the platform named the wait."""
-        if not wake_early:
-            await asyncio.sleep(seconds)
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(queue.wake.wait(), seconds)
+        queue.waiting = True
+        try:
+            if not wake_early:
+                await asyncio.sleep(seconds)
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(queue.wake.wait(), seconds)
+        finally:
+            queue.waiting = False
+
+    # ------------------------------------------------------------ posted by a channel
+
+    @contextlib.asynccontextmanager
+    async def posting(
+        self, address: Address, text: str, *, kind: Kind = "question"
+    ) -> AsyncIterator[Posted]:
+        """A message the channel posts itself, because it waits on it (a question with
+        buttons): its row is written `sending` first, then marked by how the post went; the
+        channel sets `platform_id`. Not queued: it goes now, or the wait fails."""
+        db = await self.database(address.bot)
+        row_id = await db.quick(lambda conn: insert_row(conn, address, kind, text, state="sending"))
+        posted = Posted(row_id)
+        try:
+            yield posted
+        except MaybeDelivered as exc:
+            unsure = str(exc)
+            await db.quick(lambda conn: mark_unsure(conn, row_id, unsure))
+            raise
+        except BaseException as exc:
+            why = str(exc) or type(exc).__name__
+            await asyncio.shield(db.quick(lambda conn: mark_failed(conn, row_id, why)))
+            raise
+        await db.quick(lambda conn: mark_delivered(conn, row_id, posted.platform_id))
+
+    async def drained(self) -> None:
+        """Until no row waits for its first try (kept ones wait for the platform): what a
+        test or a caller that must see the sends done awaits."""
+        while not all(queue.settled() for queue in self._queues.values()):  # noqa: ASYNC110
+            await asyncio.sleep(0.01)  # polled: the states it waits for have no one event
 
     # ------------------------------------------------------------ stopping
 
@@ -314,4 +364,4 @@ class Outbox:
         return bool(queue and queue.rows)
 
 
-__all__ = ["RETRY_CAP", "RETRY_FIRST", "Delivery", "Outbox"]
+__all__ = ["RETRY_CAP", "RETRY_FIRST", "Delivery", "Outbox", "Posted"]

@@ -7,11 +7,13 @@ import logging
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Protocol
 
-from atlas.channels.base import Address
-from atlas.routines.store import SENDING, Routine, RoutineStore, RunResult
+from atlas.outbox.notes import REPORT_KEY
+from atlas.routines.store import Routine, RoutineStore, RunResult, Target
 
 if TYPE_CHECKING:
     from atlas.dispatch import Detached
+    from atlas.outbox.rows import Kind
+    from atlas.outbox.sender import Delivery, Outbox
     from atlas.tools.registry import Notifier, RunKind
 
 log = logging.getLogger(__name__)
@@ -21,7 +23,9 @@ TIME_LIMIT_PREFIX = "stopped after its time limit"  # how Dispatcher.run_detache
 
 
 class RunsDetached(Protocol):
-    """What a routine needs from the dispatcher."""
+    """What a routine needs from the dispatcher: runs, and the outbox its reports go through."""
+
+    outbox: Outbox
 
     async def run_detached(
         self,
@@ -34,8 +38,6 @@ class RunsDetached(Protocol):
         time_limit: float | None = None,
     ) -> Detached: ...
 
-    async def deliver(self, address: Address, text: str) -> str | None: ...
-
 
 def run_prompt(routine: Routine, due: datetime | None, tz: tzinfo) -> str:
     """The routine's prompt, framed so the model knows nobody is watching and how to stay quiet."""
@@ -46,6 +48,13 @@ def run_prompt(routine: Routine, due: datetime | None, tz: tzinfo) -> str:
         "Your final answer is sent to the user as it is. When there is nothing worth telling "
         f"them, answer exactly {SILENT}]\n\n{routine.prompt}"
     )
+
+
+def report_key(routine: Routine, run_id: int) -> str:
+    """The outbox key of what a run's target is told (its report, or that it was cut short):
+    one message per run, however many starts try to tell it. It names the routine, for the
+    note a report caught while sending is followed by (atlas/outbox/notes.py)."""
+    return f"{REPORT_KEY}{run_id}:{routine.name}"
 
 
 def chat_key(routine: Routine, run_id: int) -> str:
@@ -64,9 +73,9 @@ async def execute_run(
     tz: tzinfo,
 ) -> RunResult:
     """Run the turn, record how it went, deliver what it says, record that. Never raises but
-    for cancellation (which is recorded first). The outcome is recorded before it is sent, as
-    `sending`: a crash while sending leaves a run the next start can tell apart from one cut
-    short mid-turn (it may have arrived, so it is not sent again; see `caught_sending`)."""
+    for cancellation (which is recorded first). The report is an outbox row (keyed by the run)
+    before the run's outcome is recorded: a crash from there on leaves it to the outbox's
+    resume (sent once, or, caught while sending, its target told once), never lost."""
     try:
         result, message = await _outcome(routine, run_id, due, dispatcher, time_limit, tz)
     except asyncio.CancelledError:
@@ -77,12 +86,20 @@ async def execute_run(
         log.exception("routine %s (run %d) crashed", routine.name, run_id)
         result = RunResult("failed", error=f"{type(exc).__name__}: {exc}")
         message = f'Routine "{routine.name}" failed: {result.error}'
-    if message is not None and routine.address() is not None:
-        result.delivery = SENDING
+    address = routine.address()
+    row_id = None
+    if message is not None and address is not None:
+        row_id = await dispatcher.outbox.enqueue(
+            address, message, kind="report", key=report_key(routine, run_id)
+        )
+        result.delivery = f"queued for {routine.target}"
+    elif message is not None:
+        result.delivery = NO_TARGET
     await store.finish_run(run_id, result)
-    if message is not None:
-        result.delivery, result.owed = await deliver_to_target(routine, dispatcher, message)
-        await store.record_delivery(run_id, result.delivery, result.owed)
+    if row_id is not None and address is not None:
+        sent = await dispatcher.outbox.wait(address, row_id)
+        result.delivery = describe(sent, routine.target)
+        await store.record_delivery(run_id, result.delivery)
     log.info("routine %s run %d: %s (%s)", routine.name, run_id, result.status, result.delivery)
     return result
 
@@ -132,15 +149,28 @@ async def _outcome(
     return result, notes + outcome.text
 
 
+NO_TARGET = "no target (kept in the history only)"
+
+
+def describe(sent: Delivery, target: Target | None) -> str:
+    """A run's delivery as its record says it."""
+    if sent.state == "delivered":
+        return f"delivered to {target}"
+    if sent.state == "kept":
+        return f"not delivered to {target}: {sent.error} (kept: the outbox sends it when it can)"
+    if sent.state == "maybe":
+        return f"may not have reached {target} (not sent again; its target is told)"
+    return f"not delivered to {target}: {sent.error or sent.state}"
+
+
 async def deliver_to_target(
-    routine: Routine, dispatcher: RunsDetached, text: str
-) -> tuple[str, str | None]:
-    """What the run's record says of the delivery, and the message when it did not arrive
-    (owed: the next start sends it, or the channel with the next message to that address)."""
+    routine: Routine, dispatcher: RunsDetached, text: str, *, run_id: int, kind: Kind = "report"
+) -> str:
+    """Tell the routine's target `text` through the outbox, once per run (`report_key`): a
+    row made for the run before (its report, or this notice by a start that died) is the one
+    awaited. What the run's record says of it."""
     address = routine.address()
     if address is None:
-        return "no target (kept in the history only)", None
-    problem = await dispatcher.deliver(address, text)
-    if problem:
-        return f"not delivered to {routine.target}: {problem}", text
-    return f"delivered to {routine.target}", None
+        return NO_TARGET
+    sent = await dispatcher.outbox.send(address, text, kind=kind, key=report_key(routine, run_id))
+    return describe(sent, routine.target)

@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from atlas.channels.base import Address
 from atlas.errors import AtlasError
 from atlas.routines.files import ReconcileReport, reconcile_files
-from atlas.routines.runner import RunsDetached, deliver_to_target, execute_run
+from atlas.routines.runner import RunsDetached, deliver_to_target, execute_run, report_key
 from atlas.routines.schedule import (
     Schedule,
     ScheduleError,
@@ -31,7 +30,7 @@ from atlas.routines.schedule import (
     last_fire_between,
     parse_schedule,
 )
-from atlas.routines.store import TELLING, Routine, RoutineRun, RoutineStore, RunTrigger, Target
+from atlas.routines.store import Routine, RoutineRun, RoutineStore, RunTrigger
 
 if TYPE_CHECKING:
     from apscheduler.events import JobExecutionEvent
@@ -42,7 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# How far back a start looks for routine reports an outage kept from their targets.
+# How far back a start looks for reports an older Atlas left owed (before the outbox).
 OWED_LOOK_BACK = timedelta(hours=24)
 
 
@@ -92,13 +91,12 @@ class RoutineScheduler:
 
         self._take_lock()
         try:
-            owed = await self.store.close_interrupted_runs("interrupted: Atlas stopped mid-run")
-            if owed:
-                log.warning("%d routine run(s) were interrupted by a stop", len(owed))
-            # Owed reports first: a notice below that fails is kept behind them, not in them.
-            await self._send_owed_reports()
-            await self._report_interrupted(owed)
-            await self._report_caught_sending()
+            cut = await self.store.close_interrupted_runs("interrupted: Atlas stopped mid-run")
+            if cut:
+                log.warning("%d routine run(s) were interrupted by a stop", len(cut))
+            # Reports an older Atlas left owed become outbox rows, ahead of the notices below.
+            await self._adopt_owed_reports()
+            await self._report_interrupted(cut)
             report = await reconcile_files(self.home, self.store)
             self._aps = AsyncIOScheduler(
                 timezone=self.tz, job_defaults={"coalesce": True, "max_instances": 1}
@@ -117,62 +115,36 @@ class RoutineScheduler:
 
     async def _report_interrupted(self, runs: list[RoutineRun]) -> None:
         """A run cut short by a crash is not run again (its slot was taken); its target is
-        told, and the telling recorded (a kill before that tells it at the next start)."""
-        await self._tell_targets(
-            runs,
-            lambda name: (
-                f'Routine "{name}" was interrupted when Atlas stopped and did not finish; '
-                "it runs again at its next time."
-            ),
-        )
-
-    async def _report_caught_sending(self) -> None:
-        """A run whose report a crash caught while sending: it may have arrived, so it is not
-        sent again; its target is told instead, and the telling recorded."""
-        await self._tell_targets(
-            await self.store.caught_sending(),
-            lambda name: (
-                f'(Routine "{name}" finished, but Atlas stopped while sending its report, so '
-                f"it may not have reached you. `atlas routines history {name}` has it.)"
-            ),
-            recorded_as="maybe; then told, ",
-        )
-
-    async def _tell_targets(
-        self, runs: list[RoutineRun], notice: Callable[[str], str], recorded_as: str = ""
-    ) -> None:
-        """Send each run's target the notice for its routine and record the delivery; the
-        record says TELLING while the notice is out, so a crash then never tells twice."""
+        told through the outbox, once per run (a start killed before recording it tells
+        nobody twice: the row is keyed by the run), and the telling recorded."""
         for run in runs:
             routine = await self.store.get(run.routine_id)
             if routine is None:
                 continue
-            await self.store.record_delivery(run.id, recorded_as + TELLING)
-            delivery, owed = await deliver_to_target(routine, self.dispatcher, notice(routine.name))
-            await self.store.record_delivery(run.id, recorded_as + delivery, owed)
-            log.info("routine %s: %s%s", routine.name, recorded_as, delivery)
+            notice = (
+                f'Routine "{routine.name}" was interrupted when Atlas stopped and did not '
+                "finish; it runs again at its next time."
+            )
+            # A notice: should a crash catch it with the platform, no note follows it.
+            delivery = await deliver_to_target(
+                routine, self.dispatcher, notice, run_id=run.id, kind="notice"
+            )
+            await self.store.record_delivery(run.id, delivery)
+            log.info("routine %s: %s", routine.name, delivery)
 
-    async def _send_owed_reports(self) -> None:
-        """Reports an outage kept from their targets before the last stop. The channel kept
-        them only in memory, so they are sent now, all of one target's in one message."""
+    async def _adopt_owed_reports(self) -> None:
+        """Reports an Atlas from before the outbox left owed in `routine_runs.owed`: each
+        becomes an outbox row keyed by its run (so adopting twice makes one), then is
+        recorded; the outbox sends them."""
         owed = await self.store.owed_reports(since=self._clock() - OWED_LOOK_BACK)
-        by_address: dict[Address, list[tuple[int, str]]] = {}
         for run_id, routine_id, text in owed:
             routine = await self.store.get(routine_id)
             address = routine.address() if routine else None
-            if address is not None:
-                by_address.setdefault(address, []).append((run_id, text))
-        for address, runs in by_address.items():
-            problem = await self.dispatcher.deliver(address, "\n\n".join(t for _, t in runs))
-            if problem:  # kept again, by the channel too: a later message there carries them
-                log.warning(
-                    "%d routine report(s) still owed to %s: %s", len(runs), address, problem
+            if routine is not None and address is not None:
+                await self.dispatcher.outbox.enqueue(
+                    address, text, kind="report", key=report_key(routine, run_id)
                 )
-                continue
-            delivery = f"delivered to {Target.of(address)} after a restart"
-            for run_id, _ in runs:
-                await self.store.record_delivery(run_id, delivery)
-            log.info("%d routine report(s) owed to %s delivered", len(runs), address)
+            await self.store.record_delivery(run_id, "owed; handed to the outbox at a start")
 
     async def stop(self) -> None:
         """Stop scheduling; a run still going is cancelled and recorded as failed."""

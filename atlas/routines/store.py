@@ -20,11 +20,6 @@ if TYPE_CHECKING:
 RunStatus = Literal["running", "ok", "failed", "silent", "missed", "timeout"]
 RunTrigger = Literal["schedule", "catch-up", "manual"]
 TEXT_KEPT = 2000  # characters of a run's final text kept in its record
-SENDING = "sending"  # a run's delivery while its message is with the channel
-# A run's delivery while a notice about it (interrupted, or caught while sending) is with the
-# channel. A crash there leaves it, and no later start tells again: the notice may have
-# arrived, and the platforms take no idempotency key.
-TELLING = "telling; if that is all, Atlas stopped while the notice was with the channel"
 
 
 class RoutineError(AtlasError):
@@ -98,7 +93,6 @@ class RunResult:
 
     status: RunStatus
     delivery: str = ""
-    owed: str | None = None  # the message not delivered, to send when the target is back
     error: str = ""
     text: str = ""
     input_tokens: int = 0
@@ -297,7 +291,6 @@ class RoutineStore:
             "ended_at": utc_now_iso(),
             "status": result.status,
             "delivery": result.delivery,
-            "owed": result.owed,
             "error": result.error,
             "text": result.text[:TEXT_KEPT],
             "input_tokens": result.input_tokens,
@@ -365,51 +358,21 @@ class RoutineStore:
 
         return [_run(row) for row in await self.home_store.call(close)]
 
-    async def caught_sending(self) -> list[RoutineRun]:
-        """Runs whose message a crash caught with the channel: it may or may not have
-        arrived (the platforms take no idempotency key), so it is not sent again."""
-        rows = await self._select(
-            "SELECT * FROM routine_runs WHERE delivery = ? ORDER BY id", [SENDING]
-        )
-        return [_run(row) for row in rows]
-
-    async def record_delivery(self, run_id: int, delivery: str, owed: str | None = None) -> None:
+    async def record_delivery(self, run_id: int, delivery: str) -> None:
+        """How the run's message went (the outbox has the row: atlas/outbox/)."""
         await self.home_store.call(
-            lambda db: db["routine_runs"].update(run_id, {"delivery": delivery, "owed": owed})
+            lambda db: db["routine_runs"].update(run_id, {"delivery": delivery, "owed": None})
         )
 
     async def owed_reports(self, since: datetime) -> list[tuple[int, int, str]]:
-        """(run id, routine id, message) of every run since then whose message is still owed
-        to its target, oldest first."""
+        """(run id, routine id, message) of every run since then whose message an older Atlas
+        left owed in `routine_runs.owed` (before the outbox), oldest first."""
         rows = await self._select(
             "SELECT id, routine_id, owed FROM routine_runs WHERE owed IS NOT NULL "
             "AND started_at >= ? ORDER BY id",
             [since.astimezone(UTC).isoformat(timespec="microseconds")],
         )
         return [(row["id"], row["routine_id"], row["owed"]) for row in rows]
-
-    async def settle_owed_reports(self, address: Address, delivery: str) -> int:
-        """A channel sent what it kept for this address ahead of a later message: the reports
-        owed there went with it. Records `delivery` for them; returns how many."""
-
-        def settle(db: sqlite_utils.Database) -> int:
-            cursor = db.execute(
-                "UPDATE routine_runs SET delivery = ?, owed = NULL WHERE owed IS NOT NULL "
-                "AND routine_id IN (SELECT id FROM routines WHERE bot = ? AND channel = ? "
-                "AND COALESCE(chat, '') = ? AND COALESCE(thread, '') = ? "
-                "AND COALESCE(user, '') = ?)",
-                [
-                    delivery,
-                    address.bot,
-                    address.channel,
-                    address.chat,
-                    address.thread,
-                    address.user,
-                ],
-            )
-            return cursor.rowcount
-
-        return await self.home_store.call(settle)
 
     async def signature(self) -> str:
         """Changes whenever a routine is added, changed or removed (for the daemon's poll)."""

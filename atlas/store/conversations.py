@@ -170,17 +170,14 @@ class ConversationStore:
         event_id: str | None = None,
         kind: MessageKind = "message",
         answers_upto: int | None = None,
-        settles: int | None = None,
         unless_user_after: int | None = None,
         also: Callable[[sqlite_utils.Database, int], object] | None = None,
     ) -> int | None:
         """Store a message and return its id; None when `event_id` is already stored in this
         conversation (a platform redelivered an event), or when `unless_user_after` is given
-        and a person's message newer than that id is stored. `settles`: an answer whose
-        sending began before a crash; in the same transaction its `delivered_at` becomes the
-        moment its sending began, so that only this message is owed from then on. `also`:
-        more to write in the same transaction, given the new message's id (the outbox rows
-        that deliver an answer: atlas/outbox/)."""
+        and a person's message newer than that id is stored. `also`: more to write in the
+        same transaction, given the new message's id (the outbox rows that deliver an
+        answer: atlas/outbox/rows.py `Outgoing`), so an answer is never stored without them."""
         if kind not in get_args(MessageKind):
             raise ValueError(f"message kind {kind!r} is not one of {get_args(MessageKind)}")
         data = message.to_dict()
@@ -218,10 +215,6 @@ class ConversationStore:
                     ).fetchone()
                 ):
                     return None
-                if settles is not None:
-                    db.execute(
-                        "UPDATE messages SET delivered_at = sending_at WHERE id = ?", [settles]
-                    )
                 cursor = db.execute(
                     "INSERT INTO messages (conversation_id, role, content, tool_calls, "
                     "tool_call_id, name, images, usage, model, event_id, kind, answers_upto, "
@@ -252,27 +245,6 @@ class ConversationStore:
             return row[0]
 
         return await self.db.quick(newest)
-
-    async def mark_sending(self, message_id: int) -> None:
-        """The answer is being handed to the platform: from now on a crash may leave it
-        arrived but unrecorded, so a restart must not send it again."""
-        await self._set_delivery(message_id, "sending_at", utc_now_iso())
-
-    async def unmark_sending(self, message_id: int) -> None:
-        """The platform refused the answer: it did not arrive, and the next start sends it
-        (unless it goes out with a later message first: `Dispatcher.answer_kept`)."""
-        await self._set_delivery(message_id, "sending_at", None)
-
-    async def mark_delivered(self, message_id: int) -> None:
-        """The answer reached the platform: a restart must not send it again."""
-        await self._set_delivery(message_id, "delivered_at", utc_now_iso())
-
-    async def _set_delivery(self, message_id: int, column: str, value: str | None) -> None:
-        await self.db.quick(
-            lambda db: db.execute(
-                f"UPDATE messages SET {column} = ? WHERE id = ?", [value, message_id]
-            )
-        )
 
     async def record_compaction(
         self, conversation_id: int, first_kept_id: int, summary: str

@@ -5,12 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from atlas.channels.base import Address
+from atlas.outbox.errors import RetryLater
 from atlas.providers.base import ToolCall
 
 
 class RecordingChannel:
     """Implements the Channel protocol: `sent` holds (address, text) in order, `questions` the
-    approval questions (answered with `answer`), `tool_calls` the names of the calls shown."""
+    approval questions (answered with `answer`), `tool_calls` the names of the calls shown.
+    A thin adapter, as the platforms' are: `send` returns a message id, or raises RetryLater
+    while `fail_with` says the platform is down (the outbox keeps and resends)."""
 
     streams = False
 
@@ -20,15 +23,10 @@ class RecordingChannel:
         *,
         answer: str | None = None,
         fail_with: str | None = None,
-        keeps: bool = False,
     ) -> None:
         self.name = name
         self.answer = answer
-        self.fail_with = fail_with  # make send raise OSError(fail_with): a platform outage
-        # As Telegram and Slack do: what an outage stopped is kept (in memory) and sent
-        # ahead of the next message to that address.
-        self.keeps = keeps
-        self.kept: dict[Address, list[str]] = {}
+        self.fail_with = fail_with  # make send raise RetryLater(fail_with): a platform outage
         self.sent: list[tuple[Address, str]] = []
         self.questions: list[str] = []
         self.tool_calls: list[str] = []
@@ -41,15 +39,11 @@ class RecordingChannel:
     async def show_tool_call(self, address: Address, call: ToolCall) -> None:
         self.tool_calls.append(call.name)
 
-    def holds_undelivered(self, address: Address) -> bool:
-        return bool(self.kept.get(address))
-
-    async def send(self, address: Address, text: str, files: list[Path] | None = None) -> None:
+    async def send(self, address: Address, text: str, files: list[Path] | None = None) -> str:
         if self.fail_with:
-            if self.keeps:
-                self.kept.setdefault(address, []).append(text)
-            raise OSError(self.fail_with)
-        self.sent.append((address, "\n\n".join([*self.kept.pop(address, []), text])))
+            raise RetryLater(self.fail_with)
+        self.sent.append((address, text))
+        return str(len(self.sent))
 
     async def ask(self, address: Address, question: str, choices: list[str]) -> str | None:
         self.questions.append(question)

@@ -449,28 +449,31 @@ async def test_a_dropped_socket_reconnects_and_events_keep_flowing(slack: Harnes
     assert texts(slack.fake) == ["still here"]
 
 
-async def test_an_undeliverable_reply_is_kept_and_sent_with_the_next_one(slack: Harness) -> None:
+async def test_an_undeliverable_reply_is_kept_and_sent_ahead_of_the_next_one(
+    slack: Harness,
+) -> None:
     address = slack.address()
+    slack.dispatcher.outbox.retry_first = 3600  # only the next message tries it again
     slack.fake.fail("chat.postMessage", "500", times=5)
-    with pytest.raises(Exception, match="failed after 5 attempts"):
-        await slack.channel.send(address, "the lost reply")
-    assert slack.channel.undelivered[address] == ["the lost reply"]
-    await slack.channel.send(address, "next")
-    [posted] = texts(slack.fake)
-    assert "could not be delivered" in posted and "the lost reply" in posted
-    assert posted.endswith("next")
-    assert address not in slack.channel.undelivered
+    problem = await slack.dispatcher.deliver(address, "the lost reply", kind="answer")
+    assert problem is not None and "failed after 5 attempts" in problem
+    assert await slack.dispatcher.deliver(address, "next", kind="answer") is None
+    late, posted = texts(slack.fake)
+    assert "could not be delivered" in late and late.endswith("the lost reply")
+    assert posted == "next"
 
 
-async def test_an_empty_send_carries_only_what_was_kept(slack: Harness) -> None:
+async def test_the_channel_keeps_nothing_it_could_not_post(slack: Harness) -> None:
+    """A thin adapter: the failure is raised, classified, for the outbox to keep; the
+    channel's next send posts only what it is given."""
+    from atlas.outbox.errors import RetryLater
+
     address = slack.address()
     slack.fake.fail("chat.postMessage", "500", times=5)
-    with pytest.raises(Exception, match="failed after 5 attempts"):
+    with pytest.raises(RetryLater, match="failed after 5 attempts"):
         await slack.channel.send(address, "the lost reply")
-    await slack.channel.send(address, "")  # the dispatcher's retry once the outage is over
-    assert texts(slack.fake) == [
-        "(An earlier reply could not be delivered; here it is.)\n\nthe lost reply"
-    ]
+    assert await slack.channel.send(address, "next")  # the ts of the post
+    assert texts(slack.fake) == ["next"]
 
 
 async def test_bang_commands_status_stop_and_new(slack: Harness) -> None:

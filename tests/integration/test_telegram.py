@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from atlas import dispatch
 from atlas.channels.access import approve_pairing, list_pairings
 from atlas.channels.base import Address
 from atlas.channels.manager import RunningChannels, start_channels, stop_channels
@@ -383,49 +382,49 @@ async def test_a_file_gone_before_sending_is_named_and_the_text_still_goes(tg: H
     assert not tg.fake.calls_to("sendDocument")
 
 
-async def test_an_answer_kept_through_an_outage_goes_out_once_and_is_not_owed_after(
+async def outbox_rows(tg: Harness) -> list[tuple[str, str]]:
+    """(kind, state) of every outbox row of the bot (atlas/outbox/rows.py)."""
+    store = await tg.runtime.store(tg.home.bot("atlas"))
+    return await store.db.quick(
+        lambda db: [tuple(r) for r in db.execute("SELECT kind, state FROM outbox ORDER BY id")]
+    )
+
+
+async def test_a_502_outage_keeps_the_answer_and_it_goes_ahead_of_the_next_once(
     tg: Harness,
 ) -> None:
-    from datetime import UTC, datetime, timedelta
-
-    from atlas.recovery import find_owed_answers
-
     address = Address("atlas", "telegram:atlas", str(OWNER))
+    tg.dispatcher.outbox.retry_first = 3600  # only the next message tries it again
     tg.model.add(Reply("the first answer"), Reply("the second answer"))
-    tg.fake.fail_next("sendMessage", "500", times=5)  # every attempt the first answer gets
+    # nginx's HTML 502 page for every attempt the first answer gets within its send.
+    tg.fake.fail_next("sendMessage", "html502", times=5)
     await tg.fake.push(tg.fake.message("one", user_id=OWNER))
     await tg.fake.wait_for(lambda: not tg.fake.faults)
     await tg.dispatcher.wait_idle(address)
     assert tg.fake.sent_texts(OWNER) == []
+    assert await outbox_rows(tg) == [("answer", "kept")]
     await tg.fake.push(tg.fake.message("two", user_id=OWNER))
-    [carried] = await tg.replies(OWNER, 1)
-    assert "the first answer" in carried and carried.endswith("the second answer")
-    await tg.dispatcher.wait_idle(address)
-    # What a restart would send again: nothing, as the first answer went out with the second.
-    store = await tg.runtime.store(tg.home.bot("atlas"))
-    now = datetime.now(UTC)
-    owed = await find_owed_answers(
-        store, "atlas", since=now - timedelta(hours=1), before=now + timedelta(seconds=1)
+    first, second = await tg.replies(OWNER, 2)
+    assert first == (
+        "<i>(An earlier reply could not be delivered; here it is:)</i>\n\nthe first answer"
     )
-    assert owed == []
+    assert second == "the second answer"
+    await tg.dispatcher.wait_idle(address)
+    await tg.dispatcher.outbox.drained()
+    # Each went once, and a restart would send nothing again.
+    assert await outbox_rows(tg) == [("answer", "delivered"), ("answer", "delivered")]
+    assert len(tg.fake.sent_texts(OWNER)) == 2
 
 
 async def test_an_answer_kept_through_an_outage_is_sent_alone_when_it_is_over(
-    tg: Harness, monkeypatch: pytest.MonkeyPatch
+    tg: Harness,
 ) -> None:
-    monkeypatch.setattr(dispatch, "KEPT_RETRY_FIRST", 0.2)
-    address = Address("atlas", "telegram:atlas", str(OWNER))
+    tg.dispatcher.outbox.retry_first = 0.2
     tg.model.add(Reply("the answer"))
     tg.fake.fail_next("sendMessage", "500", times=5 + 1)  # every attempt, then the first retry
     await tg.fake.push(tg.fake.message("one", user_id=OWNER))
     [alone] = await tg.replies(OWNER, 1)  # nobody wrote again
     assert alone == "<i>(An earlier reply could not be delivered; here it is:)</i>\n\nthe answer"
-    store = await tg.runtime.store(tg.home.bot("atlas"))
-    await tg.dispatcher.wait_idle(address)
-    # The retry marks the answer delivered once Telegram's answer is back, which can be just
-    # after the fake recorded the message: wait for the retry itself to end.
-    await asyncio.wait_for(tg.dispatcher._kept_retries[address], 5)
-    rows = await store.db.call(
-        lambda db: list(db.query("SELECT delivered_at FROM messages WHERE role = 'assistant'"))
-    )
-    assert [row["delivered_at"] is not None for row in rows] == [True]
+    # The row is marked once Telegram's answer is back, just after the fake recorded it.
+    await tg.dispatcher.outbox.drained()
+    assert await outbox_rows(tg) == [("answer", "delivered")]

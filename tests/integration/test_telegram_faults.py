@@ -16,8 +16,8 @@ import pytest
 from atlas.channels import telegram_inbound
 from atlas.channels.base import Address
 from atlas.channels.send_errors import MAYBE_LOST
+from atlas.outbox.rows import open_rows
 from atlas.providers.scripted import Reply
-from atlas.recovery import find_owed_answers
 from tests.integration.test_telegram import OWNER, Harness, _harness
 
 ANSWER = "the answer"
@@ -35,15 +35,12 @@ async def tg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[H
 
 
 async def owed_answers(tg: Harness) -> list[object]:
-    """What a restart now would send again (or say may be lost)."""
+    """What a restart now would send again (or say may be lost): the open outbox rows."""
     await tg.dispatcher.wait_idle(ADDRESS)
+    await tg.dispatcher.outbox.drained()
     store = await tg.runtime.store(tg.home.bot("atlas"))
-    now = datetime.now(UTC)
-    return list(
-        await find_owed_answers(
-            store, "atlas", since=now - timedelta(hours=1), before=now + timedelta(seconds=1)
-        )
-    )
+    later = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
+    return await store.db.quick(lambda db: open_rows(db, "atlas", before=later))
 
 
 @pytest.mark.parametrize(("shape", "status"), NOT_CARRIED_OUT)
@@ -143,3 +140,38 @@ async def test_polling_goes_on_after_getupdates_fails_in_any_shape(
     failures = [r for r in caplog.records if "getUpdates failed" in r.getMessage()]
     assert [r.levelno for r in failures] == [logging.WARNING]
     assert "<body>" not in failures[0].getMessage()  # named shortly, not the whole page
+
+
+async def test_a_crash_between_sending_and_delivered_tells_once_and_never_resends(
+    tg: Harness,
+) -> None:
+    """The outbox marks the answer `sending`, Telegram has the request, and the process dies
+    before the answer comes back. The next start (and any after it) says once that it may not
+    have reached them, and never sends the answer again."""
+    from atlas.recovery import MAYBE_LOST as RESTARTED_WHILE_SENDING
+    from atlas.recovery import resume_interrupted_turns
+
+    tg.fake.fail_next("sendMessage", "slow", delay=1.0)
+    tg.model.add(Reply(ANSWER))
+    await tg.fake.push(tg.fake.message("hello", user_id=OWNER))
+    await tg.fake.wait_for(lambda: not tg.fake.faults)  # Telegram has the request
+    store = await tg.runtime.store(tg.home.bot("atlas"))
+
+    rows = await store.db.quick(
+        lambda db: [tuple(r) for r in db.execute("SELECT kind, state FROM outbox ORDER BY id")]
+    )
+    assert rows == [("answer", "sending")]
+    await tg.dispatcher.shutdown()  # the kill: lanes and the outbox's queues are gone
+    # Telegram carries the request out all the same: the answer did arrive.
+    await tg.fake.wait_for(lambda: ANSWER in tg.fake.sent_texts(OWNER))
+    later = datetime.now(UTC) + timedelta(seconds=1)
+    for _ in range(2):  # the next start, and one more
+        await resume_interrupted_turns(tg.dispatcher, started_at=later, now=later)
+        await tg.dispatcher.outbox.drained()
+    sent = tg.fake.sent_texts(OWNER)
+    assert sent.count(RESTARTED_WHILE_SENDING) == 1
+    assert sent.count(ANSWER) == 1  # it arrived before the restart: never a second time
+    rows = await store.db.quick(
+        lambda db: [tuple(r) for r in db.execute("SELECT kind, state FROM outbox ORDER BY id")]
+    )
+    assert rows == [("answer", "maybe"), ("notice", "delivered")]

@@ -7,6 +7,8 @@ from datetime import UTC, datetime, timedelta
 from atlas.channels.base import Address
 from atlas.dispatch import Dispatcher
 from atlas.home import Home
+from atlas.outbox.notes import EARLIER_REPLY
+from atlas.outbox.rows import Outgoing, mark_sending
 from atlas.providers.base import Message, ToolCall
 from atlas.providers.scripted import Reply, ScriptedModel
 from atlas.recovery import (
@@ -47,15 +49,17 @@ async def conversation_with(runtime: Runtime, home: Home, chat: str, *messages: 
 async def answered_not_sent(
     runtime: Runtime, home: Home, chat: str, question: str, answer: str
 ) -> tuple[int, int]:
-    """A question and its final answer stored, the answer never sent: (conversation, answer)."""
+    """A question and its final answer stored with its outbox row, the answer never sent:
+    (conversation, the answer's row)."""
     store = await runtime.store(home.bot(None))
     conversation = await store.conversation(CHANNEL, chat, bot="atlas")
     asked = await store.append(conversation.id, Message("user", question))
+    outgoing = Outgoing(address(chat), answer)
     answer_id = await store.append(
-        conversation.id, Message("assistant", answer), answers_upto=asked
+        conversation.id, Message("assistant", answer), answers_upto=asked, also=outgoing
     )
     assert answer_id is not None
-    return conversation.id, answer_id
+    return conversation.id, outgoing.rows[0].id
 
 
 async def roles(runtime: Runtime, home: Home, conversation_id: int) -> list[tuple[str, str]]:
@@ -164,10 +168,11 @@ async def test_an_undeliverable_report_is_tried_again_at_the_next_start(home: Ho
     assert (await roles(runtime, home, conversation_id))[-1] == ("assistant", TOLD)
     down.fail_with = None
     again = await resume_interrupted_turns(dispatcher, now=later, started_at=RESTARTED)
-    assert len(again.resent) == 1 and again.told == []
+    assert len(again.outbox.queued) == 1 and again.told == []
+    await dispatcher.outbox.drained()
     assert [text for _, text in down.sent] == [TOLD]
     third = await resume_interrupted_turns(dispatcher, now=later, started_at=RESTARTED)
-    assert (third.resent, third.told) == ([], [])
+    assert (third.outbox.queued, third.told) == ([], [])
     await dispatcher.shutdown()
     await runtime.close()
 
@@ -242,10 +247,12 @@ async def test_an_answer_stored_but_never_sent_is_sent_once(home: Home) -> None:
     runtime, dispatcher, channel = await setup(home)
     await answered_not_sent(runtime, home, "9", "what time is it?", "Noon.")
     first = await resume_interrupted_turns(dispatcher, started_at=RESTARTED, now=RESTARTED)
+    await dispatcher.outbox.drained()
     assert [text for _, text in channel.sent] == ["Noon."]
-    assert len(first.resent) == 1 and first.resumed == [] and first.told == []
+    assert len(first.outbox.queued) == 1 and first.resumed == [] and first.told == []
     again = await resume_interrupted_turns(dispatcher, started_at=RESTARTED, now=RESTARTED)
-    assert again.resent == [] and [text for _, text in channel.sent] == ["Noon."]
+    await dispatcher.outbox.drained()
+    assert again.outbox.queued == [] and [text for _, text in channel.sent] == ["Noon."]
     await dispatcher.shutdown()
     await runtime.close()
 
@@ -256,14 +263,14 @@ async def test_a_message_that_came_in_during_the_last_turn_is_answered(home: Hom
     conversation = await store.conversation(CHANNEL, "10", bot="atlas")
     first = await store.append(conversation.id, Message("user", "first question"))
     await store.append(conversation.id, Message("user", "second, sent mid-turn"))
-    answer = await store.append(
+    # Delivered: stored without a row left to send.
+    await store.append(
         conversation.id, Message("assistant", "About the first."), answers_upto=first
     )
-    await store.mark_delivered(answer)
     report = await resume_interrupted_turns(
         dispatcher, started_at=RESTARTED, now=RESTARTED - timedelta(hours=3)
     )
-    assert len(report.resumed) == 1 and report.resent == []
+    assert len(report.resumed) == 1 and report.outbox.queued == []
     await dispatcher.wait_idle(address("10"))
     assert [text for _, text in channel.sent] == ["About the second one: yes."]
     await dispatcher.shutdown()
@@ -277,7 +284,8 @@ async def test_the_dispatcher_marks_what_it_delivered(home: Home) -> None:
     await dispatcher.submit(Inbound(address("11"), "hi"))
     await dispatcher.wait_idle(address("11"))
     report = await resume_interrupted_turns(dispatcher, started_at=RESTARTED, now=RESTARTED)
-    assert report.resent == [] and [text for _, text in channel.sent] == ["hello"]
+    await dispatcher.outbox.drained()
+    assert report.outbox.queued == [] and [text for _, text in channel.sent] == ["hello"]
     await dispatcher.shutdown()
     await runtime.close()
 
@@ -286,14 +294,17 @@ async def test_an_answer_whose_sending_began_is_never_sent_again(home: Home) -> 
     # Killed while the platform had it: it may have arrived, and Telegram takes no
     # idempotency key, so the person is told instead (at most once, found by crash_test.py).
     runtime, dispatcher, channel = await setup(home)
-    conversation_id, answer = await answered_not_sent(runtime, home, "12", "time?", "Noon.")
-    await (await runtime.store(home.bot(None))).mark_sending(answer)
+    conversation_id, row = await answered_not_sent(runtime, home, "12", "time?", "Noon.")
+    store = await runtime.store(home.bot(None))
+    await store.db.quick(lambda db: mark_sending(db, row))  # then the process died
     first = await resume_interrupted_turns(dispatcher, started_at=RESTARTED, now=RESTARTED)
+    await dispatcher.outbox.drained()
     assert [text for _, text in channel.sent] == [MAYBE_LOST]
-    assert [owed.message_id for owed in first.maybe_lost] == [answer] and first.resent == []
+    assert [r.id for r in first.outbox.maybe] == [row] and first.outbox.queued == []
     assert (await roles(runtime, home, conversation_id))[-1] == ("assistant", MAYBE_LOST)
     again = await resume_interrupted_turns(dispatcher, started_at=RESTARTED, now=RESTARTED)
-    assert (again.resent, again.maybe_lost, again.told) == ([], [], [])
+    await dispatcher.outbox.drained()
+    assert (again.outbox.queued, again.outbox.maybe, again.told) == ([], [], [])
     assert len(channel.sent) == 1
     await dispatcher.shutdown()
     await runtime.close()
@@ -308,8 +319,9 @@ async def test_an_owed_answer_is_sent_even_when_a_new_message_came_in_first(home
     store = await runtime.store(home.bot(None))
     await store.append(conversation_id, Message("user", "second, after the restart"))
     report = await resume_interrupted_turns(dispatcher, started_at=started_at)
+    await dispatcher.outbox.drained()
     assert [text for _, text in channel.sent] == ["First answer."]
-    assert len(report.resent) == 1 and (report.resumed, report.told) == ([], [])
+    assert len(report.outbox.queued) == 1 and (report.resumed, report.told) == ([], [])
     await dispatcher.shutdown()
     await runtime.close()
 
@@ -325,7 +337,8 @@ async def test_an_answer_the_platform_refused_is_sent_at_the_next_start(home: Ho
     assert down.sent == []
     down.fail_with = None  # refused, so certainly not arrived: sent, not "maybe lost"
     report = await resume_interrupted_turns(dispatcher, started_at=RESTARTED, now=RESTARTED)
-    assert len(report.resent) == 1 and report.maybe_lost == []
-    assert [text for _, text in down.sent] == ["later"]
+    await dispatcher.outbox.drained()
+    assert len(report.outbox.queued) == 1 and report.outbox.maybe == []
+    assert [text for _, text in down.sent] == [f"{EARLIER_REPLY}\n\nlater"]
     await dispatcher.shutdown()
     await runtime.close()

@@ -8,8 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from atlas.channels.base import Address
 from atlas.dispatch import Dispatcher
 from atlas.home import Home
+from atlas.outbox.rows import Outgoing
 from atlas.providers.base import Message
 from atlas.providers.scripted import ScriptedModel
 from atlas.recovery import CONSOLE_UNANSWERED, resume_interrupted_turns
@@ -32,13 +34,15 @@ async def test_console_turns_are_settled_once_without_a_warning(
         await store.append(failed.id, Message("user", text))
     printed = await store.conversation("console", "terminal-2", bot="atlas")
     asked = await store.append(printed.id, Message("user", "q"))
-    await store.append(printed.id, Message("assistant", "a"), answers_upto=asked)  # never marked
+    # Its outbox row never marked (the chat died as it printed): the terminal's, left alone.
+    row = Outgoing(Address("atlas", "console", "terminal-2"), "a")
+    await store.append(printed.id, Message("assistant", "a"), answers_upto=asked, also=row)
 
     later = datetime.now(UTC) + timedelta(hours=1)
     caplog.set_level(logging.WARNING, logger="atlas.recovery")
     first = await resume_interrupted_turns(dispatcher, started_at=later, now=later)
-    assert first.skipped == []
-    assert len(first.settled_console) == 2
+    assert first.skipped == [] and first.outbox.queued == first.outbox.maybe == []
+    assert len(first.settled_console) == 1
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
     history = [(m.role, m.content) for m in await store.history(failed.id)]
     assert history[-1] == ("assistant", CONSOLE_UNANSWERED)

@@ -16,9 +16,13 @@ from atlas.channels.base import Address
 from atlas.dispatch import Dispatcher, Inbound
 from atlas.errors import AtlasError, ProviderError
 from atlas.home import Home
+from atlas.outbox.notes import EARLIER_REPLY
+from atlas.outbox.resume import resume_outbox
+from atlas.outbox.rows import insert_row, mark_sending
 from atlas.providers.scripted import Reply, ScriptedModel
+from atlas.routines.runner import report_key
 from atlas.routines.scheduler import RoutineScheduler
-from atlas.routines.store import SENDING, TELLING, Routine, RunResult, Target
+from atlas.routines.store import Routine, RunResult, Target
 from atlas.runtime import Runtime
 from atlas.tools.registry import RunContext, ToolRegistry
 from atlas.tools.routines import ROUTINE_TOOLS, cronjob_manage
@@ -78,6 +82,28 @@ async def rig(home_path: Path) -> AsyncIterator[Rig]:
     await made.dispatcher.shutdown()
     await made.runtime.close()
     await close_test_stores()
+
+
+async def restart(rig: Rig) -> None:
+    """The process dies (its outbox's queues with it; the rows stay in the store) and starts
+    again: the outbox resumes (as atlas/recovery.py does), then the routines start."""
+    await rig.scheduler.stop()
+    await rig.dispatcher.outbox.shutdown()
+    later = datetime.now(UTC) + timedelta(seconds=1)
+    await resume_outbox(rig.dispatcher.outbox, ["atlas"], started_at=later)
+    again = RoutineScheduler(rig.home, rig.runtime.audit, rig.dispatcher)
+    await again.start()
+    await again.stop()
+    await rig.dispatcher.outbox.drained()
+
+
+async def report_state(rig: Rig, routine: Routine, run_id: int) -> str:
+    """The state of the outbox row of a run's report (atlas/outbox/rows.py)."""
+    store = await rig.runtime.store(rig.home.bot(None))
+    key = report_key(routine, run_id)
+    return await store.db.quick(
+        lambda db: db.execute("SELECT state FROM outbox WHERE key = ?", [key]).fetchone()[0]
+    )
 
 
 def tool_results(model: ScriptedModel) -> list[str]:
@@ -312,24 +338,23 @@ class HangingChannel(RecordingChannel):
 
 async def test_a_notice_a_crash_caught_while_telling_is_not_sent_again(rig: Rig) -> None:
     interrupted = await rig.routine("cut", paused=True)
-    caught = await rig.routine("caught", paused=True)
     cut_id = await rig.scheduler.store.start_run(interrupted, "schedule", None)
-    caught_id = await rig.scheduler.store.start_run(caught, "schedule", None)
-    await rig.scheduler.store.finish_run(caught_id, RunResult("ok", delivery=SENDING, text="hi"))
-    for run_id in (cut_id, caught_id):  # each start is killed while its notice is out
-        hanging = HangingChannel()
-        rig.dispatcher.channels["fake"] = hanging
-        start = asyncio.create_task(
-            RoutineScheduler(rig.home, rig.runtime.audit, rig.dispatcher).start()
-        )
-        await hanging.arrived.wait()
-        start.cancel()
-        await asyncio.gather(start, return_exceptions=True)
-        run = await rig.scheduler.store.get_run(run_id)
-        assert run is not None and run.delivery.endswith(TELLING)
+    hanging = HangingChannel()  # the start is killed while its notice is out
+    rig.dispatcher.channels["fake"] = hanging
+    start = asyncio.create_task(
+        RoutineScheduler(rig.home, rig.runtime.audit, rig.dispatcher).start()
+    )
+    await hanging.arrived.wait()
+    start.cancel()
+    await asyncio.gather(start, return_exceptions=True)
+    assert await report_state(rig, interrupted, cut_id) == "sending"
     rig.dispatcher.channels["fake"] = rig.channel
-    await rig.scheduler.start()
-    assert rig.channel.sent == []  # either notice may have arrived: neither goes twice
+    for _ in range(2):
+        await restart(rig)
+    assert rig.channel.sent == []  # the notice may have arrived: it never goes twice
+    assert await report_state(rig, interrupted, cut_id) == "maybe"
+    run = await rig.scheduler.store.get_run(cut_id)
+    assert run is not None and run.delivery.startswith("may not have reached fake:chat-1")
 
 
 async def test_a_run_still_going_is_never_started_twice(
@@ -522,7 +547,7 @@ async def test_a_slot_slept_through_past_its_grace_is_recorded_missed(rig: Rig) 
 
 
 async def test_a_report_an_outage_kept_is_sent_at_the_next_start_once(rig: Rig) -> None:
-    rig.channel.keeps, rig.channel.fail_with = True, "the platform is down"
+    rig.channel.fail_with = "the platform is down"
     await rig.scheduler.start()
     routine = await rig.routine("report")
     rig.model.add(Reply("the report"))
@@ -531,22 +556,20 @@ async def test_a_report_an_outage_kept_is_sent_at_the_next_start_once(rig: Rig) 
     await rig.scheduler.stop()
     run = await rig.scheduler.store.get_run(run_id)
     assert run is not None and run.delivery.startswith("not delivered to fake:chat-1")
-    # A restart: the channel's keeping is gone with the process; the store still owes it.
-    rig.channel.kept.clear()
+    assert await report_state(rig, routine, run_id) == "kept"
+    # A restart: the process's queues are gone; the outbox row is kept in the store.
     rig.channel.fail_with = None
     for _ in range(2):
-        again = RoutineScheduler(rig.home, rig.runtime.audit, rig.dispatcher)
-        await again.start()
-        await again.stop()
-    assert [text for _, text in rig.channel.sent] == ["the report"]  # sent once, not twice
-    run = await rig.scheduler.store.get_run(run_id)
-    assert run is not None and run.delivery == "delivered to fake:chat-1 after a restart"
+        await restart(rig)
+    sent = [text for _, text in rig.channel.sent]
+    assert sent == [f"{EARLIER_REPLY}\n\nthe report"]  # sent once, not twice
+    assert await report_state(rig, routine, run_id) == "delivered"
 
 
 async def test_a_kept_report_that_went_out_with_a_later_message_is_not_sent_again(
     rig: Rig,
 ) -> None:
-    rig.channel.keeps, rig.channel.fail_with = True, "the platform is down"
+    rig.channel.fail_with = "the platform is down"
     await rig.scheduler.start()
     routine = await rig.routine("report")
     rig.model.add(Reply("the report"))
@@ -556,11 +579,10 @@ async def test_a_kept_report_that_went_out_with_a_later_message_is_not_sent_agai
     address = routine.address()
     assert address is not None
     assert await rig.dispatcher.deliver(address, "a later message") is None
-    await rig.scheduler.stop()
-    again = RoutineScheduler(rig.home, rig.runtime.audit, rig.dispatcher)
-    await again.start()
-    await again.stop()
-    assert [text for _, text in rig.channel.sent] == ["the report\n\na later message"]
+    await restart(rig)
+    # The kept report went ahead of the later message, and no start sends it again.
+    sent = [text for _, text in rig.channel.sent]
+    assert sent == [f"{EARLIER_REPLY}\n\nthe report", "a later message"]
 
 
 async def test_a_report_a_crash_caught_while_sending_is_not_sent_again_its_target_is_told(
@@ -569,13 +591,20 @@ async def test_a_report_a_crash_caught_while_sending_is_not_sent_again_its_targe
     routine = await rig.routine("caught", paused=True)
     run_id = await rig.scheduler.store.start_run(routine, "schedule", None)
     # The run finished and its report was with the channel when the process died.
-    await rig.scheduler.store.finish_run(run_id, RunResult("ok", delivery=SENDING, text="hi"))
+    await rig.scheduler.store.finish_run(run_id, RunResult("ok", delivery="queued", text="hi"))
+    address = routine.address()
+    assert address is not None
+    store = await rig.runtime.store(rig.home.bot(None))
+    key = report_key(routine, run_id)
+
+    def caught(db) -> None:  # type: ignore[no-untyped-def]
+        mark_sending(db, insert_row(db, address, "report", "hi", key=key))
+
+    await store.db.quick(caught)
     for _ in range(2):
-        again = RoutineScheduler(rig.home, rig.runtime.audit, rig.dispatcher)
-        await again.start()
-        await again.stop()
+        await restart(rig)
     [told] = [text for _, text in rig.channel.sent]  # told once, the report not sent twice
     assert "may not have reached you" in told and "atlas routines history caught" in told
     run = await rig.scheduler.store.get_run(run_id)
     assert run is not None and run.status == "ok"
-    assert run.delivery == "maybe; then told, delivered to fake:chat-1"
+    assert await report_state(rig, routine, run_id) == "maybe"
