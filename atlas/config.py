@@ -14,7 +14,14 @@ import zoneinfo
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from atlas.errors import ConfigError
 
@@ -150,6 +157,38 @@ class BotSandboxSettings(Strict):
     env: dict[str, str] = Field(default_factory=dict)
 
 
+class ExecutorSettings(Strict):
+    """One outside coding harness (docs/executors.md): `[executors.claude-code]`, `[executors.codex]`
+    or a plugin's. Accounts are the harness's own config folders, one login each."""
+
+    enabled: bool = False
+    binary: str | None = None  # default: the harness's own command name, found on the PATH
+    # nickname -> the account's config folder (CLAUDE_CONFIG_DIR, CODEX_HOME). None: one
+    # account, `main`, in the harness's default folder (~/.claude, ~/.codex).
+    accounts: dict[Annotated[str, Field(pattern=NAME_PATTERN)], str] = Field(default_factory=dict)
+    main: str | None = None  # the main account's nickname; default: the first one listed
+    folders: dict[str, str] = Field(default_factory=dict)  # folder -> nickname it starts on
+    # Target names (`claude-code@work`, `codex`) a task goes on to, in order, when its
+    # account reaches its plan's limit; default: this executor's other accounts.
+    hand_over: list[str] | None = None
+    extra_usage: list[str] = Field(default_factory=list)  # nicknames that bill past the limit
+    # Hosts the harness may reach through the sandbox's proxy, besides its provider's own.
+    allowed_domains: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _accounts_named(self) -> ExecutorSettings:
+        known = set(self.accounts) or {"main"}
+        named = {"main": self.main, **{f"folders.{f}": n for f, n in self.folders.items()}}
+        named |= {f"extra_usage[{i}]": n for i, n in enumerate(self.extra_usage)}
+        for key, nickname in named.items():
+            if nickname is not None and nickname not in known:
+                raise ValueError(
+                    f"{key} names account {nickname!r}, which accounts does not list "
+                    f"(listed: {', '.join(sorted(known))})"
+                )
+        return self
+
+
 ModelName = Annotated[str, Field(pattern=MODEL_PATTERN)]
 
 
@@ -169,6 +208,10 @@ class Settings(Strict):
     agents: AgentSettings = AgentSettings()
     mcp: McpSettings = McpSettings()
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    # Outside coding harnesses by executor name (docs/executors.md).
+    executors: dict[Annotated[str, Field(pattern=NAME_PATTERN)], ExecutorSettings] = Field(
+        default_factory=dict
+    )
 
     @field_validator("timezone")
     @classmethod

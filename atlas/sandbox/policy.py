@@ -148,6 +148,26 @@ def _granted(home: Home, bot: Bot, vault: Path, person: Path) -> tuple[Path, ...
     return tuple(granted)
 
 
+def standard_hidden(home: Home) -> list[Path]:
+    """What no sandbox of this home sees: the home, the vault, the person's credentials, the
+    system's sockets and root-only secrets, and config.toml's [sandbox] hidden."""
+    from atlas.tools.fences import vault_of
+
+    person = _person_home()
+    hidden = [home.root.resolve(), vault_of(home), *(person / name for name in CREDENTIALS)]
+    hidden += [*SYSTEM_HIDDEN, *_root_secrets()]
+    hidden += [_expand(raw, person, person) for raw in home.settings.sandbox.hidden]
+    return hidden
+
+
+def person_readable() -> tuple[Path, ...]:
+    """The person's home when it lives under /tmp (tests, throwaway accounts): visible, read-only,
+    although the sandbox's /tmp is private."""
+    tmp = Path(os.path.realpath("/tmp"))
+    real_person = Path(os.path.realpath(_person_home()))
+    return (real_person,) if tmp in real_person.parents else ()
+
+
 def policy_for(
     home: Home, bot: Bot, *, read_only: bool = False, proxy_socket: Path | None = None
 ) -> SandboxPolicy:
@@ -155,20 +175,14 @@ def policy_for(
     from atlas.tools.fences import vault_of
 
     person = _person_home()
-    vault = vault_of(home)
-    hidden = [home.root.resolve(), vault, *(person / name for name in CREDENTIALS)]
-    hidden += [*SYSTEM_HIDDEN, *_root_secrets()]
-    for raw in (*home.settings.sandbox.hidden, *bot.settings.sandbox.hidden):
-        hidden.append(_expand(raw, person, person))
-    tmp = Path(os.path.realpath("/tmp"))
-    real_person = Path(os.path.realpath(person))
-    readable = (real_person,) if tmp in real_person.parents else ()
+    hidden = standard_hidden(home)
+    hidden += [_expand(raw, person, person) for raw in bot.settings.sandbox.hidden]
     return SandboxPolicy(
         workspace=bot.workspace,
-        writable=_granted(home, bot, vault, person),
+        writable=_granted(home, bot, vault_of(home), person),
         hidden=tuple(hidden),
         read_only=read_only,
         env=allowed_env(home, bot),
         proxy_socket=proxy_socket,
-        readable=readable,
+        readable=person_readable(),
     )

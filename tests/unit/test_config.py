@@ -32,12 +32,13 @@ KEY = re.compile(r"^\s*#?\s*([A-Za-z_][A-Za-z0-9_]*)\s*=")
 
 
 def documented_keys(text: str) -> dict[str, set[str]]:
-    """Keys by table ("" for the top level); every `[providers.x]` counts as "providers.*"."""
+    """Keys by table ("" for the top level); every `[providers.x]` counts as "providers.*",
+    every `[executors.x]` as "executors.*"."""
     keys: dict[str, set[str]] = {"": set()}
     table = ""
     for line in text.splitlines():
         if header := HEADER.match(line):
-            table = re.sub(r"^providers\.[^.]+$", "providers.*", header.group(1))
+            table = re.sub(r"^(providers|executors)\.[^.]+$", r"\1.*", header.group(1))
             keys.setdefault(table, set())
         elif key := KEY.match(line):
             keys[table].add(key.group(1))

@@ -1,0 +1,1 @@
+"""Outside coding harnesses (Claude Code, Codex) behind one interface (docs/executors.md)."""

@@ -1,0 +1,355 @@
+"""The executor interface: an outside coding harness (Claude Code, Codex) behind one shape.
+
+An `Executor` is one harness with its accounts. `start(task)` runs the harness headless in the
+task's folder, inside the sandbox, and returns an `ExecutorInstance`: its `events()` yield the
+typed events below until the harness exits; `steer`, `answer` and `stop` act on it while it runs.
+A task with `session_id` set resumes that session (`--resume`, `codex exec resume`).
+
+Plugins implement these two classes and register the executor under the `atlas.executors`
+entry-point group (atlas/plugins.py, SDK version 2).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from atlas.errors import AtlasError
+
+if TYPE_CHECKING:
+    from atlas.config import ExecutorSettings
+    from atlas.executors.launch import ExecutorLauncher
+    from atlas.executors.limits import LimitBook
+
+EXECUTOR_SDK_VERSION = 2  # atlas.plugins.SDK_VERSIONS["atlas.executors"]
+UNKNOWN = "unknown"  # what executor_accounts says where the harness's files do not tell
+
+
+class ExecutorError(AtlasError):
+    """An executor could not start or act; the message says what and how to fix it."""
+
+
+# --- accounts ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Account:
+    """One login of a harness: its own config folder (CLAUDE_CONFIG_DIR, CODEX_HOME)."""
+
+    executor: str  # `claude-code`
+    nickname: str  # `work`
+    config_dir: Path
+    main: bool = False
+
+    @property
+    def target(self) -> str:
+        """The target name `delegate` takes: `claude-code@work`."""
+        return f"{self.executor}@{self.nickname}"
+
+
+@dataclass(frozen=True)
+class LimitWindow:
+    """One of a plan's limit windows (five hours, a week...), as far as the harness tells."""
+
+    name: str  # `five_hour`, `seven_day`, `primary (300 min)`
+    used_percent: float | None = None  # None: unknown
+    resets_at: datetime | None = None  # None: unknown
+    status: str = UNKNOWN  # `allowed`, `warning`, `rejected` or unknown
+
+
+@dataclass(frozen=True)
+class AccountStatus:
+    """What executor_accounts shows for one account, read with no model call."""
+
+    target: str
+    logged_in_as: str  # an email, `API key`, `not logged in` or unknown
+    plan: str  # `max`, `pro`, `plus`... or unknown
+    windows: tuple[LimitWindow, ...]  # empty: no usage known
+    at_limit: bool | None  # None: unknown
+    at_limit_until: datetime | None
+    extra_usage: bool | None  # bills past its limits; None: unknown
+    folders: tuple[str, ...]  # the folders that start on this account
+    main: bool
+    config_dir: str
+    notes: tuple[str, ...] = ()  # where each answer came from, or why it is unknown
+
+
+# --- the events of a running instance ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class SessionStarted:
+    """The harness named its session: resume it with this id (Claude's session_id, Codex's
+    thread_id)."""
+
+    session_id: str
+    model: str | None = None
+    kind: ClassVar[str] = "session"
+
+
+@dataclass(frozen=True)
+class AssistantText:
+    text: str
+    kind: ClassVar[str] = "text"
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    tool: str  # `Bash`, `Edit`; Codex: `command_execution`, `file_change`, `mcp:<server>/<tool>`
+    input: Mapping[str, Any]
+    tool_use_id: str = ""
+    kind: ClassVar[str] = "tool_use"
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    tool_use_id: str
+    output: str
+    is_error: bool = False
+    kind: ClassVar[str] = "tool_result"
+
+
+@dataclass(frozen=True)
+class PermissionRequest:
+    """The harness asks before a tool runs. Answer with `instance.answer(request_id,
+    Decision(...))`; until then the harness waits."""
+
+    request_id: str
+    tool: str
+    input: Mapping[str, Any]
+    reason: str = ""  # why the harness asks, when it says
+    kind: ClassVar[str] = "permission"
+
+
+@dataclass(frozen=True)
+class QuestionItem:
+    question: str
+    choices: tuple[str, ...] = ()
+    multi_select: bool = False
+    header: str = ""
+
+
+@dataclass(frozen=True)
+class Question:
+    """The harness asks the person something (Claude's AskUserQuestion, Codex's
+    request_user_input). Answer with `instance.answer(request_id, {question: answer})`."""
+
+    request_id: str
+    questions: tuple[QuestionItem, ...]
+    kind: ClassVar[str] = "question"
+
+
+@dataclass(frozen=True)
+class Result:
+    """The end of one turn: the final text, usage and cost (None where the harness does not say,
+    as Codex does not)."""
+
+    text: str
+    is_error: bool = False
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float | None = None
+    session_id: str | None = None
+    turns: int | None = None
+    subtype: str = "success"
+    kind: ClassVar[str] = "result"
+
+
+@dataclass(frozen=True)
+class LimitReached:
+    """The account reached its plan's limit; the task can go on elsewhere (delegate's route)."""
+
+    message: str
+    resets_at: datetime | None = None  # None: the harness did not say
+    window: str | None = None  # `five_hour`, `seven_day`...
+    kind: ClassVar[str] = "limit"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The harness failed (an error event, an exit without a result, bad output)."""
+
+    message: str
+    exit_code: int | None = None
+    kind: ClassVar[str] = "error"
+
+
+ExecutorEvent = (
+    SessionStarted
+    | AssistantText
+    | ToolUse
+    | ToolResult
+    | PermissionRequest
+    | Question
+    | Result
+    | LimitReached
+    | Failure
+)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The answer to a PermissionRequest."""
+
+    allow: bool
+    message: str = ""  # told to the harness when denied
+    updated_input: Mapping[str, Any] | None = None  # allow with a changed input
+
+
+Answer = Decision | Mapping[str, str]  # a permission decision, or question -> answer
+
+
+# --- starting and running ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What to start: the prompt in a folder on an account; `session_id` resumes a session."""
+
+    folder: Path
+    prompt: str
+    account: Account
+    session_id: str | None = None
+    model: str | None = None  # the harness's own model name; None: its default
+
+
+SteerOutcome = Literal["sent", "queued"]  # delivered into the running turn, or after it
+
+
+class ExecutorInstance(abc.ABC):
+    """One running task of a harness. `events()` may be iterated once; it ends when the
+    harness has exited (after a final Result, a LimitReached or a Failure)."""
+
+    def __init__(self, task: TaskSpec) -> None:
+        self.task = task
+        self.session_id: str | None = task.session_id
+
+    @property
+    def account(self) -> Account:
+        return self.task.account
+
+    @abc.abstractmethod
+    def events(self) -> AsyncIterator[ExecutorEvent]:
+        """The harness's events, typed, in order."""
+
+    @abc.abstractmethod
+    async def steer(self, message: str) -> SteerOutcome:
+        """More input for the task: into the running turn where the harness reads it, else after
+        the current turn (in the same session). Raises ExecutorError once the instance ended."""
+
+    @abc.abstractmethod
+    async def answer(self, request_id: str, answer: Answer) -> None:
+        """Answer a PermissionRequest (a Decision) or a Question (question -> answer)."""
+
+    @abc.abstractmethod
+    async def stop(self) -> None:
+        """End the task now: the harness and everything it started (the sandbox ends)."""
+
+    @property
+    @abc.abstractmethod
+    def running(self) -> bool:
+        """Whether the harness is still running."""
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One entry of a harness's own session log, reduced to what a person reads."""
+
+    index: int
+    role: str  # `user`, `assistant`, `tool`, `system`
+    text: str
+    at: datetime | None = None
+    tool: str | None = None  # for role `tool`: its name
+
+
+@dataclass(frozen=True)
+class SessionLog:
+    """A harness's own session log, read back. `deleted` when the file is gone (Claude Code
+    deletes sessions after 30 days by default)."""
+
+    session_id: str
+    path: Path | None
+    entries: tuple[LogEntry, ...] = ()
+    deleted: bool = False
+
+    def head(self, count: int = 5) -> tuple[LogEntry, ...]:
+        return self.entries[:count]
+
+    def tail(self, count: int = 5) -> tuple[LogEntry, ...]:
+        return self.entries[-count:] if count else ()
+
+    def around(self, index: int, window: int = 5) -> tuple[LogEntry, ...]:
+        return tuple(e for e in self.entries if abs(e.index - index) <= window)
+
+
+class Executor(abc.ABC):
+    """One harness with its accounts. Made by the registry from its `[executors.<name>]`
+    settings; `launcher` puts each run inside the sandbox (atlas/executors/launch.py)."""
+
+    name: ClassVar[str]  # the entry-point name: `claude-code`
+    sdk_version: ClassVar[int] = EXECUTOR_SDK_VERSION
+    default_binary: ClassVar[str]  # `claude`
+    default_config_dir: ClassVar[str]  # `~/.claude`
+    config_env: ClassVar[str]  # the variable naming an account's folder: CLAUDE_CONFIG_DIR
+    provider_hosts: ClassVar[tuple[str, ...]]  # what the harness must reach, via the proxy
+
+    def __init__(
+        self,
+        settings: ExecutorSettings,
+        launcher: ExecutorLauncher,
+        book: LimitBook | None = None,
+    ) -> None:
+        self.settings = settings
+        self.launcher = launcher
+        self.book = book  # where the limits seen in the harness's events are kept
+
+    # accounts (shared: every harness keeps an account in a config folder)
+
+    @property
+    def binary(self) -> str:
+        return self.settings.binary or self.default_binary
+
+    def accounts(self) -> list[Account]:
+        """The accounts from config, the main one marked; one `main` account by default."""
+        from atlas.executors.accounts import accounts_of
+
+        return accounts_of(self.name, self.settings, self.default_config_dir)
+
+    def account(self, nickname: str | None = None, folder: Path | None = None) -> Account:
+        """The account by nickname; else the one the folder starts on; else the main one."""
+        from atlas.executors.accounts import pick_account
+
+        return pick_account(self.name, self.accounts(), self.settings, nickname, folder)
+
+    # running
+
+    @abc.abstractmethod
+    async def start(self, task: TaskSpec) -> ExecutorInstance:
+        """Start (or, with task.session_id, resume) a task. Raises ExecutorError (no binary,
+        no sandbox: fail closed)."""
+
+    @abc.abstractmethod
+    def version_argv(self) -> list[str]:
+        """The command that prints the harness's version (`claude --version`)."""
+
+    # reading back, with no model call
+
+    @abc.abstractmethod
+    def session_log(self, account: Account, session_id: str, folder: Path | None) -> SessionLog:
+        """The harness's own log of a session, or SessionLog(deleted=True) when it is gone."""
+
+    @abc.abstractmethod
+    def account_status(self, account: Account, observed: Mapping[str, Any]) -> AccountStatus:
+        """Who the account is logged in as and its plan's usage, from the harness's files and
+        what Atlas observed of its events (`observed`: atlas/executors/limits.py)."""

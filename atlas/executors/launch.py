@@ -1,0 +1,168 @@
+"""How an executor's harness is started: inside the bubblewrap sandbox (docs/sandbox.md).
+
+The task's folder and the account's config folder are writable (the harness writes its session
+there); every other account's folder stays hidden, with the home, the vault and the person's
+credentials. The network goes through Atlas's egress proxy on a channel of its own, where the
+harness's provider hosts pass without a question; any other host is asked of the person through
+`ask` (none given: refused). Where no sandbox can start, or socat cannot bridge the proxy in, the
+start is refused (fail closed): a harness with no network cannot work, and one outside the
+sandbox is the person's choice, through `[sandbox] enabled = false`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from atlas.errors import AtlasError
+from atlas.executors.base import ExecutorError
+
+if TYPE_CHECKING:
+    from atlas.home import Home
+    from atlas.sandbox.launcher import SandboxPolicy
+    from atlas.sandbox.proxy import DomainAsker
+
+log = logging.getLogger(__name__)
+
+ALLOWED_NAMES = ("PATH", "HOME", "LANG", "TERM", "TZ", "USER")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What to execute: the full argv (bwrap in front when sandboxed), its environment, where."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    sandboxed: bool
+
+
+def _matches(host: str, patterns: Sequence[str]) -> bool:
+    host = host.lower().rstrip(".")
+    for pattern in patterns:
+        pattern = pattern.lower()
+        if host == pattern or (pattern.startswith("*.") and host.endswith(pattern[1:])):
+            return True
+    return False
+
+
+class ExecutorLauncher:
+    """Starts harness processes for one home. `ask` is asked about hosts outside the harness's
+    own (a DomainAsker: the person's yes or no); `hidden_config_dirs` are the config folders of
+    every account, hidden from each run but its own account's."""
+
+    def __init__(
+        self,
+        home: Home,
+        *,
+        ask: DomainAsker | None = None,
+        hidden_config_dirs: Sequence[Path] = (),
+    ) -> None:
+        self.home = home
+        self.ask = ask
+        self.hidden_config_dirs = tuple(hidden_config_dirs)
+
+    def environment(self, extra: Mapping[str, str]) -> dict[str, str]:
+        """PATH HOME LANG LC_* TERM TZ USER, [sandbox] env, then the harness's own (`extra`);
+        no variable the config names as a secret."""
+        from atlas.secrets import secret_env_names
+
+        env = {
+            name: value
+            for name, value in os.environ.items()
+            if name in ALLOWED_NAMES or name.startswith("LC_")
+        }
+        env |= self.home.settings.sandbox.env
+        for name in secret_env_names(self.home) & env.keys():
+            del env[name]
+        return env | dict(extra)
+
+    @contextlib.asynccontextmanager
+    async def launch(
+        self,
+        argv: Sequence[str],
+        *,
+        folder: Path,
+        account_paths: Sequence[Path],
+        env: Mapping[str, str],
+        hosts: Sequence[str],
+    ) -> AsyncIterator[Launch]:
+        """The launch of `argv` in `folder`, valid while the block lasts (its proxy channel).
+        `account_paths`: the account's config folder first, then any file the harness keeps
+        for it elsewhere; all writable, and unhidden for this run alone."""
+        environment = self.environment(env)
+        await asyncio.to_thread(_prepare, folder, account_paths[0])
+        if not self.home.settings.sandbox.enabled:
+            yield Launch(list(argv), environment, folder, sandboxed=False)
+            return
+        if shutil.which("socat") is None:
+            raise ExecutorError(
+                "executors run in the sandbox and reach their provider through Atlas's proxy, "
+                "which needs socat: `sudo apt-get install socat` (or `[sandbox] enabled = false` "
+                "in config.toml to run them unsandboxed)"
+            )
+        from atlas.sandbox.proxy import proxy_for
+
+        proxy = await proxy_for(self.home)
+        async with proxy.channel(self._asker(hosts)) as socket:
+            try:
+                argv_in, policy = await asyncio.to_thread(
+                    self._sandboxed, argv, folder, account_paths, environment, socket
+                )
+            except AtlasError as exc:  # SandboxUnavailable: fail closed, saying how to fix it
+                raise ExecutorError(f"the executor cannot start in the sandbox: {exc}") from exc
+            yield Launch(argv_in, dict(policy.env), Path("/"), sandboxed=True)
+
+    def _asker(self, hosts: Sequence[str]) -> DomainAsker:
+        async def ask(host: str) -> bool:
+            if _matches(host, hosts):
+                return True
+            return False if self.ask is None else await self.ask(host)
+
+        return ask
+
+    def _sandboxed(
+        self,
+        argv: Sequence[str],
+        folder: Path,
+        account_paths: Sequence[Path],
+        env: dict[str, str],
+        socket: Path,
+    ) -> tuple[list[str], SandboxPolicy]:
+        """bwrap's argv and the policy (off the event loop: the first probe starts bwrap)."""
+        from atlas.sandbox.launcher import SandboxPolicy, sandbox_argv
+        from atlas.sandbox.policy import person_readable, standard_hidden
+
+        own = tuple(path.resolve() for path in account_paths)
+        hidden = [
+            path
+            for path in [*standard_hidden(self.home), *self.hidden_config_dirs]
+            if path.resolve() not in own
+        ]
+        readable = list(person_readable())
+        found = shutil.which(argv[0], path=env.get("PATH"))
+        if found:  # a harness installed under /tmp stays visible behind the private /tmp
+            readable.append(Path(os.path.realpath(found)).parent)
+        policy = SandboxPolicy(
+            workspace=folder,
+            writable=own,
+            hidden=tuple(hidden),
+            env=env,
+            proxy_socket=socket,
+            cwd=folder,
+            readable=tuple(readable),
+        )
+        return sandbox_argv(list(argv), policy), policy
+
+
+def _prepare(folder: Path, config_dir: Path) -> None:
+    if not folder.is_dir():
+        raise ExecutorError(f"the task's folder {folder} does not exist (or is not a folder)")
+    config_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,85 @@
+"""The plugin SDK: channels and executors register through Python entry points.
+
+A package adds an executor by naming its class in its own pyproject.toml:
+
+    [project.entry-points."atlas.executors"]
+    aider = "atlas_aider:AiderExecutor"
+
+and a channel likewise under `atlas.channels`. Atlas's built-in ones register the same way
+(pyproject.toml). Each plugin class declares the SDK version it was written for
+(`sdk_version`); one Atlas does not speak is refused with a message naming the package.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from atlas.errors import AtlasError
+
+log = logging.getLogger(__name__)
+
+# The SDK versions this Atlas speaks, per entry-point group (docs/executors.md, Plugins).
+CHANNELS_GROUP, EXECUTORS_GROUP = "atlas.channels", "atlas.executors"
+SDK_VERSIONS: dict[str, int] = {CHANNELS_GROUP: 1, EXECUTORS_GROUP: 2}
+
+
+class PluginError(AtlasError):
+    """A plugin could not be loaded: its entry point, its class or its SDK version."""
+
+
+@dataclass(frozen=True)
+class LoadedPlugin:
+    name: str  # the entry point's name: `claude-code`, `telegram`
+    group: str
+    target: Any  # the class the entry point names
+    source: str  # "package==version" (or the entry point's value when unknown)
+
+
+def _source(point: EntryPoint) -> str:
+    dist = getattr(point, "dist", None)
+    if dist is None:
+        return point.value
+    return f"{dist.metadata['Name']}=={dist.version}"
+
+
+def load_plugins(group: str) -> dict[str, LoadedPlugin]:
+    """Every plugin of `group`, by entry-point name. A plugin that fails to import, or that
+    speaks another SDK version, is logged and left out: one broken package never stops Atlas."""
+    plugins, errors = load_plugins_with_errors(group)
+    for error in errors:
+        log.warning("plugins: %s", error)
+    return plugins
+
+
+def load_plugins_with_errors(group: str) -> tuple[dict[str, LoadedPlugin], list[str]]:
+    """As `load_plugins`, with the reason each one left out was refused (for `atlas doctor`)."""
+    wanted = SDK_VERSIONS.get(group)
+    if wanted is None:
+        raise PluginError(f"unknown plugin group {group!r} (known: {', '.join(SDK_VERSIONS)})")
+    plugins: dict[str, LoadedPlugin] = {}
+    errors: list[str] = []
+    for point in sorted(entry_points(group=group), key=lambda p: p.name):
+        source = _source(point)
+        try:
+            target = point.load()
+        except Exception as exc:  # a third-party import can raise anything; named, not fatal
+            errors.append(f"{group} {point.name} ({source}) did not load: {exc!r}")
+            continue
+        version = getattr(target, "sdk_version", None)
+        if version != wanted:
+            errors.append(
+                f"{group} {point.name} ({source}) is written for SDK version {version}, "
+                f"this Atlas speaks version {wanted}: update the package"
+            )
+            continue
+        if point.name in plugins:
+            errors.append(
+                f"{group} {point.name} is registered twice ({plugins[point.name].source} and "
+                f"{source}); the first is kept"
+            )
+            continue
+        plugins[point.name] = LoadedPlugin(point.name, group, target, source)
+    return plugins, errors
