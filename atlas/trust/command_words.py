@@ -11,7 +11,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from atlas.trust.normalise import SUBSTITUTION, Part, inline_code, interpreter_of
+from atlas.trust.interpreters import interpreter_of
+from atlas.trust.parse_types import SUBSTITUTION, Part
+from atlas.trust.parse_words import is_redirect
 
 SYSTEM_DIRS = {
     "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media",
@@ -20,9 +22,6 @@ SYSTEM_DIRS = {
 }  # fmt: skip
 WRITERS = {"cp", "mv", "tee", "install", "ln", "rsync", "truncate", "touch", "rm", "shred",
            "chmod", "chown", "chgrp", "unlink", "dd"}  # fmt: skip
-# Interpreter options that take a value (`python -W ignore x.py`, `node -r esm x.js`).
-VALUED_INTERPRETER_OPTIONS = {"-W", "-X", "-r", "--require", "--import", "--loader", "-I", "-o",
-                              "--rcfile", "--init-file", "-O"}  # fmt: skip
 SHELL_RC = {
     ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv",
     ".zprofile", ".zlogin", ".kshrc", ".cshrc", ".tcshrc", ".inputrc", ".gitconfig",
@@ -173,11 +172,6 @@ def option_value(words: list[str], names: tuple[str, ...]) -> str | None:
     return None
 
 
-def is_redirect(word: str) -> bool:
-    """`>`, `2>>`, `&>`, `>|`: the next word is a file written to."""
-    return re.fullmatch(r"\d*>>?|&>>?|>\|", word) is not None
-
-
 # ---------------------------------------------------------------- files a command names
 
 
@@ -203,36 +197,6 @@ def sensitive_write(part: Part, context: Context) -> str | None:
         if is_sensitive(path, context):
             return candidate
     return None
-
-
-def script_argument(part: Part) -> str | None:
-    """The script file a part runs: `bash x.sh`, `./x.sh`, `python x.py`, `source x`."""
-    head, words = part.head, part.words
-    if head in ("source", "."):
-        return words[1] if len(words) > 1 else None
-    if "/" in head and head != SUBSTITUTION:
-        return head
-    language = interpreter_of(head)
-    if language is None or inline_code(part) is not None:
-        return None
-    rest = words[1:]
-    reads_stdin = False
-    while rest and rest[0].startswith("-"):
-        if rest[0] == "--" and len(rest) > 1 and not reads_stdin:
-            return rest[1]  # `bash -- x.sh` (but `bash -s -- ARGS` reads its code from stdin)
-        reads_stdin |= rest[0] == "-s" or (
-            language == "shell" and rest[0][1:2] != "-" and "s" in rest[0]
-        )
-        if rest[0] in ("-m", "-", "--", "/dev/fd/0", "/proc/self/fd/0"):
-            return None  # a module, or code read from stdin
-        option = rest.pop(0)
-        if option in VALUED_INTERPRETER_OPTIONS and rest:
-            rest.pop(0)
-    if rest[:1] == ["<"] and len(rest) > 1 and not rest[1].startswith("/dev/"):
-        return rest[1]  # `bash -s < x.sh`, `python < x.py`: the file fed on stdin is the script
-    if not rest or rest[0].startswith(("<", ">")) or is_redirect(rest[0]):
-        return None  # `bash <<< CODE`, `python < x.py`: code from stdin, judged elsewhere
-    return rest[0]
 
 
 def shebang_language(text: str, path: Path) -> str | None:

@@ -1,5 +1,6 @@
 """Interpreters and the inline code they run: which program is an interpreter, where its inline
-code is, and what that code would do, as shell-like Parts (`shutil.rmtree('x')` → `rm -r x`).
+code is, and what that code would do, as shell-like Parts (`shutil.rmtree('x')` → `rm -r x`),
+and the script file a command runs instead (`bash x.sh`, `python x.py`, `source x`).
 
 Code is read with linear scans: no pattern here back-references or nests quantifiers.
 """
@@ -12,6 +13,7 @@ from collections.abc import Callable
 
 from atlas.trust.code_literals import comma_literals, string_list, string_literal, transformed
 from atlas.trust.parse_types import SUBSTITUTION, Part
+from atlas.trust.parse_words import is_redirect
 
 SHELLS = {"bash", "sh", "zsh", "dash", "ksh", "ash", "fish", "mksh", "yash", "rbash"}
 INTERPRETERS = {
@@ -27,6 +29,9 @@ INLINE_FLAGS = {
 OPTION_VALUES = {"-X", "-W", "-r", "--require", "-I", "--import", "--loader", "-C"}
 SHELL_VALUED = {"-o", "+o", "-O", "+O", "--rcfile", "--init-file"}
 AWK_VALUED = {"-F", "-v", "--field-separator", "--assign", "-i", "--include", "-l", "--load"}
+# Interpreter options that take a value (`python -W ignore x.py`, `node -r esm x.js`).
+VALUED_INTERPRETER_OPTIONS = {"-W", "-X", "-r", "--require", "--import", "--loader", "-I", "-o",
+                              "--rcfile", "--init-file", "-O"}  # fmt: skip
 VERSION = re.compile(r"[\d.]+[tmdu]?$")  # only ever run on one word: python3.13t, ksh93
 
 
@@ -135,6 +140,36 @@ def _awk_program(words: list[str]) -> str | None:
     return words[index] if index < len(words) else None
 
 
+def script_argument(part: Part) -> str | None:
+    """The script file a part runs: `bash x.sh`, `./x.sh`, `python x.py`, `source x`."""
+    head, words = part.head, part.words
+    if head in ("source", "."):
+        return words[1] if len(words) > 1 else None
+    if "/" in head and head != SUBSTITUTION:
+        return head
+    language = interpreter_of(head)
+    if language is None or inline_code(part) is not None:
+        return None
+    rest = words[1:]
+    reads_stdin = False
+    while rest and rest[0].startswith("-"):
+        if rest[0] == "--" and len(rest) > 1 and not reads_stdin:
+            return rest[1]  # `bash -- x.sh` (but `bash -s -- ARGS` reads its code from stdin)
+        reads_stdin |= rest[0] == "-s" or (
+            language == "shell" and rest[0][1:2] != "-" and "s" in rest[0]
+        )
+        if rest[0] in ("-m", "-", "--", "/dev/fd/0", "/proc/self/fd/0"):
+            return None  # a module, or code read from stdin
+        option = rest.pop(0)
+        if option in VALUED_INTERPRETER_OPTIONS and rest:
+            rest.pop(0)
+    if rest[:1] == ["<"] and len(rest) > 1 and not rest[1].startswith("/dev/"):
+        return rest[1]  # `bash -s < x.sh`, `python < x.py`: the file fed on stdin is the script
+    if not rest or rest[0].startswith(("<", ">")) or is_redirect(rest[0]):
+        return None  # `bash <<< CODE`, `python < x.py`: code from stdin, judged elsewhere
+    return rest[0]
+
+
 Analyse = Callable[[str, int], list[Part]]
 
 
@@ -169,8 +204,6 @@ def _words_run(words: list[str], analyse: Analyse, depth: int) -> list[Part]:
 def _no_bare_shell(parts: list[Part]) -> list[Part]:
     """`popen("sh")`, awk's `print … | "sh"`: a shell or interpreter fed what the code writes
     runs code that cannot be read, like `… | sh`."""
-    from atlas.trust.command_words import script_argument
-
     for part in parts:
         language = language_of(part.head) if part.words else None
         if language and inline_code(part, every=True) is None and script_argument(part) is None:

@@ -5,6 +5,11 @@ backtick and `<(…)`, here-docs and strings fed to a shell, the string of a `ba
 interpreter's inline code would do. Wrappers (`sudo`, `env`, `timeout 5`, `xargs`, `find -exec`…)
 are seen through to the command they run. The line is parsed with tree-sitter-bash (see parse.py);
 what cannot be resolved before it runs is listed in `Analysis.unresolved`.
+
+The parser's modules, from the top: this one, parse.py (the walk), parse_commands.py (one simple
+command), then what they use: interpreters.py, parse_extras.py, wrappers.py, parse_words.py,
+shell_grammar.py, parse_types.py. None imports a module above it: `analyse` is handed to the
+Walker, which calls it for shell code found inside other code (`python -c 'os.system(…)'`).
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ def analyse(command: str, depth: int = 0) -> Analysis:
         result.note("too-deep: commands nested too deeply to follow")
         return result
     try:
-        Walker(result, Scope(), depth, []).run(_unfolded(command))
+        Walker(result, Scope(), depth, [], analyse=analyse).run(_unfolded(command))
     except RecursionError:  # the walk is bounded; this is the last line of defence
         result.note("too-deep: commands nested too deeply to follow")
     return result

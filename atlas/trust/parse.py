@@ -4,16 +4,18 @@ The walker visits lists, pipelines, subshells, groups, if/while/for/case bodies 
 bodies; it resolves words (quotes, `$'…'`, braces, variables set earlier on the line, `$(…)`),
 and hands each simple command to `parse_commands.CommandJudge`, which unwraps it and follows the
 code it runs. Tree-sitter parses in linear time; the walk is bounded in depth and in parts.
+The walker is given `normalise.analyse` (it does not import normalise, which imports it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import tree_sitter_bash
-from tree_sitter import Language, Node, Parser
+from tree_sitter import Node
 
-from atlas.trust.parse_types import SUBSTITUTION, Analysis, Part, Word
+from atlas.trust.interpreters import inline_code, language_of, script_argument
+from atlas.trust.parse_commands import CommandJudge
+from atlas.trust.parse_types import SUBSTITUTION, AnalyseLine, Analysis, Part, Upstream, Word
 from atlas.trust.parse_words import (
     ansi_c,
     brace_expand,
@@ -23,9 +25,8 @@ from atlas.trust.parse_words import (
     unescape,
     unquoted,
 )
+from atlas.trust.shell_grammar import PARSER
 
-LANGUAGE = Language(tree_sitter_bash.language())
-PARSER = Parser(LANGUAGE)
 MAX_DEPTH = 6  # nested `bash -c` / `$(…)` levels followed; deeper is judged as opaque
 MAX_PARTS = 2000  # simple commands judged on one line; more is judged as opaque
 MAX_NESTING = 60  # `( ( ( … ) ) )` deeper than this is judged as opaque
@@ -46,28 +47,25 @@ class Scope:
     parts_left: int = MAX_PARTS
 
 
-@dataclass
-class Upstream:
-    """The stage a pipe reads from: its name, where its output came from, a literal it echoes."""
-
-    head: str
-    taint: frozenset[str]
-    echoed: str | None = None
-
-
 class Walker:
     """Walks one parsed line (or a string a shell runs) into an Analysis."""
 
     def __init__(
-        self, analysis: Analysis, scope: Scope, depth: int, wrappers: list[str], function=None
-    ) -> None:  # type: ignore[no-untyped-def]
-        from atlas.trust.parse_commands import CommandJudge
-
+        self,
+        analysis: Analysis,
+        scope: Scope,
+        depth: int,
+        wrappers: list[str],
+        function: str | None = None,
+        *,
+        analyse: AnalyseLine,
+    ) -> None:
         self.analysis = analysis
         self.scope = scope
         self.depth = depth
         self.wrappers = wrappers
-        self.function: str | None = function
+        self.function = function
+        self.analyse = analyse  # normalise.analyse: for shell code inside other code
         self.upstream: Upstream | None = None  # set for the next command that reads a pipe
         self.last_output: Upstream | None = None
         self.nesting = 0  # groups, subshells and bodies entered; bounded (Python's stack is)
@@ -91,9 +89,14 @@ class Walker:
         if self.depth + 1 > MAX_DEPTH:
             self.analysis.note("too-deep: commands nested too deeply to follow")
             return
-        inner = Walker(self.analysis, self.scope, self.depth + 1, wrappers, self.function)
+        self._inner(wrappers).run(code)
+
+    def _inner(self, wrappers: list[str]) -> Walker:
+        """A walker one level deeper, on the same analysis and scope (for `bash -c`, `$(…)`)."""
+        inner = Walker(self.analysis, self.scope, self.depth + 1, wrappers, self.function,
+                       analyse=self.analyse)  # fmt: skip
         inner.nesting = self.nesting
-        inner.run(code)
+        return inner
 
     # ------------------------------------------------------------ statements
 
@@ -329,8 +332,7 @@ class Walker:
         if self.depth + 1 > MAX_DEPTH:
             self.analysis.note("too-deep: commands nested too deeply to follow")
             return {"computed"}
-        inner = Walker(self.analysis, self.scope, self.depth + 1, self.wrappers, self.function)
-        inner.nesting = self.nesting
+        inner = self._inner(self.wrappers)
         start = len(self.analysis.parts)
         redirects = [c for c in node.named_children if c.type == "file_redirect"]
         if redirects and len(redirects) == len(node.named_children):  # `$(< FILE)` reads FILE
@@ -390,9 +392,6 @@ class _FieldBuilder:
 
 def _reads_stdin(parts: list[Part]) -> bool:
     """`>(sh)`, `>(python3)`: a shell or interpreter with no code or script runs its input."""
-    from atlas.trust.command_words import script_argument
-    from atlas.trust.interpreters import inline_code, language_of
-
     return any(
         language_of(p.head) and inline_code(p, every=True) is None and script_argument(p) is None
         for p in parts

@@ -3,6 +3,8 @@ everything it runs besides followed (inline code, `eval`, here-docs fed to a she
 `git -c core.pager=…`, tar's exec actions, vim's `:!`, `rsync -e`).
 
 What cannot be read before it runs is written to `Analysis.unresolved` ("key: why").
+The Walker (parse.py, above this module) is imported for type checking only; shell code found
+in other code is taken apart with the `analyse` the walker was given.
 """
 
 from __future__ import annotations
@@ -30,12 +32,12 @@ from atlas.trust.parse_extras import (
     foreign_code,
     is_decoder,
 )
-from atlas.trust.parse_types import SUBSTITUTION, Part, Word
+from atlas.trust.parse_types import SUBSTITUTION, Part, Upstream, Word
 from atlas.trust.parse_words import named_binary, operands_of, rejoined
 from atlas.trust.wrappers import name_of, unwrap
 
 if TYPE_CHECKING:
-    from atlas.trust.parse import Upstream, Walker
+    from atlas.trust.parse import Walker
 
 REASONS = {
     "fetched": "fetched-code: {who} runs code downloaded from the network",
@@ -318,9 +320,7 @@ class CommandJudge:
             self.analysis.note(reason)
 
     def _analyse_for_code(self, code: str, depth: int) -> list[Part]:
-        from atlas.trust.normalise import analyse
-
-        inner = analyse(code, depth)
+        inner = self.walker.analyse(code, depth)
         for reason in inner.unresolved:
             self.analysis.note(reason)
         self.analysis.process_substitution |= inner.process_substitution
@@ -366,10 +366,4 @@ class CommandJudge:
         elif part is not None and part.head == "cat" and len(texts) == 1 and part.heredoc:
             echoed = part.heredoc  # cat <<EOF | sh
         head = part.head if part is not None else (name_of(texts[0]) if texts else "")
-        return _upstream(head, frozenset(taint), echoed)
-
-
-def _upstream(head: str, taint: frozenset[str], echoed: str | None) -> Upstream:
-    from atlas.trust.parse import Upstream
-
-    return Upstream(head, taint, echoed)
+        return Upstream(head, frozenset(taint), echoed)

@@ -1,8 +1,9 @@
 """What the command parser produces: the simple commands a line runs (Parts), and what it could
-not resolve."""
+not resolve; and what its modules hand each other (a pipe's upstream stage, `analyse`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 SUBSTITUTION = "$SUBSTITUTION"  # stands for a value only known when the command runs
@@ -55,3 +56,17 @@ class Word:
     taint: frozenset[str] = (
         frozenset()
     )  # "fetched", "decoded", "computed": where its value came from
+
+
+@dataclass
+class Upstream:
+    """The stage a pipe reads from: its name, where its output came from, a literal it echoes."""
+
+    head: str
+    taint: frozenset[str]
+    echoed: str | None = None
+
+
+# `normalise.analyse`: a shell line, at a nesting depth, taken apart. The walker is handed it
+# (it follows shell code found inside other code from the top again) instead of importing it.
+AnalyseLine = Callable[[str, int], Analysis]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from atlas.trust.shell_grammar import PARSER
+
 if TYPE_CHECKING:
     from tree_sitter import Node
 
@@ -184,8 +186,6 @@ SIMPLE_EXPANSION = re.compile(rb"\$([A-Za-z_][A-Za-z0-9_]*)")
 def rejoined(nodes: list[Node]) -> list[Node]:
     """Words tree-sitter split in two (`rm$IFS-rf$IFS/` ends in a lone `$`), parsed again whole:
     two word nodes that touch are one shell word."""
-    from atlas.trust.parse import PARSER
-
     groups: list[list[Node]] = []
     for node in nodes:
         if groups and groups[-1][-1].end_byte == node.start_byte:
@@ -230,3 +230,8 @@ def operands_of(words: list[str]) -> list[str]:
         operands.append(word)
         index += 1
     return operands
+
+
+def is_redirect(word: str) -> bool:
+    """`>`, `2>>`, `&>`, `>|`: the next word is a file written to."""
+    return re.fullmatch(r"\d*>>?|&>>?|>\|", word) is not None

@@ -21,15 +21,14 @@ from atlas.trust.command_words import (
     created_venvs,
     expand,
     is_catastrophic_target,
-    is_redirect,
     is_system_path,
     quoted_globs,
-    script_argument,
     sensitive_write,
     short_flags,
     without_unknowns,
     written_paths,
 )
+from atlas.trust.interpreters import script_argument
 from atlas.trust.normalise import (
     SUBSTITUTION,
     Analysis,
@@ -39,6 +38,7 @@ from atlas.trust.normalise import (
     interpreter_of,
 )
 from atlas.trust.outside import metadata_address
+from atlas.trust.parse_words import is_redirect
 from atlas.trust.reach import destroy_verdict, home_verdict, outside_verdict, raw_home_verdict
 from atlas.trust.scripts import Judges, judge_script, written_build_file
 from atlas.trust.subcommands import (

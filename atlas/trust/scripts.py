@@ -12,10 +12,10 @@ from atlas.trust.command_words import (
     Context,
     build_files,
     expand,
-    script_argument,
     shebang_language,
 )
 from atlas.trust.home_paths import code_mentions_home
+from atlas.trust.interpreters import script_argument
 from atlas.trust.normalise import (
     MAX_COMMAND_CHARS,
     Analysis,
@@ -99,7 +99,7 @@ def analyse_script(text: str) -> Analysis:
         return analyse(text)
     result = Analysis()
     try:
-        Walker(result, Scope(), 0, []).run(text)
+        Walker(result, Scope(), 0, [], analyse=analyse).run(text)
     except RecursionError:  # the walk is bounded; as in normalise.analyse
         result.note("too-deep: commands nested too deeply to follow")
     return result
