@@ -4,6 +4,8 @@ runs is asked; a venv's own scripts are Python's."""
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,10 +67,11 @@ def judge_script(
         return unjudged("script-written", f"{name} is written by this same command line")
     path = Path(expanded)
     try:
-        size = path.stat().st_size
-        if size > SCRIPT_LIMIT:
-            return unjudged("script-too-large", f"{name} is too large to read through")
-        data = path.read_bytes()
+        data = read_script(path)
+    except NotAScript as exc:
+        return unjudged("script-unreadable", f"{name} is {exc}, not a script file")
+    except ScriptTooLarge:
+        return unjudged("script-too-large", f"{name} is too large to read through")
     except OSError as exc:
         return unjudged("script-unreadable", f"{name} could not be read ({exc.strerror})")
     if b"\0" in data[:4096]:
@@ -123,3 +126,41 @@ def judge_code(language: str, text: str, context: Context, judge_part: JudgePart
     if home:
         found.append(Verdict("ask", f"home:{home}", "the script names the Atlas home"))
     return worst(found)
+
+
+class NotAScript(Exception):
+    """The path is not a regular file (what it is, in words, is the message)."""
+
+
+class ScriptTooLarge(Exception):
+    pass
+
+
+def read_script(path: Path) -> bytes:
+    """The bytes of a regular file of at most SCRIPT_LIMIT bytes. A device (`/dev/zero` never
+    ends) or a FIFO (it blocks until someone writes) would hold a judging thread, so the file is
+    opened without blocking and its type checked on the open descriptor before any read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotAScript(_file_kind(mode))
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            data = file.read(SCRIPT_LIMIT + 1)
+    finally:
+        os.close(fd)
+    if len(data) > SCRIPT_LIMIT:
+        raise ScriptTooLarge
+    return data
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "something other than a file"

@@ -174,6 +174,30 @@ def test_large_scripts_are_not_read(tmp_path: Path) -> None:
         assert verdict.rule == "opaque:script-too-large" and "too large" in verdict.reason
 
 
+def test_a_device_or_fifo_named_as_a_script_is_asked_without_reading_it(tmp_path: Path) -> None:
+    """`/dev/zero` never ends and a FIFO blocks until someone writes: reading either as a script
+    would hold the judging thread (and fill memory). Both are asked, unread, at once."""
+    import os
+    import threading
+
+    fifo = tmp_path / "pipe.sh"
+    os.mkfifo(fifo)
+    verdicts: list[Verdict] = []
+    worker = threading.Thread(
+        target=lambda: verdicts.extend(
+            judge(command, cwd=tmp_path, auto=True)
+            for command in ("bash /dev/zero", "sh pipe.sh", f"bash {tmp_path}")
+        ),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(timeout=10)
+    assert not worker.is_alive(), "judging read from a device or FIFO"
+    assert [v.rule for v in verdicts] == ["opaque:script-unreadable"] * 3
+    assert "a device" in verdicts[0].reason and "a FIFO" in verdicts[1].reason
+    assert "a folder" in verdicts[2].reason
+
+
 def test_a_script_that_runs_itself_stops(tmp_path: Path) -> None:
     write(tmp_path / "loop.sh", "bash loop.sh\n")
     assert judge("bash loop.sh", cwd=tmp_path).verdict == "allow"
