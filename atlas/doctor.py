@@ -130,6 +130,10 @@ async def run_checks(root: Path, *, offline: bool = False) -> list[Check]:
             checks.append(await _provider_check(home))
         # The running daemon's channels, as it records them in <home>/run/channels.json.
         checks.extend(Check(*line) for line in channel_health_checks(home.root))
+        # Each executor config.toml turns on runs (`--version`): docs/executors.md.
+        from atlas.executors.checks import executor_checks
+
+        checks.extend(Check(*line) for line in await executor_checks(home))
     rg = find_rg()
     checks.append(
         Check(

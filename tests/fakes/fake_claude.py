@@ -11,7 +11,7 @@ assistant (text, tool_use), user (tool_result, the replay of each message), cont
 
 The scenario: $FAKE_CLAUDE_SCENARIO, else the file `fake-scenario` in the config folder, else
 `success`. Scenarios: success, question, permission, limit, steer, slow (runs until killed),
-crash (exits 3 with no result). Standard library only: it runs inside the sandbox.
+crash (exits 3 with no result), probe (tries the paths the prompt names, for sandbox tests). Standard library only: it runs inside the sandbox.
 """
 
 from __future__ import annotations
@@ -238,6 +238,24 @@ def turn(session: Session, prompt: str, name: str) -> None:
     elif name == "slow":
         say(session, "Working slowly.")
         time.sleep(120)
+    elif name == "probe":  # what the sandbox lets it see: the prompt names paths to try
+        wanted = json.loads(prompt)
+        seen = {"env": {k: os.environ.get(k) for k in wanted.get("env", [])}}
+        for path in wanted.get("read", []):
+            try:
+                if os.path.isdir(path):
+                    seen[f"read {path}"] = "ok" if os.listdir(path) else "empty"
+                else:
+                    seen[f"read {path}"] = "ok" if Path(path).read_text() else "empty"
+            except OSError as exc:
+                seen[f"read {path}"] = type(exc).__name__
+        for path in wanted.get("write", []):
+            try:
+                Path(path).write_text("x")
+                seen[f"write {path}"] = "ok"
+            except OSError as exc:
+                seen[f"write {path}"] = type(exc).__name__
+        result(session, json.dumps(seen))
     elif name == "crash":
         print("fatal: the fake crashed", file=sys.stderr)
         sys.exit(3)
