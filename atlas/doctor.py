@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import sysconfig
 from dataclasses import dataclass
@@ -11,8 +10,7 @@ from pathlib import Path
 
 from atlas.channels.health_file import channel_health_checks
 from atlas.errors import AtlasError
-
-CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
+from atlas.tools.browser_find import Browser, BrowserNotFound, find_browser
 
 
 @dataclass
@@ -34,11 +32,10 @@ def find_rg() -> str | None:
     return str(candidate) if candidate.exists() else None
 
 
-def find_chromium() -> str | None:
-    for path in CHROMIUM_PATHS:
-        if Path(path).exists():
-            return path
-    return shutil.which("chromium")
+def find_chromium(setting: str = "", config_path: Path | str = "config.toml") -> Browser:
+    """The browser browser_exec would drive (atlas/tools/browser_find.py); BrowserNotFound
+    says why there is none."""
+    return find_browser(setting, config_path)
 
 
 async def _provider_check(home) -> Check:  # type: ignore[no-untyped-def]
@@ -166,19 +163,26 @@ def optional_checks(home) -> list[Check]:  # type: ignore[no-untyped-def]
 
 
 def _chromium_check(home) -> Check:  # type: ignore[no-untyped-def]
-    """browser_exec runs the Chromium at [browser] chrome: that one must be there."""
-    found = find_chromium()
+    """Names the browser browser_exec drives: [browser] chrome, else Chrome, Edge or Chromium
+    found on PATH or in the usual places."""
     unavailable = "the browser_exec tool is unavailable (everything else works)"
     install = "to browse pages with browser_exec: `sudo apt-get install chromium`"
-    if home is None:
-        return Check("chromium", bool(found), found or f"not found: {unavailable}", install, True)
-    configured = Path(home.settings.browser.chrome).expanduser()
-    if configured.is_file() and os.access(configured, os.X_OK):
-        return Check("chromium", True, str(configured))
-    if found:  # installed, but not where config.toml points
-        fix = f'set [browser] chrome = "{found}" in {home.config_path}'
-        return Check("chromium", False, f"none at {configured}: {unavailable}", fix, True)
-    return Check("chromium", False, f"none at {configured}: {unavailable}", install, True)
+    setting, config_path = "", "config.toml"
+    if home is not None:
+        setting, config_path = home.settings.browser.chrome, home.config_path
+    try:
+        return Check("browser", True, find_chromium(setting, config_path).describe())
+    except BrowserNotFound as exc:
+        problem = str(exc)
+    if setting.strip():  # the setting is wrong: is there one Atlas would find on its own?
+        try:
+            elsewhere = find_chromium("", config_path)
+        except BrowserNotFound:
+            pass
+        else:
+            fix = f'set [browser] chrome = "{elsewhere.path}" in {config_path}, or remove it'
+            return Check("browser", False, f"{problem}. {unavailable}", fix, True)
+    return Check("browser", False, f"{problem}. {unavailable}", install, True)
 
 
 def _mark(check: Check) -> str:

@@ -17,7 +17,6 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
-import functools
 import json
 import logging
 import os
@@ -25,7 +24,6 @@ import re
 import shutil
 import signal
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -34,6 +32,7 @@ from pydantic import Field
 
 from atlas.errors import ToolError
 from atlas.providers.base import Image
+from atlas.tools.browser_find import BrowserNotFound, find_browser, sandbox_folders
 from atlas.tools.registry import RunContext, Tool, ToolResult, tool
 
 if TYPE_CHECKING:
@@ -44,7 +43,6 @@ log = logging.getLogger(__name__)
 Mode = Literal["profile", "clean", "headless"]
 START_TIMEOUT = 60.0  # seconds for the worker to launch Chromium
 REPLY_GRACE = 15.0  # past timeout_s, how long the worker has to report a stopped call
-CHROME_RECHECK_SECONDS = 60
 CLOSE_GRACE = 10.0  # seconds a worker has to close its browser before it is killed
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
@@ -53,21 +51,20 @@ _SHOT_PATH = re.compile(r"(/[^\s'\"<>|]+\.(?:png|jpe?g))", re.IGNORECASE)
 
 
 def chrome_missing(run: RunContext) -> str | None:
-    """Why the run has no browser_exec (no Chromium at [browser] chrome), or None."""
-    chrome = Path(run.settings.browser.chrome).expanduser()
-    if _is_executable(chrome, int(time.monotonic() // CHROME_RECHECK_SECONDS)):
-        return None
-    return (
-        f"not available: no Chromium at {chrome} (install Debian's `chromium`, or set "
-        f"[browser] chrome in {run.home.config_path})"
-    )
+    """Why the run has no browser_exec (no Chrome, Edge or Chromium found, or [browser] chrome
+    names none), or None."""
+    try:
+        find_browser(run.settings.browser.chrome, run.home.config_path)
+    except BrowserNotFound as exc:
+        return f"not available: {exc}"
+    return None
 
 
-# Asked in every model round of every turn: checked once a minute (the second argument
-# changes each minute), so Chromium installed while the daemon runs is found soon enough.
-@functools.lru_cache(maxsize=8)
-def _is_executable(path: Path, _minute: int) -> bool:
-    return path.is_file() and os.access(path, os.X_OK)
+def _browser(run: RunContext) -> Path:
+    try:
+        return find_browser(run.settings.browser.chrome, run.home.config_path).path
+    except BrowserNotFound as exc:
+        raise ToolError(str(exc)) from None
 
 
 @dataclass
@@ -114,7 +111,7 @@ def _worker_config(
     workspace.mkdir(parents=True, exist_ok=True)
     settings = run.settings.browser
     config = {
-        "chrome": str(Path(settings.chrome).expanduser()),
+        "chrome": str(_browser(run)),
         "mode": mode,
         # Only "profile" and "clean" show a window, and only where there is a screen to show it
         # (there is none in the sandbox).
@@ -160,8 +157,13 @@ async def _launch(
         proxy = await proxy_for(run.home)
         socket = await exits.enter_async_context(proxy.channel(_public_web))
     policy = policy_for(run.home, run.bot, proxy_socket=socket)
+    try:  # the browser's own folders shown read-only: one found outside /usr starts too
+        shown = sandbox_folders(Path(config["chrome"]), policy.hidden)
+    except BrowserNotFound as exc:
+        raise ToolError(str(exc)) from None
     policy = dataclasses.replace(
         policy,
+        readable=(*policy.readable, *shown),
         writable=(*policy.writable, browser_folder(run)),
         env={**policy.env, "BH_AGENT_WORKSPACE": str(workspace)},
         cwd=workspace,

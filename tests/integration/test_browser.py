@@ -163,7 +163,7 @@ async def test_unavailable_without_chromium(home_path: Path) -> None:
     config = BASE_CONFIG.format(base_url="http://127.0.0.1:9/v1")
     home = make_home(home_path, config=config + '\n[browser]\nchrome = "/nonexistent/chromium"\n')
     result = await browser_exec.invoke(run_context(home), {"code": "1"})
-    assert result.is_error and "no Chromium at /nonexistent/chromium" in result.text
+    assert result.is_error and '[browser] chrome = "/nonexistent/chromium"' in result.text
 
 
 def test_flags() -> None:

@@ -117,3 +117,27 @@ async def test_the_rules_issue_21_added_are_in_the_table_and_the_code(
     use_skill = registry.get("use_skill")
     assert use_skill.unavailable_reason(run_context(home, bot="scout"))
     assert use_skill.unavailable_reason(run_context(home)) is None  # the main bot owns the library
+
+
+def test_browser_exec_needs_a_browser_found_or_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """browser_exec's condition (issue 21 item 7): with no [browser] chrome, a browser found on
+    PATH is enough, in each run kind the table gives it; a [browser] chrome that names nothing
+    makes it unavailable, the reason naming the key."""
+    row = table_rows(DOC.read_text(encoding="utf-8"))["browser_exec"]
+    assert "PATH" in row["also needs"] and "[browser] chrome" in row["also needs"]
+    edge = tmp_path / "bin" / "msedge"
+    edge.parent.mkdir()
+    edge.write_text("#!/bin/sh\n")
+    edge.chmod(0o755)
+    monkeypatch.setenv("PATH", str(edge.parent))
+    tool = full_registry().get("browser_exec")
+    home = make_home(tmp_path / "home")
+    for kind in RUN_KINDS:
+        offered = tool.unavailable_reason(run_context(home, kind=kind)) is None
+        assert offered == (row[kind] == "yes"), kind
+    config = BASE_CONFIG.format(base_url="http://127.0.0.1:9/v1")
+    named = make_home(tmp_path / "named", config=config + '\n[browser]\nchrome = "/no/such"\n')
+    reason = tool.unavailable_reason(run_context(named))
+    assert reason and '[browser] chrome = "/no/such"' in reason
