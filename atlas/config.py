@@ -81,9 +81,11 @@ class WebSettings(Strict):
 
 
 class BrowserSettings(Strict):
-    """browser_exec's Chromium (docs/tools.md)."""
+    """browser_exec's browser (docs/tools.md)."""
 
-    chrome: str = "/usr/bin/chromium"
+    # A path or a command name; empty: Chrome, Edge or Chromium found on PATH or in the usual
+    # places (atlas/tools/browser_find.py).
+    chrome: str = ""
     extra_args: list[str] = Field(default_factory=list)  # added to Chromium's command line
 
 
