@@ -324,7 +324,7 @@ async def test_doctor_against_a_fake_provider(home_path: Path) -> None:
     assert checks["provider"].startswith("[ok  ]"), done.out
     assert "test-model" in checks["provider"]
     assert checks["ripgrep"].startswith("[ok  ]"), done.out
-    assert not checks["chromium"].startswith("[FAIL]"), done.out  # optional: ok or warn
+    assert not checks["browser"].startswith("[FAIL]"), done.out  # optional: ok or warn
     sandbox_ok = checks["sandbox"].startswith("[ok  ]")
     assert done.code == (0 if sandbox_ok else 1), done.out + done.err
     assert server.requests[0]["model"] == "test-model"
@@ -361,7 +361,7 @@ def test_doctor_offline_skips_the_provider(doctor_runs: dict[str, Done]) -> None
     checks = check_lines(done)
     assert checks["provider"] == "[ok  ] provider: skipped (--offline)"
     sandbox_ok = checks["sandbox"].startswith("[ok  ]")
-    assert done.code == (0 if sandbox_ok else 1), done.out  # a missing chromium only warns
+    assert done.code == (0 if sandbox_ok else 1), done.out  # a missing browser only warns
 
 
 def test_doctor_without_a_home_says_atlas_init(doctor_runs: dict[str, Done]) -> None:
