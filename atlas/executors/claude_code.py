@@ -35,6 +35,7 @@ from atlas.executors.base import (
     ExecutorError,
     ExecutorEvent,
     ExecutorInstance,
+    Failure,
     LimitReached,
     PermissionRequest,
     Question,
@@ -55,6 +56,7 @@ LIMIT_TEXT = re.compile(
     r"out of usage credits)",
     re.IGNORECASE,
 )
+LOGIN_TEXT = re.compile(r"not logged in|invalid api key|please run /login", re.IGNORECASE)
 EPOCH_SUFFIX = re.compile(r"\|(\d{9,11})\b")
 QUESTION_TOOL = "AskUserQuestion"
 
@@ -216,6 +218,11 @@ class ClaudeCodeInstance(HarnessInstance):
         text = line.get("result")
         if not isinstance(text, str):
             text = "; ".join(str(e) for e in line.get("errors") or []) or str(line.get("subtype"))
+        if line.get("is_error") and LOGIN_TEXT.search(text):
+            return Failure(
+                f"{self.account.target}: {text} (log it in: `CLAUDE_CONFIG_DIR="
+                f"{self.account.config_dir} claude`, then /login; docs/executors.md)"
+            )
         if line.get("is_error") and (self.rejected is not None or LIMIT_TEXT.search(text)):
             info = self.rejected or {}
             resets = _epoch(info.get("resetsAt"))

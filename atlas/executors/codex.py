@@ -124,9 +124,16 @@ class CodexInstance(HarnessInstance):
                     session_id=self.session_id,
                 )
             ]
-        if kind in ("turn.failed", "error"):
-            error = line.get("error") if kind == "turn.failed" else line
-            return self._failure(str((error or {}).get("message") or "codex failed"))
+        if kind == "turn.failed":
+            return self._failure(str((line.get("error") or {}).get("message") or "codex failed"))
+        if kind == "error":
+            # Codex also says "Reconnecting... 2/5 (...)" this way and goes on: only a limit is
+            # told at once; the rest is kept for the failure if the run ends without a turn.
+            message = str(line.get("message") or "")
+            if LIMIT_TEXT.search(message):
+                return self._failure(message)
+            self.last_error = message
+            return []
         if kind == "request_user_input":
             return [self._question(line)]
         return []

@@ -149,7 +149,7 @@ class ExecutorLauncher:
         readable = list(person_readable())
         found = shutil.which(argv[0], path=env.get("PATH"))
         if found:  # a harness installed under /tmp stays visible behind the private /tmp
-            readable.append(Path(os.path.realpath(found)).parent)
+            readable += _install_folders(Path(found))
         policy = SandboxPolicy(
             workspace=folder,
             writable=own,
@@ -160,6 +160,19 @@ class ExecutorLauncher:
             readable=tuple(readable),
         )
         return sandbox_argv(list(argv), policy), policy
+
+
+def _install_folders(binary: Path) -> list[Path]:
+    """Where the harness's program lives: its folder, or the whole `node_modules` it is in
+    (npm's launcher links to a script that starts a binary from another package)."""
+    folders = []
+    for path in (binary, Path(os.path.realpath(binary))):
+        parts = path.parts
+        if "node_modules" in parts:
+            folders.append(Path(*parts[: parts.index("node_modules") + 1]))
+        else:
+            folders.append(path.parent)
+    return list(dict.fromkeys(folders))
 
 
 def _prepare(folder: Path, config_dir: Path) -> None:

@@ -70,6 +70,7 @@ class HarnessInstance(ExecutorInstance):
         # Steers written into the running turn that the harness has not echoed back yet: if it
         # exits without taking one, it goes on in the next run with the queued ones.
         self.unacknowledged: list[str] = []
+        self.last_error: str | None = None  # the harness's last non-fatal error, for a failure
         self._stdin_open = False
 
     # --- what a harness says ------------------------------------------------------------------
@@ -220,7 +221,8 @@ class HarnessInstance(ExecutorInstance):
             yield Failure("stopped", exit_code=code)
         elif not finished:
             tail = " | ".join(self.stderr) or "no output on stderr"
-            yield Failure(f"{self.binary} exited with code {code} ({tail})", exit_code=code)
+            said = f"; its last error: {self.last_error}" if self.last_error else ""
+            yield Failure(f"{self.binary} exited with code {code} ({tail}){said}", exit_code=code)
 
     def _decode(self, raw: bytes) -> list[ExecutorEvent]:
         text = raw.decode("utf-8", errors="replace").strip()

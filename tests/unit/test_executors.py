@@ -17,6 +17,7 @@ from atlas.executors.accounts import describe, limit_state, observed_windows, pa
 from atlas.executors.base import (
     Account,
     ExecutorError,
+    Failure,
     LimitReached,
     PermissionRequest,
     Question,
@@ -291,3 +292,39 @@ async def test_the_provider_hosts_pass_and_others_are_asked(tmp_path: Path) -> N
     nobody = ExecutorLauncher(home)._asker(CodexExecutor.provider_hosts)
     assert await nobody("chatgpt.com") and not await nobody("evil.example")
     assert not _matches("anthropic.com.evil.example", ["*.anthropic.com"])
+
+
+def test_claude_not_logged_in_is_a_failure_saying_how_to_log_in(tmp_path: Path) -> None:
+    # What the real claude 2.1.197 answers with an empty CLAUDE_CONFIG_DIR.
+    line = {
+        "type": "result",
+        "subtype": "success",
+        "is_error": True,
+        "result": "Not logged in · Please run /login",
+    }
+    (event,) = claude(tmp_path).parse(line)
+    assert isinstance(event, Failure)
+    assert "claude-code@main: Not logged in" in event.message and "/login" in event.message
+
+
+def test_codex_reconnecting_errors_are_not_failures(tmp_path: Path) -> None:
+    # What the real codex 0.171.0 prints when its proxy cannot reach the provider: it retries.
+    task = TaskSpec(tmp_path, "x", account("codex", tmp_path))
+    instance = CodexInstance(task, binary="codex", env={}, hosts=(), launcher=None)  # type: ignore[arg-type]
+    message = "Reconnecting... 2/5 (stream disconnected before completion: HTTP CONNECT failed with status 502)"
+    assert instance.parse({"type": "error", "message": message}) == []
+    assert instance.last_error == message
+    (failed,) = instance.parse({"type": "turn.failed", "error": {"message": "stream disconnected"}})
+    assert isinstance(failed, Failure) and failed.message == "stream disconnected"
+
+
+def test_a_harness_installed_by_npm_under_tmp_stays_visible(tmp_path: Path) -> None:
+    from atlas.executors.launch import _install_folders
+
+    modules = tmp_path / "node_modules"
+    (modules / ".bin").mkdir(parents=True)
+    (modules / "@openai" / "codex" / "bin").mkdir(parents=True)
+    (modules / "@openai" / "codex" / "bin" / "codex.js").write_text("")
+    (modules / ".bin" / "codex").symlink_to("../@openai/codex/bin/codex.js")
+    assert _install_folders(modules / ".bin" / "codex") == [modules.resolve()]
+    assert _install_folders(Path("/usr/local/bin/claude")) == [Path("/usr/local/bin")]
