@@ -109,9 +109,13 @@ async def run_each(
 
 
 def report(verb: str, outcomes: list[Outcome]) -> str:
-    """One section per entry, under a line that counts what applied and what failed."""
+    """One section per entry, under a line that counts what applied and what failed. When
+    every entry failed the whole call is an error (the loop guards count it as one)."""
     failed = sum(o.failed for o in outcomes)
     head = f"{len(outcomes) - failed} of {len(outcomes)} files {verb}"
     head += f"; {failed} failed (the others stand)." if failed else "."
     sections = [f"=== {o.shown}{' (failed)' if o.failed else ''} ===\n{o.text}" for o in outcomes]
-    return "\n\n".join([head, *sections])
+    text = "\n\n".join([head, *sections])
+    if failed == len(outcomes):
+        raise ToolError(text)
+    return text

@@ -190,6 +190,12 @@ async def test_a_path_that_needs_asking_is_still_asked(run: RunContext, ws: Path
     assert mission.read_text() == "b"
 
 
+async def test_a_call_whose_every_entry_fails_is_an_error(run: RunContext) -> None:
+    result = await model_call(run, "read_file", reads=[{"path": "no1"}, {"path": "no2"}])
+    assert result.is_error and result.text.startswith("Error: 0 of 2 files read; 2 failed")
+    assert "no1: no such file" in result.text and "no2: no such file" in result.text
+
+
 async def test_one_shape_at_a_time(run: RunContext, ws: Path) -> None:
     both = await model_call(run, "read_file", path="a", reads=[{"path": "b"}])
     assert both.is_error and "either path or reads, not both" in both.text
