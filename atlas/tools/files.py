@@ -54,6 +54,7 @@ from atlas.tools.search_files import find_files
 MAX_PAGE_LINES = 2000
 MAX_PAGE_CHARS = 100_000
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
+MAX_BATCH_IMAGES = 5  # images in one read_file call with `reads`: each may be 5 MB
 MAX_DIFF_LINES = 300
 IMAGE_SIGNATURES = {
     b"\x89PNG\r\n\x1a\n": "image/png",
@@ -201,8 +202,8 @@ async def read_file(
 
 
 async def _read_each(run: RunContext, entries: list[ReadEntry]) -> ToolResult:
-    """Each file's page in turn, within one page's characters in all: a file that no longer
-    fits is not read (nor recorded as read), and says to read it alone."""
+    """Each file's page in turn, within one page's characters (and MAX_BATCH_IMAGES images) in
+    all: a file that no longer fits is not shown (nor recorded as read), and says so."""
     resolve = EntryPaths(run, "read_file")
     images: list[Image] = []
     untrusted = False
@@ -217,6 +218,11 @@ async def _read_each(run: RunContext, entries: list[ReadEntry]) -> ToolResult:
             raise ToolError(
                 f"not shown: its {len(result.text)} characters do not fit in this answer; "
                 "read it in a call of its own"
+            )
+        if result.images and len(images) >= MAX_BATCH_IMAGES:
+            raise ToolError(
+                f"not shown: one call shows at most {MAX_BATCH_IMAGES} images; "
+                "read it in another call"
             )
         room -= len(result.text)
         run.state.file_hashes[str(resolved)] = digest

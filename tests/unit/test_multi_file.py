@@ -86,6 +86,18 @@ async def test_reads_share_one_page_and_a_file_that_does_not_fit_is_not_recorded
     assert str((ws / "big.txt").resolve()) not in run.state.file_hashes
 
 
+async def test_reads_show_a_few_images_at_most(
+    run: RunContext, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(files_module, "MAX_BATCH_IMAGES", 1)
+    png = b"\x89PNG\r\n\x1a\n" + b"\0" * 16
+    (ws / "one.png").write_bytes(png)
+    (ws / "two.png").write_bytes(png)
+    result = await model_call(run, "read_file", reads=[{"path": "one.png"}, {"path": "two.png"}])
+    assert len(result.images) == 1
+    assert "at most 1 images" in sections(result.text)["two.png (failed)"]
+
+
 async def test_files_writes_each_and_an_unread_file_fails_alone(run: RunContext, ws: Path) -> None:
     (ws / "seen.txt").write_text("old\n")
     (ws / "unseen.txt").write_text("keep me\n")
