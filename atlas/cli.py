@@ -35,6 +35,10 @@ def cmd_init(args: argparse.Namespace) -> int:
 
     for line in migrate_home(root):  # an older home: the shared USER.md, the main's skills
         print(line)
+    from atlas.dashboard.auth import ensure_secret, secret_path
+
+    if ensure_secret(root):  # signs the dashboard's sessions; never in config.toml
+        print(f"created {secret_path(root)} (the dashboard's secret, readable by you only)")
     print(f"home ready at {root}" + ("" if created else " (nothing to create: every file exists)"))
     config = root / "config.toml"
     home_flag = "" if args.home is None else f" --home {args.home}"
@@ -138,6 +142,12 @@ def cmd_pairing(args: argparse.Namespace) -> int:
     return run_pairing(_load_home(args).db_path, args)
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from atlas.dashboard.cli import dashboard_main
+
+    return dashboard_main(_load_home(args))
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     from atlas.search_cli import search_main
 
@@ -191,6 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
     budget = sub.add_parser("budget", help="the fixed token cost of every request, by part")
     budget.add_argument("--bot", help="the bot (default: the main agent)")
     budget.set_defaults(func=cmd_budget)
+
+    sub.add_parser(
+        "dashboard", help="print a one-time login link to the web dashboard `atlas run` serves"
+    ).set_defaults(func=cmd_dashboard)
 
     search = sub.add_parser("search", help="search past conversations (every bot's, or one bot's)")
     search.add_argument("query", help="the words to find (all required; accents ignored)")

@@ -191,6 +191,38 @@ class ExecutorSettings(Strict):
         return self
 
 
+class DashboardSettings(Strict):
+    """The web dashboard `atlas run` serves (docs/dashboard.md)."""
+
+    enabled: bool = True
+    listen: str = "127.0.0.1:8765"  # host:port; beyond loopback only with allow_remote
+    allow_remote: bool = False  # true: listen may name an address other machines reach
+    # USD per million tokens, [input, output] or [input, output, cached input], by
+    # "provider/model": the Usage page's cost. A model without a price shows tokens only.
+    prices: dict[str, list[float]] = Field(default_factory=dict)
+
+    @field_validator("listen")
+    @classmethod
+    def _host_and_port(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+            raise ValueError(
+                "give host:port, e.g. '127.0.0.1:8765' or '[::1]:8765' (port 0: any free one)"
+            )
+        return value
+
+    @field_validator("prices")
+    @classmethod
+    def _price_lists(cls, prices: dict[str, list[float]]) -> dict[str, list[float]]:
+        for model, price in prices.items():
+            if len(price) not in (2, 3) or any(p < 0 for p in price):
+                raise ValueError(
+                    f"prices[{model!r}]: give [input, output] or [input, output, cached input] "
+                    "in USD per million tokens, none negative"
+                )
+        return prices
+
+
 ModelName = Annotated[str, Field(pattern=MODEL_PATTERN)]
 
 
@@ -210,6 +242,7 @@ class Settings(Strict):
     agents: AgentSettings = AgentSettings()
     mcp: McpSettings = McpSettings()
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    dashboard: DashboardSettings = DashboardSettings()
     # Outside coding harnesses by executor name (docs/executors.md).
     executors: dict[Annotated[str, Field(pattern=NAME_PATTERN)], ExecutorSettings] = Field(
         default_factory=dict

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 from atlas.channels.health_file import HealthWriter, health_path
 from atlas.channels.manager import RunningChannels, start_channels, stop_channels
+from atlas.dashboard.server import DashboardServer, dashboard_listen, start_dashboard
 from atlas.home import Home
 from atlas.process import freeze_long_lived_objects
 from atlas.recovery import resume_interrupted_turns
@@ -26,6 +27,7 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
     # Damaged databases, wrong [channels.*] keys, unset tokens, unknown tool names: the daemon
     # stops here, having started and changed nothing.
     check_before_start(home)
+    listen = dashboard_listen(home)  # beyond loopback without allow_remote: stops here too
     started_at = datetime.now(UTC)  # before anything is stored: older messages are a crash's
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -36,6 +38,7 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
     running = RunningChannels()
     health: HealthWriter | None = None
     routines: RoutineScheduler | None = None
+    dashboard: DashboardServer | None = None
     try:
         log.info("home %s: %d bot(s), main %s", home.root, len(home.bots), home.settings.main)
         for bot in home.bots.values():
@@ -53,6 +56,8 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
         routines = RoutineScheduler(home, runtime.audit, dispatcher)
         home_services(dispatcher).serve_routines(routines)  # cronjob_manage's, once started
         log.info("routine files: %s", (await routines.start()).summary())
+        if listen is not None:  # the web dashboard (docs/dashboard.md), over this runtime
+            dashboard = await start_dashboard(runtime, listen, lambda: running.health)
         freeze_long_lived_objects()
         log.info("ready; stop with Ctrl-C or SIGTERM")
         await stop.wait()
@@ -60,6 +65,8 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+        if dashboard is not None:
+            await dashboard.stop()  # first: no page reads a store being closed
         if routines is not None:
             await routines.stop()  # cancels and records runs still going
         await stop_turns(dispatcher)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from atlas.agent.loop import ToolLoop
@@ -69,6 +70,11 @@ class Runtime:
         if state is None:
             state = self._states[key] = ConversationState()
         return state
+
+    def conversation_states(self) -> Mapping[tuple[str, int], ConversationState]:
+        """Every conversation's state in this process by (bot, conversation id), to read: the
+        dashboard shows approvals waiting and modes set with /mode."""
+        return self._states
 
     async def loop(self, bot: Bot, *, gate: BaseGate | None = None) -> ToolLoop:
         return ToolLoop(self.model, self.registry, gate or self.gate, await self.store(bot))

@@ -21,6 +21,9 @@ max_retries = 0
 
 [limits]
 retry_base_delay = 0.0
+
+[dashboard]
+listen = "127.0.0.1:0"  # any free port: daemons of tests running at once never collide
 """
 
 

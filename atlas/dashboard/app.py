@@ -1,0 +1,104 @@
+"""The dashboard's aiohttp application: security headers, the login gate, CSRF, pages, static.
+
+Every response carries a Content-Security-Policy that allows only this origin (no inline
+script or style: htmx is configured by a meta tag), `nosniff`, no framing, no referrer (a
+login link's token never leaks in a Referer) and `no-store` on pages. Every request but the
+login page and the static files needs a valid session cookie: a page asked for without one
+redirects to the login page; anything else gets 401. Every POST must carry the session's CSRF
+token (form field `csrf` or header `X-CSRF-Token`), else 403. Without `allow_remote`, a Host
+header that is not a loopback name is refused (a DNS-rebinding page cannot talk to us).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from aiohttp import web
+
+from atlas.dashboard.auth import Session
+from atlas.dashboard.context import DASHBOARD, Dashboard, dashboard_of
+
+log = logging.getLogger(__name__)
+
+SESSION_COOKIE = "atlas_session"
+STATIC = Path(__file__).parent / "static"
+OPEN_PATHS = ("/login", "/static/")  # reachable without a session
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; "
+    "object-src 'none'"
+)
+SESSION = web.RequestKey("session", Session)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def loopback_host(host: str) -> bool:
+    """Whether a Host header (or a listen host) names this machine only."""
+    name = host.strip().lower()
+    if name.startswith("["):  # [::1]:8765
+        name = name[1 : name.find("]")] if "]" in name else name
+    elif name.count(":") == 1:  # 127.0.0.1:8765, localhost:8765
+        name = name.partition(":")[0]
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    headers = response.headers
+    headers["Content-Security-Policy"] = CSP
+    headers["X-Content-Type-Options"] = "nosniff"
+    headers["X-Frame-Options"] = "DENY"
+    headers["Referrer-Policy"] = "no-referrer"
+    if not request.path.startswith("/static/"):
+        headers["Cache-Control"] = "no-store"
+
+
+def _wants_page(request: web.Request) -> bool:
+    return request.method == "GET" and "HX-Request" not in request.headers
+
+
+@web.middleware
+async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    dashboard = dashboard_of(request)
+    if not dashboard.home.settings.dashboard.allow_remote and not loopback_host(request.host):
+        raise web.HTTPMisdirectedRequest(text="this dashboard answers to loopback names only")
+    if request.path.startswith(OPEN_PATHS):
+        return await handler(request)
+    session = dashboard.signer.session(request.cookies.get(SESSION_COOKIE))
+    if session is None:
+        if _wants_page(request):
+            raise web.HTTPSeeOther("/login")
+        raise web.HTTPUnauthorized(text="log in first: `atlas dashboard` prints a link")
+    request[SESSION] = session
+    if request.method not in ("GET", "HEAD", "OPTIONS"):
+        form = await request.post()
+        token = request.headers.get("X-CSRF-Token") or form.get("csrf")
+        if not dashboard.signer.csrf_ok(session, token if isinstance(token, str) else None):
+            log.warning(
+                "dashboard: %s %s refused: missing or wrong CSRF token",
+                request.method,
+                request.path,
+            )
+            raise web.HTTPForbidden(text="missing or wrong CSRF token: reload the page and retry")
+    return await handler(request)
+
+
+def build_app(dashboard: Dashboard) -> web.Application:
+    from atlas.dashboard import login
+    from atlas.dashboard.pages import PAGES
+
+    app = web.Application(middlewares=[guard], client_max_size=256 * 1024)
+    app[DASHBOARD] = dashboard
+    app.on_response_prepare.append(_security_headers)
+    login.setup(app.router)
+    for page in PAGES:
+        page.setup(app.router)
+    app.router.add_static("/static/", STATIC)
+    return app

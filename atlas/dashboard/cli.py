@@ -1,0 +1,35 @@
+"""`atlas dashboard`: print a one-time login link to the dashboard the daemon serves."""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from atlas.dashboard.auth import LINK_MINUTES, ensure_secret, issue_login_token
+from atlas.dashboard.server import listen_of, running_url
+from atlas.errors import AtlasError
+from atlas.home import Home
+
+
+def dashboard_main(home: Home, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    settings = home.settings.dashboard
+    if not settings.enabled:
+        raise AtlasError(
+            f"the dashboard is off ([dashboard] enabled = false in {home.config_path})"
+        )
+    ensure_secret(home.root)  # a home made before the dashboard existed
+    url = running_url(home.root)
+    note = ""
+    if url is None:
+        url = listen_of(settings, home.config_path).url
+        note = f"(the daemon is not running: start `atlas run`; the link waits {LINK_MINUTES} min)"
+    token = issue_login_token(home.root)
+    print(f"{url}/login?token={token}", file=out)
+    print(
+        f"Open it in a browser on this machine: it logs in once, within {LINK_MINUTES} minutes.",
+        file=out,
+    )
+    if note:
+        print(note, file=out)
+    return 0

@@ -1,0 +1,59 @@
+"""What the dashboard reads: the live home, its stores and the daemon's in-memory state."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+from zoneinfo import ZoneInfo
+
+from aiohttp import web
+
+from atlas.dashboard.auth import Signer
+
+if TYPE_CHECKING:
+    from atlas.channels.supervisor import ChannelHealth
+    from atlas.home import Bot, Home
+    from atlas.store.conversations import ConversationStore
+    from atlas.store.home_db import HomeStore
+    from atlas.tools.registry import ConversationState
+
+
+def _nothing() -> Mapping:  # type: ignore[type-arg]
+    return {}
+
+
+@dataclass
+class Dashboard:
+    """The daemon hands in its own runtime's parts, so the dashboard shares each store's one
+    writer and sees the channels' health and the conversations' state as they are now."""
+
+    home: Home
+    open_store: Callable[[Bot], Awaitable[ConversationStore]]
+    audit: HomeStore  # atlas.db: the gate's record, routines, pairing codes
+    signer: Signer
+    channel_health: Callable[[], Mapping[str, ChannelHealth]] = field(default=_nothing)
+    conversation_states: Callable[[], Mapping[tuple[str, int], ConversationState]] = field(
+        default=_nothing
+    )
+
+    async def store(self, bot: Bot) -> ConversationStore | None:
+        """The bot's store; None for a bot that never talked (opening would create its file)."""
+        if not bot.db_path.exists():
+            return None
+        return await self.open_store(bot)
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.home.settings.timezone)
+
+    def now(self) -> datetime:
+        return datetime.now(self.zone)
+
+
+DASHBOARD = web.AppKey("dashboard", Dashboard)
+
+
+def dashboard_of(request: web.Request) -> Dashboard:
+    return request.app[DASHBOARD]

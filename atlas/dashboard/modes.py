@@ -1,0 +1,63 @@
+"""Changing a bot's gate mode from the dashboard: bot.toml rewritten in place (comments kept),
+the live home given the new settings, and the change recorded in the gate's log."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+from pathlib import Path
+from typing import get_args
+
+import tomlkit
+
+from atlas.config import BotSettings, Settings, load_bot_settings
+from atlas.errors import AtlasError
+from atlas.home import Home
+from atlas.locks import held
+from atlas.store.home_db import GateRecord, HomeStore
+
+MODES: tuple[str, ...] = get_args(BotSettings.model_fields["mode"].annotation)
+
+
+def _write_mode(path: Path, mode: str, settings: Settings) -> BotSettings:
+    """bot.toml with `mode` set, checked whole before it replaces the file (blocking)."""
+    with held(path):
+        document = tomlkit.parse(path.read_text(encoding="utf-8"))
+        document["mode"] = mode
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(tomlkit.dumps(document), encoding="utf-8")
+        try:
+            loaded = load_bot_settings(partial, settings)
+        except AtlasError:
+            partial.unlink(missing_ok=True)
+            raise
+        os.replace(partial, path)
+    return loaded
+
+
+async def set_bot_mode(home: Home, audit: HomeStore, name: str, mode: str) -> str:
+    """Set bot `name`'s default mode; returns the mode it had. Conversations that chose their
+    own with /mode keep it; every other turn from now on uses the new one."""
+    if mode not in MODES:
+        raise AtlasError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    bot = home.bot(name)
+    previous = bot.settings.mode
+    settings = await asyncio.to_thread(_write_mode, bot.root / "bot.toml", mode, home.settings)
+    home.bots[name] = dataclasses.replace(bot, settings=settings)
+    home.__dict__.pop("main_bot", None)  # a cached_property holding the old Bot
+    await audit.record_decision(
+        GateRecord(
+            bot=name,
+            conversation_id=0,
+            run_kind="dashboard",
+            tool="mode",
+            arguments_digest="",
+            summary=f"mode {previous} -> {mode}",
+            verdict="allow",
+            rule=f"mode:{mode}",
+            reason="the person changed the bot's mode on the dashboard",
+            answered_by="user",
+        )
+    )
+    return previous

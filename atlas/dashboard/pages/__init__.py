@@ -1,0 +1,15 @@
+"""The dashboard's pages, in nav order. Each module has a `PAGE` (atlas/dashboard/page.py); a
+new page (Waiting, Chat, Routines…) is a new module added to this list, and the base
+template's nav is built from it.
+"""
+
+from __future__ import annotations
+
+from atlas.dashboard.page import Page
+from atlas.dashboard.pages import conversations, home, trust, usage
+
+PAGES: list[Page] = [home.PAGE, conversations.PAGE, trust.PAGE, usage.PAGE]
+
+
+def nav_entries() -> list[tuple[str, str]]:
+    return [(page.title, page.path) for page in PAGES]

@@ -1,0 +1,164 @@
+"""Conversations: each bot's, latest first and paged; full-text search (the FTS5 search of
+conversation_search, atlas/store/search.py); one conversation read page by page, each tool
+call folded with its result one click away."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from atlas.dashboard.context import Dashboard, dashboard_of
+from atlas.dashboard.page import Page
+from atlas.dashboard.queries import (
+    CONVERSATIONS_PER_PAGE,
+    MESSAGES_PER_PAGE,
+    conversation_page,
+    list_conversations,
+    whole_message,
+)
+from atlas.dashboard.render import render
+from atlas.home import Bot
+from atlas.store.search import ConversationMatch, MessageFilter, TextQuery, has_cjk
+
+RESULTS_SHOWN = 20
+
+
+@dataclass(frozen=True)
+class Found:
+    bot: str
+    match: ConversationMatch
+    snippet: str
+    message_id: int
+
+
+def _int(request: web.Request, name: str, default: int = 0) -> int:
+    value = request.query.get(name, "")
+    return int(value) if value.isdigit() else default
+
+
+def _bot(dashboard: Dashboard, name: str | None) -> Bot:
+    bot = dashboard.home.bots.get(name or dashboard.home.settings.main)
+    if bot is None:
+        raise web.HTTPNotFound(text=f"there is no bot {name!r}")
+    return bot
+
+
+async def search(dashboard: Dashboard, text: str, bots: list[Bot]) -> list[Found]:
+    """The best matching conversations over `bots`, each with its best message's snippet."""
+    query = TextQuery.build(text, "trigram" if has_cjk(text) else "words")
+    if query is None:
+        return []
+    where = MessageFilter()
+
+    async def one_bot(bot: Bot) -> list[Found]:
+        store = await dashboard.store(bot)
+        if store is None:
+            return []
+        matches = await store.match_conversations(
+            query, where, sort="relevance", limit=RESULTS_SHOWN
+        )
+        found = []
+        for match in matches:
+            conversation = MessageFilter(conversation_id=match.conversation.id)
+            best = await store.matching_messages(query, conversation, limit=1, chars=400)
+            if best:
+                found.append(Found(bot.name, match, best[0].snippet or "", best[0].id))
+        return found
+
+    per_bot = await asyncio.gather(*(one_bot(bot) for bot in bots))
+    every = [found for results in per_bot for found in results]
+    return sorted(every, key=lambda f: f.match.score)[:RESULTS_SHOWN]
+
+
+async def conversations_page(request: web.Request) -> web.Response:
+    dashboard = dashboard_of(request)
+    text = request.query.get("q", "").strip()
+    wanted = request.query.get("bot", "")
+    if text:
+        bots = [_bot(dashboard, wanted)] if wanted else list(dashboard.home.bots.values())
+        results = await search(dashboard, text, bots)
+        return render(
+            request,
+            "conversations.html",
+            q=text,
+            bot=wanted,
+            results=results,
+            rows=[],
+            total=0,
+            offset=0,
+            per_page=CONVERSATIONS_PER_PAGE,
+            bots=list(dashboard.home.bots),
+        )
+    bot = _bot(dashboard, wanted or None)
+    offset = _int(request, "offset")
+    store = await dashboard.store(bot)
+    rows, total = [], 0
+    if store is not None:
+        rows, total = await store.db.call(
+            lambda db: list_conversations(db, limit=CONVERSATIONS_PER_PAGE, offset=offset)
+        )
+    return render(
+        request,
+        "conversations.html",
+        q="",
+        bot=bot.name,
+        results=None,
+        rows=rows,
+        total=total,
+        offset=offset,
+        per_page=CONVERSATIONS_PER_PAGE,
+        bots=list(dashboard.home.bots),
+    )
+
+
+async def conversation_view(request: web.Request) -> web.Response:
+    dashboard = dashboard_of(request)
+    bot = _bot(dashboard, request.match_info["bot"])
+    number = int(request.match_info["id"])
+    store = await dashboard.store(bot)
+    conversation = await store.get_conversation(number) if store else None
+    if store is None or conversation is None:
+        raise web.HTTPNotFound(text=f"bot {bot.name} has no conversation {number}")
+    after = _int(request, "after")
+    messages, next_after = await store.db.call(
+        lambda db: conversation_page(db, number, after_id=after, limit=MESSAGES_PER_PAGE)
+    )
+    return render(
+        request,
+        "conversation.html",
+        bot=bot.name,
+        conversation=conversation,
+        messages=messages,
+        after=after,
+        next_after=next_after,
+    )
+
+
+async def message_view(request: web.Request) -> web.Response:
+    """One message whole (a long tool result, a long answer)."""
+    dashboard = dashboard_of(request)
+    bot = _bot(dashboard, request.match_info["bot"])
+    number, message_id = int(request.match_info["id"]), int(request.match_info["message"])
+    store = await dashboard.store(bot)
+    text = await store.db.call(lambda db: whole_message(db, number, message_id)) if store else None
+    if text is None:
+        raise web.HTTPNotFound(text=f"no message {message_id} in {bot.name}:{number}")
+    return render(
+        request,
+        "message.html",
+        bot=bot.name,
+        conversation_id=number,
+        message_id=message_id,
+        text=text,
+    )
+
+
+def setup(router: web.UrlDispatcher) -> None:
+    router.add_get("/conversations", conversations_page)
+    router.add_get(r"/conversations/{bot}/{id:\d+}", conversation_view)
+    router.add_get(r"/conversations/{bot}/{id:\d+}/messages/{message:\d+}", message_view)
+
+
+PAGE = Page("Conversations", "/conversations", setup)

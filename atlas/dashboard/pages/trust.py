@@ -1,0 +1,76 @@
+"""Trust: each bot's gate mode (changeable here by the person), the modes conversations chose
+with /mode, and the gate's decision log from atlas.db with filters, paged."""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+from atlas.dashboard.context import dashboard_of
+from atlas.dashboard.modes import MODES, set_bot_mode
+from atlas.dashboard.page import Page
+from atlas.dashboard.queries import DECISIONS_PER_PAGE, DecisionFilter, gate_decisions
+from atlas.dashboard.render import render, see_other
+from atlas.errors import AtlasError
+
+log = logging.getLogger(__name__)
+VERDICTS = ("allow", "deny")
+ANSWERED_BY = ("rule", "guardian", "user", "timeout", "nobody")
+
+
+async def trust_page(request: web.Request) -> web.Response:
+    dashboard = dashboard_of(request)
+    query = request.query
+    where = DecisionFilter(
+        bot=query.get("bot", ""),
+        verdict=query.get("verdict", ""),
+        answered_by=query.get("answered_by", ""),
+        tool=query.get("tool", "").strip(),
+        text=query.get("q", "").strip(),
+    )
+    before = query.get("before", "")
+    before_id = int(before) if before.isdigit() else None
+    rows = await dashboard.audit.call(
+        lambda db: gate_decisions(db, where, before_id=before_id, limit=DECISIONS_PER_PAGE)
+    )
+    overrides = sorted(
+        (bot, conversation, state.mode)
+        for (bot, conversation), state in dashboard.conversation_states().items()
+        if state.mode
+    )
+    return render(
+        request,
+        "trust.html",
+        bots=list(dashboard.home.bots.values()),
+        modes=MODES,
+        overrides=overrides,
+        rows=rows,
+        where=where,
+        verdicts=VERDICTS,
+        answered=ANSWERED_BY,
+        next_before=rows[-1]["id"] if len(rows) == DECISIONS_PER_PAGE else None,
+        changed=query.get("changed", ""),
+        error="",
+    )
+
+
+async def change_mode(request: web.Request) -> web.Response:
+    """POST bot, mode (CSRF checked by the app's guard)."""
+    dashboard = dashboard_of(request)
+    form = await request.post()
+    bot, mode = str(form.get("bot", "")), str(form.get("mode", ""))
+    try:
+        previous = await set_bot_mode(dashboard.home, dashboard.audit, bot, mode)
+    except AtlasError as exc:
+        raise web.HTTPBadRequest(text=str(exc)) from None
+    log.info("dashboard: bot %s mode %s -> %s", bot, previous, mode)
+    return see_other(f"/trust?changed={bot}")
+
+
+def setup(router: web.UrlDispatcher) -> None:
+    router.add_get("/trust", trust_page)
+    router.add_post("/trust/mode", change_mode)
+
+
+PAGE = Page("Trust", "/trust", setup)

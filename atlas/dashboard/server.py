@@ -1,0 +1,159 @@
+"""Serving the dashboard from the daemon: where it listens, the loopback rule, start and stop."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from atlas.config import DashboardSettings
+from atlas.dashboard.app import build_app, loopback_host
+from atlas.dashboard.auth import Signer, read_secret
+from atlas.dashboard.context import Dashboard
+from atlas.errors import ConfigError
+
+if TYPE_CHECKING:
+    from atlas.channels.supervisor import ChannelHealth
+    from atlas.home import Home
+    from atlas.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Listen:
+    host: str
+    port: int
+    remote: bool  # reachable from other machines
+
+    @property
+    def url(self) -> str:
+        """Where a browser on this machine finds it."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        host = "[::1]" if host == "::" else host
+        shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        return f"http://{shown}:{self.port}"
+
+
+def listen_of(settings: DashboardSettings, config_path: object = "config.toml") -> Listen:
+    """`[dashboard] listen`, refused beyond loopback unless `allow_remote` says so."""
+    host, _, port = settings.listen.rpartition(":")
+    host = host.strip("[]")
+    remote = not loopback_host(f"[{host}]" if ":" in host else host)
+    if remote and not settings.allow_remote:
+        raise ConfigError(
+            f"{config_path}: dashboard.listen = {settings.listen!r} is reachable from other "
+            "machines; set [dashboard] allow_remote = true to allow it (and put it behind "
+            "TLS), or listen on 127.0.0.1"
+        )
+    return Listen(host, int(port), remote)
+
+
+class DashboardServer:
+    """The dashboard's aiohttp runner inside the daemon."""
+
+    def __init__(self, dashboard: Dashboard, listen: Listen) -> None:
+        self.dashboard = dashboard
+        self.listen = listen
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        runner = web.AppRunner(build_app(self.dashboard), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.listen.host or None, self.listen.port)
+        try:
+            await site.start()
+        except OSError:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.listen = dataclasses.replace(self.listen, port=port)  # port 0: the one given
+        await asyncio.to_thread(write_url, self.dashboard.home.root, self.listen.url)
+        where = f"{self.listen.url} (listening on {self.dashboard.home.settings.dashboard.listen})"
+        if self.listen.remote:
+            log.warning(
+                "dashboard at %s: reachable from other machines ([dashboard] allow_remote = "
+                "true); only a login link opens it",
+                where,
+            )
+        else:
+            log.info("dashboard at %s; `atlas dashboard` prints a login link", where)
+
+    async def stop(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            url_path(self.dashboard.home.root).unlink(missing_ok=True)
+            await runner.cleanup()
+
+
+def url_path(home_root: Path) -> Path:
+    """Where the running daemon says its dashboard is, for `atlas dashboard`'s link."""
+    return home_root / "run" / "dashboard.json"
+
+
+def write_url(home_root: Path, url: str) -> None:
+    path = url_path(home_root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps({"url": url, "pid": os.getpid()}) + "\n", encoding="utf-8")
+    os.replace(partial, path)
+
+
+def running_url(home_root: Path) -> str | None:
+    """The URL of the dashboard a live daemon serves for this home; None when none does."""
+    from atlas.channels.health_file import pid_alive
+
+    try:
+        data = json.loads(url_path(home_root).read_text(encoding="utf-8"))
+        url, pid = str(data["url"]), int(data["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return url if pid_alive(pid) else None
+
+
+def dashboard_listen(home: Home) -> Listen | None:
+    """Where `atlas run` serves the dashboard; None when it is off. Raises ConfigError for an
+    address beyond loopback without allow_remote: the daemon stops before starting anything."""
+    settings = home.settings.dashboard
+    return listen_of(settings, home.config_path) if settings.enabled else None
+
+
+async def start_dashboard(
+    runtime: Runtime,
+    listen: Listen,
+    channel_health: Callable[[], Mapping[str, ChannelHealth]],
+) -> DashboardServer | None:
+    """Serve the dashboard over the daemon's runtime. A port in use is logged, and the daemon
+    goes on without the dashboard rather than not at all."""
+    home = runtime.home
+    signer = Signer(await asyncio.to_thread(read_secret, home.root))  # made here if missing
+    dashboard = Dashboard(
+        home,
+        runtime.store,
+        runtime.audit,
+        signer,
+        channel_health=channel_health,
+        conversation_states=runtime.conversation_states,
+    )
+    server = DashboardServer(dashboard, listen)
+    try:
+        await server.start()
+    except OSError as exc:
+        log.error(
+            "dashboard: cannot listen on %s (%s); running without it: change [dashboard] "
+            "listen in %s",
+            home.settings.dashboard.listen,
+            exc,
+            home.config_path,
+        )
+        return None
+    return server

@@ -1,0 +1,311 @@
+"""The dashboard through aiohttp's test client: the login gate, one-time links, CSRF, the mode
+change, and every page rendered over a home with stored conversations."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from atlas.channels.supervisor import ChannelHealth
+from atlas.config import load_bot_settings
+from atlas.dashboard.app import CSP, build_app
+from atlas.dashboard.auth import Signer, issue_login_token, read_secret, secret_path
+from atlas.dashboard.context import Dashboard
+from atlas.errors import ConfigError
+from atlas.home import Home
+from atlas.providers.base import Message, ToolCall, Usage
+from atlas.store.home_db import HomeStore
+from atlas.tools.registry import ConversationState
+from tests.helpers import close_test_stores, make_home, open_store_for_tests
+
+CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+async def store_conversation(home: Home, bot: str = "atlas") -> int:
+    """A conversation with a question, a tool call and its result, and an answer."""
+    store = await open_store_for_tests(home.bot(bot))
+    conversation = await store.conversation("console", "c1", bot=bot, title="Plans")
+    await store.append(conversation.id, Message("user", "Where is the quarterly zeppelin report?"))
+    call = ToolCall("call-1", "read_file", '{"path": "reports/q3.md"}')
+    await store.append(
+        conversation.id,
+        Message("assistant", "", tool_calls=[call]),
+        usage=Usage(input_tokens=1200, output_tokens=30),
+        model="fake/test-model",
+    )
+    await store.append(
+        conversation.id,
+        Message("tool", "Q3: the zeppelin fleet grew by two.", tool_call_id="call-1"),
+    )
+    await store.append(
+        conversation.id,
+        Message("assistant", "It is in reports/q3.md: the fleet grew by two."),
+        usage=Usage(input_tokens=1300, output_tokens=40),
+        model="fake/test-model",
+    )
+    return conversation.id
+
+
+class Rig:
+    def __init__(self, home: Home, client: TestClient, audit: HomeStore) -> None:
+        self.home, self.client, self.audit = home, client, audit
+        self.states: dict[tuple[str, int], ConversationState] = {}
+        self.health: dict[str, ChannelHealth] = {}
+
+    async def log_in(self) -> str:
+        """Log in through a fresh link; the CSRF token of the session."""
+        token = issue_login_token(self.home.root)
+        answer = await self.client.post("/login", data={"token": token}, allow_redirects=False)
+        assert answer.status == 303
+        page = await self.client.get("/")
+        return CSRF.search(await page.text()).group(1)  # type: ignore[union-attr]
+
+
+@pytest.fixture
+async def rig(home_path: Path) -> AsyncIterator[Rig]:
+    home = make_home(home_path)
+    audit = HomeStore(home.db_path)
+    signer = Signer(read_secret(home.root))
+    holder: dict[str, Rig] = {}
+    dashboard = Dashboard(
+        home,
+        open_store_for_tests,
+        audit,
+        signer,
+        channel_health=lambda: holder["rig"].health,
+        conversation_states=lambda: holder["rig"].states,
+    )
+    client = TestClient(TestServer(build_app(dashboard), host="127.0.0.1"))
+    await client.start_server()
+    holder["rig"] = Rig(home, client, audit)
+    yield holder["rig"]
+    await client.close()
+    await audit.close()
+    await close_test_stores()
+
+
+# ---- the login gate ---------------------------------------------------------------------------
+
+
+async def test_pages_redirect_to_login_and_other_requests_get_401_without_a_session(
+    rig: Rig,
+) -> None:
+    page = await rig.client.get("/conversations", allow_redirects=False)
+    assert page.status == 303 and page.headers["Location"] == "/login"
+    live = await rig.client.get("/live", headers={"HX-Request": "true"})
+    assert live.status == 401
+    post = await rig.client.post("/trust/mode", data={"bot": "atlas", "mode": "auto"})
+    assert post.status == 401
+    forged = await rig.client.get(
+        "/", cookies={"atlas_session": "abc.123.forged"}, allow_redirects=False
+    )
+    assert forged.status == 303
+    assert load_bot_settings(rig.home.bot("atlas").root / "bot.toml").mode == "ask"
+
+
+async def test_a_login_link_works_once(rig: Rig) -> None:
+    token = issue_login_token(rig.home.root)
+    shown = await rig.client.get(f"/login?token={token}")  # a previewer fetching it spends nothing
+    assert shown.status == 200 and token in await shown.text()
+    first = await rig.client.post("/login", data={"token": token}, allow_redirects=False)
+    assert first.status == 303
+    cookie = first.headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert (await rig.client.get("/")).status == 200
+    rig.client.session.cookie_jar.clear()
+    again = await rig.client.post("/login", data={"token": token}, allow_redirects=False)
+    assert again.status == 403
+    assert (await rig.client.get("/", allow_redirects=False)).status == 303
+
+
+async def test_an_expired_link_is_refused(rig: Rig) -> None:
+    token = issue_login_token(rig.home.root, now=time.time() - 11 * 60)
+    answer = await rig.client.post("/login", data={"token": token}, allow_redirects=False)
+    assert answer.status == 403
+
+
+async def test_a_post_without_or_with_a_wrong_csrf_token_is_refused(rig: Rig) -> None:
+    csrf = await rig.log_in()
+    for data in ({"bot": "atlas", "mode": "auto"}, {"bot": "atlas", "mode": "auto", "csrf": "x"}):
+        answer = await rig.client.post("/trust/mode", data=data, allow_redirects=False)
+        assert answer.status == 403
+    assert load_bot_settings(rig.home.bot("atlas").root / "bot.toml").mode == "ask"
+    # Another session's token does not pass either.
+    other = Signer(read_secret(rig.home.root)).csrf_token(
+        Signer(read_secret(rig.home.root)).new_session()[0]
+    )
+    assert other != csrf
+    answer = await rig.client.post(
+        "/trust/mode", data={"bot": "atlas", "mode": "auto", "csrf": other}
+    )
+    assert answer.status == 403
+
+
+async def test_the_mode_change_persists_in_bot_toml_goes_live_and_is_recorded(rig: Rig) -> None:
+    csrf = await rig.log_in()
+    toml = rig.home.bot("atlas").root / "bot.toml"
+    comment = "# A bot: its title"
+    assert comment in toml.read_text()
+    answer = await rig.client.post(
+        "/trust/mode", data={"bot": "atlas", "mode": "auto", "csrf": csrf}, allow_redirects=False
+    )
+    assert answer.status == 303
+    assert load_bot_settings(toml).mode == "auto"
+    assert comment in toml.read_text()  # edited in place
+    assert rig.home.bot("atlas").settings.mode == "auto"  # the live home: the next turn's mode
+    assert rig.home.main_bot.settings.mode == "auto"
+    decisions = await rig.audit.recent_decisions()
+    assert decisions[0]["tool"] == "mode" and decisions[0]["answered_by"] == "user"
+    assert decisions[0]["summary"] == "mode ask -> auto"
+    trust = await (await rig.client.get("/trust")).text()
+    assert "mode ask -&gt; auto" in trust
+    bad = await rig.client.post("/trust/mode", data={"bot": "atlas", "mode": "yolo", "csrf": csrf})
+    assert bad.status == 400
+
+
+async def test_responses_carry_the_csp_and_a_foreign_host_is_refused(rig: Rig) -> None:
+    page = await rig.client.get("/login")
+    assert page.headers["Content-Security-Policy"] == CSP
+    assert page.headers["X-Frame-Options"] == "DENY"
+    rebound = await rig.client.get("/login", headers={"Host": "evil.example:8765"})
+    assert rebound.status == 421
+
+
+def test_the_secret_is_private_and_made_once(home_path: Path) -> None:
+    home = make_home(home_path)
+    first = read_secret(home.root)
+    assert secret_path(home.root).stat().st_mode & 0o777 == 0o600
+    assert read_secret(home.root) == first
+    assert first.decode() not in (home.root / "config.toml").read_text()
+
+
+def test_listening_beyond_loopback_needs_allow_remote(home_path: Path) -> None:
+    from atlas.config import DashboardSettings
+    from atlas.dashboard.server import listen_of
+
+    with pytest.raises(ConfigError, match="allow_remote"):
+        listen_of(DashboardSettings(listen="0.0.0.0:8765"))
+    remote = listen_of(DashboardSettings(listen="0.0.0.0:8765", allow_remote=True))
+    assert remote.remote and remote.url == "http://127.0.0.1:8765"
+    assert not listen_of(DashboardSettings(listen="[::1]:9000")).remote
+
+
+# ---- pages ------------------------------------------------------------------------------------
+
+
+async def test_home_shows_bots_health_today_routines_and_what_waits(rig: Rig) -> None:
+    from atlas.routines.store import RoutineStore
+
+    await store_conversation(rig.home)
+    await RoutineStore(rig.audit).create("atlas", "standup", "Say hi", "every day at 09:00", None)
+    health = ChannelHealth("telegram:atlas")
+    health.up("polling")
+    rig.health["telegram:atlas"] = health
+    state = ConversationState()
+    state.pending_asks.append("run_command wants to run `make deploy`. Allow?")
+    rig.states[("atlas", 1)] = state
+    await rig.log_in()
+    html = await (await rig.client.get("/")).text()
+    assert "telegram:atlas: polling since" in html
+    assert "Waiting for you: 1" in html and "make deploy" in html
+    assert "standup" in html
+    assert "2,500 / 70" in html  # today's tokens in / out
+    live = await rig.client.get("/live", headers={"HX-Request": "true"})
+    assert live.status == 200 and 'id="live"' in await live.text()
+
+
+async def test_conversations_list_read_and_search(rig: Rig) -> None:
+    conversation = await store_conversation(rig.home)
+    await rig.log_in()
+    listing = await (await rig.client.get("/conversations?bot=atlas")).text()
+    assert f"/conversations/atlas/{conversation}" in listing and "Plans" in listing
+    read = await (await rig.client.get(f"/conversations/atlas/{conversation}")).text()
+    assert "<details" in read and "read_file" in read
+    assert "Q3: the zeppelin fleet grew by two." in read  # the result, inside the call's details
+    assert read.index("read_file") < read.index("Q3: the zeppelin") < read.index("It is in")
+    found = await (await rig.client.get("/conversations?q=zeppelins")).text()  # stemmed
+    assert f"/conversations/atlas/{conversation}?" in found
+    assert "<mark>" in found
+    none = await (await rig.client.get("/conversations?q=submarine")).text()
+    assert "Nothing found" in none
+
+
+async def test_stored_text_is_escaped(rig: Rig) -> None:
+    store = await open_store_for_tests(rig.home.bot("atlas"))
+    conversation = await store.conversation("console", "x", bot="atlas", title="<b>t</b>")
+    await store.append(conversation.id, Message("user", "<script>alert(1)</script> zebra"))
+    await rig.log_in()
+    read = await (await rig.client.get(f"/conversations/atlas/{conversation.id}")).text()
+    assert "<script>alert(1)</script>" not in read and "&lt;script&gt;" in read
+    found = await (await rig.client.get("/conversations?q=zebra")).text()
+    assert "<script>alert" not in found
+
+
+async def test_a_long_conversation_is_paged_without_splitting_a_call_from_its_result(
+    rig: Rig,
+) -> None:
+    store = await open_store_for_tests(rig.home.bot("atlas"))
+    conversation = await store.conversation("console", "long", bot="atlas")
+    for n in range(70):
+        await store.append(conversation.id, Message("user", f"message {n}"))
+    call = ToolCall("call-9", "find_files", "{}")
+    await store.append(conversation.id, Message("assistant", "", tool_calls=[call]))  # the 71st
+    await store.append(conversation.id, Message("tool", "found nothing", tool_call_id="call-9"))
+    await rig.log_in()
+    first = await (await rig.client.get(f"/conversations/atlas/{conversation.id}")).text()
+    assert "message 59" in first and "message 60" not in first
+    after = re.search(r"\?after=(\d+)\" rel=\"next\"", first).group(1)  # type: ignore[union-attr]
+    second = await rig.client.get(f"/conversations/atlas/{conversation.id}?after={after}")
+    text = await second.text()
+    assert "message 60" in text and "find_files" in text and "found nothing" in text
+    assert 'rel="next"' not in text
+
+
+async def test_trust_and_usage_pages_render(rig: Rig) -> None:
+    from atlas.store.home_db import GateRecord
+
+    await store_conversation(rig.home)
+    await rig.audit.record_decision(
+        GateRecord(
+            "atlas",
+            1,
+            "conversation",
+            "run_command",
+            "d",
+            "rm -rf build",
+            "deny",
+            "hardline",
+            "never",
+            "rule",
+        )
+    )
+    await rig.log_in()
+    trust = await (await rig.client.get("/trust?verdict=deny")).text()
+    assert "rm -rf build" in trust and 'name="mode"' in trust
+    filtered = await (await rig.client.get("/trust?verdict=allow")).text()
+    assert "rm -rf build" not in filtered
+    usage = await (await rig.client.get("/usage?days=7")).text()
+    assert "<svg" in usage and "2,500" in usage
+
+
+async def test_init_makes_the_secret_and_atlas_dashboard_prints_a_link_that_logs_in(
+    rig: Rig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from atlas.cli import main
+
+    fresh = rig.home.root.parent / "fresh"
+    assert main(["init", "--home", str(fresh)]) == 0
+    assert secret_path(fresh).stat().st_mode & 0o777 == 0o600
+    assert read_secret(fresh).decode() not in (fresh / "config.toml").read_text()
+    capsys.readouterr()
+    assert main(["dashboard", "--home", str(rig.home.root)]) == 0
+    printed = capsys.readouterr().out
+    assert "the daemon is not running" in printed
+    token = re.search(r"/login\?token=(\S+)", printed).group(1)  # type: ignore[union-attr]
+    answer = await rig.client.post("/login", data={"token": token}, allow_redirects=False)
+    assert answer.status == 303
