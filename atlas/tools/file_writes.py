@@ -1,4 +1,5 @@
-"""How write_file and edit_file change a file: atomically, and only a file read unchanged.
+"""How write_file and edit_file change a file: atomically, and only a file read unchanged;
+and edit_file's matching in the file's own line endings, and its diff.
 
 The SHA-256 of a file's bytes is recorded when read_file reads it; a change is refused unless
 the file on disk still has that hash. The write goes to a temporary file in the same folder and
@@ -8,6 +9,7 @@ is renamed over the target, inside a folder opened once without following links.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import hashlib
 import os
 import secrets
@@ -16,6 +18,8 @@ from pathlib import Path
 
 from atlas.errors import ToolError
 from atlas.tools.fences import Fence, PathChanged, open_folder
+
+MAX_DIFF_LINES = 300
 
 
 def sha256_of(data: bytes) -> str:
@@ -96,3 +100,44 @@ def existing_bytes(fence: Fence, path: Path, shown: str) -> bytes | None:
         return None
     with f:
         return f.read()
+
+
+# ---- edit_file's text --------------------------------------------------------------------------
+
+
+def in_line_endings_of(text: str, *strings: str) -> list[str]:
+    """The strings in the file's own line endings, when the file has one style (CRLF or LF)."""
+    crlf = text.count("\r\n")
+    lf = text.count("\n") - crlf
+    if crlf and not lf:
+        return [s.replace("\r\n", "\n").replace("\n", "\r\n") for s in strings]
+    if lf and not crlf:
+        return [s.replace("\r\n", "\n") for s in strings]
+    return list(strings)  # no line breaks, or mixed: take the strings as they are
+
+
+def line_numbers(text: str, needle: str, most: int = 10) -> str:
+    numbers, start = [], 0
+    while len(numbers) < most and (pos := text.find(needle, start)) >= 0:
+        numbers.append(str(text.count("\n", 0, pos) + 1))
+        start = pos + len(needle)
+    return ", ".join(numbers)
+
+
+def diff_of(before: str, after: str, shown: str) -> str:
+    lines = list(
+        difflib.unified_diff(
+            before.replace("\r\n", "\n").split("\n"),
+            after.replace("\r\n", "\n").split("\n"),
+            shown,
+            shown,
+            lineterm="",
+        )
+    )
+    if len(lines) > MAX_DIFF_LINES:
+        cut = len(lines) - MAX_DIFF_LINES
+        lines = [
+            *lines[:MAX_DIFF_LINES],
+            f"… diff cut: {cut} more lines (read_file to see the result)",
+        ]
+    return "\n".join(lines)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import difflib
 import hashlib
 import os
 from collections.abc import Iterable
@@ -43,7 +42,10 @@ from atlas.tools.file_reading import blocking_reason, cut_line, decoded_lines
 from atlas.tools.file_writes import (
     NEW_FILE_MODE,
     check_read_and_unchanged,
+    diff_of,
     existing_bytes,
+    in_line_endings_of,
+    line_numbers,
     sha256_of,
     write_atomically,
 )
@@ -55,7 +57,6 @@ MAX_PAGE_LINES = 2000
 MAX_PAGE_CHARS = 100_000
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
 MAX_BATCH_IMAGES = 5  # images in one read_file call with `reads`: each may be 5 MB
-MAX_DIFF_LINES = 300
 IMAGE_SIGNATURES = {
     b"\x89PNG\r\n\x1a\n": "image/png",
     b"\xff\xd8\xff": "image/jpeg",
@@ -285,44 +286,6 @@ async def write_file(
     return await _write_one(run, judged_path(run, "write_file", path), content)
 
 
-def _in_line_endings_of(text: str, *strings: str) -> list[str]:
-    """The strings in the file's own line endings, when the file has one style (CRLF or LF)."""
-    crlf = text.count("\r\n")
-    lf = text.count("\n") - crlf
-    if crlf and not lf:
-        return [s.replace("\r\n", "\n").replace("\n", "\r\n") for s in strings]
-    if lf and not crlf:
-        return [s.replace("\r\n", "\n") for s in strings]
-    return list(strings)  # no line breaks, or mixed: take the strings as they are
-
-
-def _line_numbers(text: str, needle: str, most: int = 10) -> str:
-    numbers, start = [], 0
-    while len(numbers) < most and (pos := text.find(needle, start)) >= 0:
-        numbers.append(str(text.count("\n", 0, pos) + 1))
-        start = pos + len(needle)
-    return ", ".join(numbers)
-
-
-def _diff(before: str, after: str, shown: str) -> str:
-    lines = list(
-        difflib.unified_diff(
-            before.replace("\r\n", "\n").split("\n"),
-            after.replace("\r\n", "\n").split("\n"),
-            shown,
-            shown,
-            lineterm="",
-        )
-    )
-    if len(lines) > MAX_DIFF_LINES:
-        cut = len(lines) - MAX_DIFF_LINES
-        lines = [
-            *lines[:MAX_DIFF_LINES],
-            f"… diff cut: {cut} more lines (read_file to see the result)",
-        ]
-    return "\n".join(lines)
-
-
 def _edit(
     fence: Fence,
     hashes: dict[str, str],
@@ -344,7 +307,7 @@ def _edit(
         raise ToolError(
             f"{shown} is not UTF-8 text (byte {exc.start}); edit_file edits text only"
         ) from None
-    old, new = _in_line_endings_of(text, old, new)
+    old, new = in_line_endings_of(text, old, new)
     count = text.count(old)
     if count == 0:
         raise ToolError(
@@ -353,7 +316,7 @@ def _edit(
         )
     if count > 1 and not replace_all:
         raise ToolError(
-            f"old_string appears {count} times in {shown} (at lines {_line_numbers(text, old)}); "
+            f"old_string appears {count} times in {shown} (at lines {line_numbers(text, old)}); "
             "add surrounding lines to make it unique, or set replace_all=true"
         )
     after = text.replace(old, new) if replace_all else text.replace(old, new, 1)
@@ -374,7 +337,7 @@ async def _edit_one(run: RunContext, resolved: Path, change: tuple[str, str, boo
     )
     run.state.file_hashes[str(resolved)] = digest
     plural = "s" if count > 1 else ""
-    return f"Edited {shown} ({count} replacement{plural}):\n{_diff(before, after, shown)}"
+    return f"Edited {shown} ({count} replacement{plural}):\n{diff_of(before, after, shown)}"
 
 
 @tool(edits_files=True, aliases={"file_path": "path"})
