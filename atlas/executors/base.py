@@ -222,6 +222,9 @@ class TaskSpec:
     account: Account
     session_id: str | None = None
     model: str | None = None  # the harness's own model name; None: its default
+    # Claude Code's --permission-mode (`default` asks before edits and commands, `acceptEdits`
+    # lets edits in the folder pass); None: the harness's default. Codex asks nothing.
+    permission_mode: str | None = None
 
 
 SteerOutcome = Literal["sent", "queued"]  # delivered into the running turn, or after it
@@ -342,6 +345,20 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     def version_argv(self) -> list[str]:
         """The command that prints the harness's version (`claude --version`)."""
+
+    def account_env(self, account: Account) -> dict[str, str]:
+        """The environment that points the harness at this account's folder."""
+        return {self.config_env: str(account.config_dir)}
+
+    @abc.abstractmethod
+    def login_argv(self, account: Account, email: str | None = None) -> list[str]:
+        """The harness's own login for this account (run with `account_env`), which prints a
+        link for the person's browser (delegate's `action: account`)."""
+
+    @abc.abstractmethod
+    def copy_session(self, source: Account, target: Account, session_id: str, folder: Path) -> None:
+        """Copy a session's log into another account, so `target` can resume it (a task going
+        on past its account's limit). Raises ExecutorError when the log is gone."""
 
     # reading back, with no model call
 

@@ -109,6 +109,8 @@ class ClaudeCodeInstance(HarnessInstance):
         ]
         if self.task.model:
             argv += ["--model", self.task.model]
+        if self.task.permission_mode:
+            argv += ["--permission-mode", self.task.permission_mode]
         if session_id:
             argv += ["--resume", session_id]
         return argv
@@ -282,10 +284,9 @@ class ClaudeCodeExecutor(Executor):
     async def start(self, task: TaskSpec) -> ExecutorInstance:
         if task.account.executor != self.name:
             raise ExecutorError(f"{task.account.target} is not an account of {self.name}")
-        env = {"DISABLE_AUTOUPDATER": "1"}  # the binary is the person's to update, not a task's
+        # The binary is the person's to update, not a task's.
+        env = {"DISABLE_AUTOUPDATER": "1", **self.account_env(task.account)}
         paths = claude_files.account_paths(task.account.config_dir)
-        if len(paths) == 1:  # the default folder is found without it (and ~/.claude.json with it)
-            env[self.config_env] = str(task.account.config_dir)
         hosts = (*self.provider_hosts, *self.settings.allowed_domains)
         return ClaudeCodeInstance(
             task,
@@ -299,6 +300,17 @@ class ClaudeCodeExecutor(Executor):
 
     def version_argv(self) -> list[str]:
         return [self.binary, "--version"]
+
+    def account_env(self, account: Account) -> dict[str, str]:
+        if len(claude_files.account_paths(account.config_dir)) > 1:
+            return {}  # the default folder: found without it (and ~/.claude.json with it)
+        return {self.config_env: str(account.config_dir)}
+
+    def login_argv(self, account: Account, email: str | None = None) -> list[str]:
+        return [self.binary, "auth", "login", "--claudeai", *(["--email", email] if email else [])]
+
+    def copy_session(self, source: Account, target: Account, session_id: str, folder: Path) -> None:
+        claude_files.copy_session(source.config_dir, target.config_dir, session_id, folder)
 
     def session_log(self, account: Account, session_id: str, folder: Path | None) -> SessionLog:
         return claude_files.session_log(account.config_dir, session_id, folder)

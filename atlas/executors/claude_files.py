@@ -15,13 +15,21 @@ import json
 import logging
 import os
 import re
+import shutil
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from atlas.executors.accounts import folders_of, limit_state, observed_windows
-from atlas.executors.base import UNKNOWN, Account, AccountStatus, LogEntry, SessionLog
+from atlas.executors.base import (
+    UNKNOWN,
+    Account,
+    AccountStatus,
+    ExecutorError,
+    LogEntry,
+    SessionLog,
+)
 
 if TYPE_CHECKING:
     from atlas.config import ExecutorSettings
@@ -73,6 +81,18 @@ def find_session(config_dir: Path, session_id: str, folder: Path | None) -> Path
     if not re.fullmatch(r"[A-Za-z0-9_-]+", session_id):
         return None  # never a glob pattern from outside
     return next(iter(projects.glob(f"*/{session_id}.jsonl")), None)
+
+
+def copy_session(source: Path, target: Path, session_id: str, folder: Path) -> Path:
+    """The session's log copied into the other account's folder, under the same folder's
+    project, so `claude --resume` finds it there."""
+    found = find_session(source, session_id, folder)
+    if found is None:
+        raise ExecutorError(f"claude-code: session {session_id} is gone from {source}")
+    copy = target / "projects" / project_key(folder) / found.name
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(found, copy)
+    return copy
 
 
 def _time(value: Any) -> datetime | None:

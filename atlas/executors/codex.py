@@ -222,7 +222,7 @@ class CodexExecutor(Executor):
     async def start(self, task: TaskSpec) -> ExecutorInstance:
         if task.account.executor != self.name:
             raise ExecutorError(f"{task.account.target} is not an account of {self.name}")
-        env = {self.config_env: str(task.account.config_dir)}
+        env = self.account_env(task.account)
         hosts = (*self.provider_hosts, *self.settings.allowed_domains)
         return CodexInstance(
             task, binary=self.binary, env=env, hosts=hosts, launcher=self.launcher, book=self.book
@@ -230,6 +230,13 @@ class CodexExecutor(Executor):
 
     def version_argv(self) -> list[str]:
         return [self.binary, "--version"]
+
+    def login_argv(self, account: Account, email: str | None = None) -> list[str]:
+        # A device code: a link and a code to enter on any browser (the person's phone).
+        return [self.binary, "login", "--device-auth"]
+
+    def copy_session(self, source: Account, target: Account, session_id: str, folder: Path) -> None:
+        codex_files.copy_session(source.config_dir, target.config_dir, session_id)
 
     def session_log(self, account: Account, session_id: str, folder: Path | None) -> SessionLog:
         return codex_files.session_log(account.config_dir, session_id)

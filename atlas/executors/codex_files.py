@@ -15,13 +15,22 @@ import base64
 import json
 import logging
 import re
+import shutil
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from atlas.executors.accounts import folders_of, limit_state, observed_windows
-from atlas.executors.base import UNKNOWN, Account, AccountStatus, LimitWindow, LogEntry, SessionLog
+from atlas.executors.base import (
+    UNKNOWN,
+    Account,
+    AccountStatus,
+    ExecutorError,
+    LimitWindow,
+    LogEntry,
+    SessionLog,
+)
 
 if TYPE_CHECKING:
     from atlas.config import ExecutorSettings
@@ -35,6 +44,17 @@ def find_session(codex_home: Path, session_id: str) -> Path | None:
     if not re.fullmatch(r"[A-Za-z0-9_-]+", session_id):
         return None  # never a glob pattern from outside
     return next(iter(sorted((codex_home / "sessions").rglob(f"rollout-*{session_id}.jsonl"))), None)
+
+
+def copy_session(source: Path, target: Path, session_id: str) -> Path:
+    """The rollout copied to the same place under the other CODEX_HOME, for `exec resume`."""
+    found = find_session(source, session_id)
+    if found is None:
+        raise ExecutorError(f"codex: session {session_id} is gone from {source}")
+    copy = target / found.relative_to(source)
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(found, copy)
+    return copy
 
 
 def _time(value: Any) -> datetime | None:

@@ -409,3 +409,41 @@ async def test_a_missing_folder_is_named(executors: ExecutorSet, tmp_path: Path)
     instance = await start(executors, "codex", tmp_path / "nowhere")
     with pytest.raises(ExecutorError, match="nowhere does not exist"):
         await collect(instance.events())
+
+
+@pytest.mark.parametrize(
+    ("limited", "other"), [("claude-code@work", "claude-code@main"), ("codex@work", "codex@main")]
+)
+async def test_after_the_limit_another_account_goes_on_in_a_copy_of_the_session(
+    executors: ExecutorSet, folders: dict[str, Path], limited: str, other: str
+) -> None:
+    instance = await start(executors, limited, folders["project"], scenario="limit")
+    events = await collect(instance.events())
+    assert isinstance(events[-1], LimitReached)
+    executor, source = executors.resolve(limited)
+    _, target = executors.resolve(other)
+    executor.copy_session(source, target, instance.session_id, folders["project"])
+    again = await start(
+        executors, other, folders["project"], "go on", session_id=instance.session_id
+    )
+    result = (await collect(again.events()))[-1]
+    assert isinstance(result, Result), result
+    assert result.text.startswith(f"resumed {instance.session_id} (")
+    assert not result.text.startswith(f"resumed {instance.session_id} (0 ")
+    assert again.account.target == other
+    with pytest.raises(ExecutorError, match="is gone"):
+        executor.copy_session(source, target, "0000-gone", folders["project"])
+
+
+async def test_login_commands_point_at_the_account(executors: ExecutorSet) -> None:
+    claude, work = executors.resolve("claude-code@work")
+    assert claude.login_argv(work, "me@work.example")[-4:] == [
+        "login",
+        "--claudeai",
+        "--email",
+        "me@work.example",
+    ]
+    assert claude.account_env(work) == {"CLAUDE_CONFIG_DIR": str(work.config_dir)}
+    codex, main = executors.resolve("codex")
+    assert codex.login_argv(main)[1:] == ["login", "--device-auth"]
+    assert codex.account_env(main) == {"CODEX_HOME": str(main.config_dir)}

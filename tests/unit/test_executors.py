@@ -328,3 +328,24 @@ def test_a_harness_installed_by_npm_under_tmp_stays_visible(tmp_path: Path) -> N
     (modules / ".bin" / "codex").symlink_to("../@openai/codex/bin/codex.js")
     assert _install_folders(modules / ".bin" / "codex") == [modules.resolve()]
     assert _install_folders(Path("/usr/local/bin/claude")) == [Path("/usr/local/bin")]
+
+
+def test_claude_argv_resumes_and_takes_the_permission_mode(tmp_path: Path) -> None:
+    task = TaskSpec(tmp_path, "x", account("claude-code", tmp_path), permission_mode="acceptEdits")
+    instance = ClaudeCodeInstance(task, binary="claude", env={}, hosts=(), launcher=None)  # type: ignore[arg-type]
+    argv = instance.run_argv("x", "sess-1")
+    assert argv[:2] == ["claude", "-p"]
+    assert ["--permission-prompt-tool", "stdio"] == argv[argv.index("--permission-prompt-tool") :][
+        :2
+    ]
+    assert argv[argv.index("--permission-mode") + 1] == "acceptEdits"
+    assert argv[-2:] == ["--resume", "sess-1"]
+    codex = CodexInstance(
+        TaskSpec(tmp_path, "x", account("codex", tmp_path)),
+        binary="codex",
+        env={},
+        hosts=(),
+        launcher=None,
+    )  # type: ignore[arg-type]
+    assert codex.run_argv("x", "t-1")[:3] == ["codex", "exec", "resume"]
+    assert codex.run_argv("x", "t-1")[-2:] == ["t-1", "-"]
