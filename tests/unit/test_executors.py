@@ -335,9 +335,8 @@ def test_claude_argv_resumes_and_takes_the_permission_mode(tmp_path: Path) -> No
     instance = ClaudeCodeInstance(task, binary="claude", env={}, hosts=(), launcher=None)  # type: ignore[arg-type]
     argv = instance.run_argv("x", "sess-1")
     assert argv[:2] == ["claude", "-p"]
-    assert ["--permission-prompt-tool", "stdio"] == argv[argv.index("--permission-prompt-tool") :][
-        :2
-    ]
+    at = argv.index("--permission-prompt-tool")
+    assert argv[at : at + 2] == ["--permission-prompt-tool", "stdio"]
     assert argv[argv.index("--permission-mode") + 1] == "acceptEdits"
     assert argv[-2:] == ["--resume", "sess-1"]
     codex = CodexInstance(
