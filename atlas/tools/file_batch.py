@@ -39,6 +39,7 @@ class WriteEntry(_Entry):
 
 
 class EditEntry(_Entry):
+    path: str = ""  # none: the call's `path` (Claude Code's MultiEdit shape)
     old_string: str
     new_string: str
     replace_all: bool = False
@@ -57,8 +58,9 @@ def called_paths(args: dict[str, Any]) -> list[str]:
 
 
 def single_or_batch(path: str, entries: Sequence[Any], key: str) -> bool:
-    """True for a batch call; refuses a call that gives both shapes, or neither."""
-    if entries and path:
+    """True for a batch call; refuses a call that gives both shapes, or neither. Edits may
+    leave their path to the call's (Claude Code's MultiEdit: one file, several edits)."""
+    if entries and path and (key != "edits" or any(e.get("path") for e in entries)):
         raise ToolError(f"give either path or {key}, not both")
     if not entries and not path:
         raise ToolError(f"path is required (or {key}, for several files)")
@@ -108,11 +110,11 @@ async def run_each(
     return outcomes
 
 
-def report(verb: str, outcomes: list[Outcome]) -> str:
+def report(done: str, outcomes: list[Outcome]) -> str:
     """One section per entry, under a line that counts what applied and what failed. When
     every entry failed the whole call is an error (the loop guards count it as one)."""
     failed = sum(o.failed for o in outcomes)
-    head = f"{len(outcomes) - failed} of {len(outcomes)} files {verb}"
+    head = f"{len(outcomes) - failed} of {len(outcomes)} {done}"
     head += f"; {failed} failed (the others stand)." if failed else "."
     sections = [f"=== {o.shown}{' (failed)' if o.failed else ''} ===\n{o.text}" for o in outcomes]
     text = "\n\n".join([head, *sections])

@@ -232,7 +232,7 @@ async def _read_each(run: RunContext, entries: list[ReadEntry]) -> ToolResult:
         return Outcome(shown, result.text)
 
     outcomes = await run_each(entries, one)
-    return ToolResult(report("read", outcomes), images=images, untrusted=untrusted)
+    return ToolResult(report("files read", outcomes), images=images, untrusted=untrusted)
 
 
 # ---- write_file, edit_file --------------------------------------------------------------------
@@ -280,7 +280,7 @@ async def write_file(
                 shown_path(run, resolved), await _write_one(run, resolved, entry.content)
             )
 
-        return report("written", await run_each(entries, one))
+        return report("files written", await run_each(entries, one))
     if content is None:
         raise ToolError("content is required: the whole text of the file")
     return await _write_one(run, judged_path(run, "write_file", path), content)
@@ -354,7 +354,9 @@ async def edit_file(
     """Replace old_string with new_string in a file read before; answers with the diff.
     old_string must occur once unless replace_all."""
     if single_or_batch(path, edits, "edits"):
-        entries = [EditEntry.model_validate(e) for e in edits]
+        entries = [EditEntry.model_validate({**e, "path": e.get("path") or path}) for e in edits]
+        if any(not entry.path for entry in entries):
+            raise ToolError("each of edits needs its path (or give the call's path for all)")
         resolve = EntryPaths(run, "edit_file")
 
         async def one(entry: EditEntry) -> Outcome:
@@ -362,7 +364,7 @@ async def edit_file(
             change = (entry.old_string, entry.new_string, entry.replace_all)
             return Outcome(shown_path(run, resolved), await _edit_one(run, resolved, change))
 
-        return report("edited", await run_each(entries, one))
+        return report("edits applied", await run_each(entries, one))
     if new_string is None:
         raise ToolError("new_string is required (an empty string deletes old_string)")
     change = (old_string, new_string, replace_all)

@@ -133,11 +133,22 @@ async def test_edits_apply_in_order_across_files_each_alone(run: RunContext, ws:
             {"path": "b.py", "old_string": "old", "new_string": "new"},
         ],
     )
-    assert result.text.startswith("4 of 5 files edited; 1 failed")
+    assert result.text.startswith("4 of 5 edits applied; 1 failed")
     assert (ws / "a.py").read_text() == "x = 10\ny = 20\n"  # the second edit saw the first
     assert (ws / "b.py").read_text() == "name = 'new'\n"  # the failed edit stopped nothing
     assert "old_string not found in b.py" in result.text
     assert "b.py unchanged: old_string and new_string are the same" in result.text
+
+
+async def test_claude_codes_multiedit_shape_edits_one_file(run: RunContext, ws: Path) -> None:
+    (ws / "m.txt").write_text("a b c\n")
+    await model_call(run, "read_file", path="m.txt")
+    edits = [{"old_string": "a", "new_string": "A"}, {"old_string": "c", "new_string": "C"}]
+    result = await model_call(run, "edit_file", file_path="m.txt", edits=edits)
+    assert result.text.startswith("2 of 2 edits applied."), result.text
+    assert (ws / "m.txt").read_text() == "A b C\n"
+    lost = await model_call(run, "edit_file", edits=[{"old_string": "A", "new_string": "a"}])
+    assert lost.is_error and "each of edits needs its path" in lost.text
 
 
 async def test_an_edit_to_the_same_text_is_a_no_op_not_an_error(run: RunContext, ws: Path) -> None:
