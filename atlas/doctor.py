@@ -127,6 +127,9 @@ async def run_checks(root: Path, *, offline: bool = False) -> list[Check]:
             checks.append(await _provider_check(home))
         # The running daemon's channels, as it records them in <home>/run/channels.json.
         checks.extend(Check(*line) for line in channel_health_checks(home.root))
+        from atlas.dashboard.server import doctor_lines
+
+        checks.extend(Check(*line) for line in doctor_lines(home))  # loopback, or says it is not
         # Each executor config.toml turns on runs (`--version`): docs/executors.md.
         from atlas.executors.checks import executor_checks
 

@@ -18,7 +18,7 @@ from atlas.config import DashboardSettings
 from atlas.dashboard.app import build_app, loopback_host
 from atlas.dashboard.auth import Signer, read_secret
 from atlas.dashboard.context import Dashboard
-from atlas.errors import ConfigError
+from atlas.errors import AtlasError, ConfigError
 
 if TYPE_CHECKING:
     from atlas.channels.supervisor import ChannelHealth
@@ -157,3 +157,38 @@ async def start_dashboard(
         )
         return None
     return server
+
+
+def doctor_lines(home: Home) -> list[tuple[str, bool, str, str, bool]]:
+    """What `atlas doctor` says of the dashboard: (name, ok, detail, fix, optional)."""
+    from atlas.dashboard.auth import read_secret, secret_path
+
+    settings = home.settings.dashboard
+    if not settings.enabled:
+        return [("dashboard", True, "off ([dashboard] enabled = false)", "", False)]
+    try:
+        listen = listen_of(settings, home.config_path)
+    except ConfigError as exc:
+        fix = "set [dashboard] allow_remote = true, or listen on 127.0.0.1"
+        return [("dashboard", False, str(exc), fix, False)]
+    serving = running_url(home.root)
+    state = f"served at {serving}" if serving else "not served now (the daemon is not running)"
+    lines = []
+    if listen.remote:
+        detail = (
+            f"listen = {settings.listen!r} is reachable from other machines (allow_remote = "
+            f"true); {state}"
+        )
+        lines.append(
+            ("dashboard", False, detail, "put it behind TLS, or listen on 127.0.0.1", True)
+        )
+    else:
+        lines.append(("dashboard", True, f"{listen.url}, loopback only; {state}", "", False))
+    try:
+        if secret_path(home.root).exists():
+            read_secret(home.root)
+    except AtlasError as exc:
+        lines.append(
+            ("dashboard secret", False, str(exc), f"chmod 600 {secret_path(home.root)}", False)
+        )
+    return lines
