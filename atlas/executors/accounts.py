@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from atlas.executors.base import Account, AccountStatus, ExecutorError, LimitWindow
+from atlas.executors.model import Account, AccountStatus, ExecutorError, LimitWindow
 
 if TYPE_CHECKING:
     from atlas.config import ExecutorSettings
