@@ -99,12 +99,12 @@ class HarnessInstance(ExecutorInstance):
         prompt: str | None = self.task.prompt
         try:
             while prompt is not None and not self.stopped:
-                limited = False
+                ended_badly = False  # at the limit, or failed: queued steers wait for a resume
                 async for event in self._run(prompt):
-                    limited = limited or isinstance(event, LimitReached)
+                    ended_badly = ended_badly or isinstance(event, LimitReached | Failure)
                     yield event
                 prompt = None
-                if self.queued and not limited and not self.stopped and self.session_id:
+                if self.queued and not ended_badly and not self.stopped and self.session_id:
                     prompt = "\n\n".join(self.queued)
                     self.queued.clear()
         finally:

@@ -21,6 +21,7 @@ def builtin_tools(tool_search: Sequence[Tool]) -> list[Tool]:
     from atlas.tools.browser import BROWSER_TOOLS
     from atlas.tools.conversations import CONVERSATION_TOOLS
     from atlas.tools.delegate import DELEGATE_TOOLS
+    from atlas.tools.executors import EXECUTOR_TOOLS
     from atlas.tools.files import FILE_TOOLS
     from atlas.tools.memory import MEMORY_TOOLS
     from atlas.tools.plan import PLAN_TOOLS
@@ -44,4 +45,5 @@ def builtin_tools(tool_search: Sequence[Tool]) -> list[Tool]:
         *CONVERSATION_TOOLS,
         *ROUTINE_TOOLS,
         *BROWSER_TOOLS,
+        *EXECUTOR_TOOLS,
     ]

@@ -46,9 +46,11 @@ def full_registry() -> ToolRegistry:
 
 @pytest.fixture
 def everything_home(tmp_path: Path) -> Home:
-    """A home where every condition holds: two bots, a skill, a browser, something deferred."""
+    """A home where every condition holds: two bots, a skill, a browser, something deferred,
+    an executor."""
     config = BASE_CONFIG.format(base_url="http://127.0.0.1:9/v1")
-    home = make_home(tmp_path / "home", config=config + '\n[browser]\nchrome = "/bin/sh"\n')
+    extra = '\n[browser]\nchrome = "/bin/sh"\n\n[executors.codex]\nenabled = true\n'
+    home = make_home(tmp_path / "home", config=config + extra)
     create_bot(home, "scout", "Scout", "A second bot.")
     skill = home.skills_dir / "demo"
     skill.mkdir(parents=True)
@@ -90,7 +92,7 @@ def test_conditions_in_the_table_are_real_conditions(tmp_path: Path) -> None:
     bare = make_home(tmp_path / "bare", config=config + '\n[browser]\nchrome = "/nowhere"\n')
     run = run_context(bare)
     registry = full_registry()
-    for name in ("use_skill", "browser_exec", "message_agent"):
+    for name in ("use_skill", "browser_exec", "message_agent", "executor_accounts"):
         assert rows[name]["also needs"], f"{name}: its condition is not in the table"
         assert registry.get(name).unavailable_reason(run), f"{name} available without its need"
     create_bot(bare, "scout", "Scout", "A second bot.")
