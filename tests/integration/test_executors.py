@@ -447,3 +447,13 @@ async def test_login_commands_point_at_the_account(executors: ExecutorSet) -> No
     codex, main = executors.resolve("codex")
     assert codex.login_argv(main)[1:] == ["login", "--device-auth"]
     assert codex.account_env(main) == {"CODEX_HOME": str(main.config_dir)}
+
+
+async def test_a_steer_queued_behind_a_failed_run_is_not_sent_into_a_resume(
+    executors: ExecutorSet, folders: dict[str, Path]
+) -> None:
+    instance = await start(executors, "claude-code", folders["project"], scenario="crash")
+    assert await instance.steer("and then this") == "queued"  # not started: no stdin yet
+    events = await collect(instance.events())
+    assert [type(e) for e in events] == [SessionStarted, Failure]
+    assert list(instance.queued) == ["and then this"]  # kept for whoever resumes it
