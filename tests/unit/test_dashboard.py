@@ -233,6 +233,11 @@ async def test_conversations_list_read_and_search(rig: Rig) -> None:
     assert "<mark>" in found
     none = await (await rig.client.get("/conversations?q=submarine")).text()
     assert "Nothing found" in none
+    store = await open_store_for_tests(rig.home.bot("atlas"))
+    other = await store.conversation("console", "jp", bot="atlas", title="Tokyo")
+    await store.append(other.id, Message("user", "明日は東京タワーで会議があります"))
+    cjk = await (await rig.client.get("/conversations?q=東京タワー&bot=atlas")).text()
+    assert f"/conversations/atlas/{other.id}?" in cjk and "<mark>東京タワー</mark>" in cjk
 
 
 async def test_stored_text_is_escaped(rig: Rig) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from itertools import zip_longest
 
 from aiohttp import web
 
@@ -20,17 +21,21 @@ from atlas.dashboard.queries import (
 )
 from atlas.dashboard.render import render
 from atlas.home import Bot
-from atlas.store.search import ConversationMatch, MessageFilter, TextQuery, has_cjk
+from atlas.store.conversation_schema import Conversation
+from atlas.store.conversations import ConversationStore
+from atlas.store.search import MessageFilter, TextQuery, has_cjk
 
 RESULTS_SHOWN = 20
 
 
-@dataclass(frozen=True)
+@dataclass
 class Found:
     bot: str
-    match: ConversationMatch
-    snippet: str
+    conversation: Conversation
+    snippet: str  # of its best matching message, matches between **…**
     message_id: int
+    created_at: str
+    hits: int = 1  # its messages among the best ones read
 
 
 def _int(request: web.Request, name: str, default: int = 0) -> int:
@@ -45,31 +50,61 @@ def _bot(dashboard: Dashboard, name: str | None) -> Bot:
     return bot
 
 
+async def _words(store: ConversationStore, bot: str, text: str) -> list[Found]:
+    """One FTS5 query (conversation_search's word index and query): the best messages, grouped
+    by conversation in the order of each one's best."""
+    found: dict[int, Found] = {}
+    for hit in await store.search(text, limit=RESULTS_SHOWN * 3):
+        if hit.conversation_id in found:
+            found[hit.conversation_id].hits += 1
+            continue
+        conversation = await store.get_conversation(hit.conversation_id)
+        if conversation is not None:
+            found[hit.conversation_id] = Found(
+                bot, conversation, hit.snippet, hit.message_id, hit.created_at
+            )
+    return list(found.values())
+
+
+async def _trigrams(store: ConversationStore, bot: str, query: TextQuery) -> list[Found]:
+    """Text without spaces (Chinese, Japanese, Korean): the trigram index, as the tool does."""
+    found = []
+    where = MessageFilter(roles=("user", "assistant", "tool"))
+    for match in await store.match_conversations(query, where, sort="relevance", limit=20):
+        conversation = MessageFilter(where.roles, conversation_id=match.conversation.id)
+        best = await store.matching_messages(query, conversation, limit=1, chars=400)
+        if best:
+            found.append(
+                Found(
+                    bot,
+                    match.conversation,
+                    best[0].snippet or "",
+                    best[0].id,
+                    best[0].created_at,
+                    match.hits,
+                )
+            )
+    return found
+
+
 async def search(dashboard: Dashboard, text: str, bots: list[Bot]) -> list[Found]:
-    """The best matching conversations over `bots`, each with its best message's snippet."""
+    """The best matching conversations over `bots`, each with its best message's snippet; the
+    bots' results interleaved by rank (scores of different files do not compare)."""
     query = TextQuery.build(text, "trigram" if has_cjk(text) else "words")
     if query is None:
         return []
-    where = MessageFilter()
 
     async def one_bot(bot: Bot) -> list[Found]:
         store = await dashboard.store(bot)
         if store is None:
             return []
-        matches = await store.match_conversations(
-            query, where, sort="relevance", limit=RESULTS_SHOWN
-        )
-        found = []
-        for match in matches:
-            conversation = MessageFilter(conversation_id=match.conversation.id)
-            best = await store.matching_messages(query, conversation, limit=1, chars=400)
-            if best:
-                found.append(Found(bot.name, match, best[0].snippet or "", best[0].id))
-        return found
+        if query.index == "words":
+            return await _words(store, bot.name, text)
+        return await _trigrams(store, bot.name, query)
 
     per_bot = await asyncio.gather(*(one_bot(bot) for bot in bots))
-    every = [found for results in per_bot for found in results]
-    return sorted(every, key=lambda f: f.match.score)[:RESULTS_SHOWN]
+    ranked = [f for rank in zip_longest(*per_bot) for f in rank if f is not None]
+    return ranked[:RESULTS_SHOWN]
 
 
 async def conversations_page(request: web.Request) -> web.Response:
