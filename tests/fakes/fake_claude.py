@@ -11,7 +11,8 @@ assistant (text, tool_use), user (tool_result, the replay of each message), cont
 
 The scenario: $FAKE_CLAUDE_SCENARIO, else the file `fake-scenario` in the config folder, else
 `success`. Scenarios: success, question, permission, limit, steer, slow (runs until killed),
-crash (exits 3 with no result), probe (tries the paths the prompt names, for sandbox tests). Standard library only: it runs inside the sandbox.
+crash (exits 3 with no result), probe (tries the paths the prompt names, for sandbox tests),
+fetch (gets the URLs the prompt lists through the sandbox's proxy). Standard library only: it runs inside the sandbox.
 """
 
 from __future__ import annotations
@@ -255,6 +256,21 @@ def turn(session: Session, prompt: str, name: str) -> None:
                 seen[f"write {path}"] = "ok"
             except OSError as exc:
                 seen[f"write {path}"] = type(exc).__name__
+        result(session, json.dumps(seen))
+    elif name == "fetch":  # the network, as the harness reaches its provider: via the proxy
+        import urllib.request
+
+        for name in ("NO_PROXY", "no_proxy"):  # even localhost goes through the proxy here
+            os.environ.pop(name, None)
+        proxy = urllib.request.ProxyHandler({"http": os.environ.get("HTTP_PROXY", "")})
+        opener = urllib.request.build_opener(proxy)
+        seen = {}
+        for url in json.loads(prompt):
+            try:
+                with opener.open(url, timeout=10) as response:
+                    seen[url] = response.read().decode()
+            except Exception as exc:  # any failure is the answer here
+                seen[url] = f"{type(exc).__name__}: {exc}"
         result(session, json.dumps(seen))
     elif name == "crash":
         print("fatal: the fake crashed", file=sys.stderr)

@@ -35,6 +35,7 @@ from atlas.executors.base import (
 )
 from atlas.executors.registry import ExecutorSet
 from atlas.home import Home
+from atlas.sandbox.proxy import stop_proxies
 from tests.helpers import BASE_CONFIG, make_home
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
@@ -60,6 +61,10 @@ enabled = true
 binary = "{FAKES / "fake_claude.py"}"
 accounts = {{ main = "{folders["claude-main"]}", work = "{folders["claude-work"]}" }}
 folders = {{ "{folders["project"]}" = "work" }}
+allowed_domains = ["localhost"]  # stands in for the provider's hosts (tests: no internet)
+
+[web]
+allow_private = ["127.0.0.1/32"]  # lets the proxy's address fence reach the fake provider
 
 [executors.codex]
 enabled = true
@@ -71,8 +76,9 @@ accounts = {{ main = "{folders["codex-main"]}", work = "{folders["codex-work"]}"
 
 
 @pytest.fixture
-def executors(home: Home) -> ExecutorSet:
-    return ExecutorSet.for_home(home)
+async def executors(home: Home) -> AsyncIterator[ExecutorSet]:
+    yield ExecutorSet.for_home(home)
+    await stop_proxies()
 
 
 async def start(
@@ -457,3 +463,34 @@ async def test_a_steer_queued_behind_a_failed_run_is_not_sent_into_a_resume(
     events = await collect(instance.events())
     assert [type(e) for e in events] == [SessionStarted, Failure]
     assert list(instance.queued) == ["and then this"]  # kept for whoever resumes it
+
+
+@pytest.fixture
+async def provider() -> AsyncIterator[int]:
+    """A fake provider on 127.0.0.1, reached as `localhost` (the executor's allowed host)."""
+    from aiohttp import web
+
+    async def hello(request: web.Request) -> web.Response:
+        return web.Response(text=f"provider at {request.host}")
+
+    app = web.Application()
+    app.router.add_get("/", hello)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    yield runner.addresses[0][1]
+    await runner.cleanup()
+
+
+@pytest.mark.skipif(shutil.which("socat") is None, reason="socat bridges the proxy in")
+async def test_the_harness_reaches_its_hosts_through_the_proxy_and_nothing_else(
+    executors: ExecutorSet, folders: dict[str, Path], provider: int
+) -> None:
+    allowed, other = f"http://localhost:{provider}/", f"http://127.0.0.1:{provider}/"
+    urls = json.dumps([allowed, other])
+    instance = await start(executors, "claude-code", folders["project"], urls, "fetch")
+    result = (await collect(instance.events()))[-1]
+    assert isinstance(result, Result), result
+    seen = json.loads(result.text)
+    assert seen[allowed] == f"provider at localhost:{provider}"  # its host: no question
+    assert "403" in seen[other]  # any other host: asked of nobody here, so refused
