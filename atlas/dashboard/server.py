@@ -124,7 +124,11 @@ def dashboard_listen(home: Home) -> Listen | None:
     """Where `atlas run` serves the dashboard; None when it is off. Raises ConfigError for an
     address beyond loopback without allow_remote: the daemon stops before starting anything."""
     settings = home.settings.dashboard
-    return listen_of(settings, home.config_path) if settings.enabled else None
+    if not settings.enabled:
+        return None
+    listen = listen_of(settings, home.config_path)
+    read_secret(home.root)  # made if missing; one others may read is refused now, not later
+    return listen
 
 
 async def start_dashboard(

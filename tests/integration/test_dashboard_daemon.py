@@ -136,3 +136,15 @@ async def test_a_person_logs_in_through_the_link_and_searches_in_chromium(
             await expect(again.get_by_role("alert")).to_contain_text("does not work")
         finally:
             await browser.close()
+
+
+async def test_a_secret_others_may_read_stops_the_start(home_path: Path) -> None:
+    from atlas.dashboard.auth import ensure_secret, secret_path
+    from atlas.errors import AtlasError
+
+    home = make_home(home_path)
+    ensure_secret(home.root)
+    secret_path(home.root).chmod(0o644)
+    with pytest.raises(AtlasError, match="chmod 600"):
+        await serve(home, stop=asyncio.Event())
+    assert not (home_path / "atlas.db").exists()  # nothing started
