@@ -112,7 +112,9 @@ def _entries(lines: Iterator[str]) -> Iterator[tuple[str, str, str | None, datet
         except ValueError:
             continue
         if not isinstance(line, dict) or line.get("type") not in ("user", "assistant"):
-            continue
+            continue  # queue operations, attachments, summaries
+        if line.get("isMeta"):
+            continue  # what Claude Code adds itself (caveats, command output)
         at = _time(line.get("timestamp"))
         content = (line.get("message") or {}).get("content")
         role = line["type"]

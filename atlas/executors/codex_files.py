@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 AUTH_CLAIMS = "https://api.openai.com/auth"
+# What Codex itself puts in a user message (`<environment_context>...</environment_context>`,
+# `<user_instructions>`...): not what the person or Atlas wrote.
+INJECTED = re.compile(r"\s*<([a-z_ -]+)>.*</\1>\s*", re.DOTALL)
 TAIL_BYTES = 256 * 1024  # the end of the newest log is enough to find its last token_count
 
 
@@ -87,7 +90,7 @@ def _entries(lines: Iterator[str]) -> Iterator[tuple[str, str, str | None, datet
         kind = payload.get("type")
         if kind == "message" and payload.get("role") in ("user", "assistant"):
             text = _message_text(payload.get("content"))
-            if text:
+            if text and not INJECTED.fullmatch(text):
                 yield str(payload["role"]), text, None, at
         elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
             arguments = payload.get("arguments") or payload.get("input") or payload.get("action")

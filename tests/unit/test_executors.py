@@ -348,3 +348,98 @@ def test_claude_argv_resumes_and_takes_the_permission_mode(tmp_path: Path) -> No
     )  # type: ignore[arg-type]
     assert codex.run_argv("x", "t-1")[:3] == ["codex", "exec", "resume"]
     assert codex.run_argv("x", "t-1")[-2:] == ["t-1", "-"]
+
+
+def test_session_logs_as_the_real_harnesses_write_them(tmp_path: Path) -> None:
+    """Lines shaped as claude 2.1.197 and codex 0.171.0 wrote them (shortened): only what the
+    person, Atlas and the model said is read back, not the harness's own additions."""
+    from atlas.executors import claude_files, codex_files
+
+    folder = Path("/tmp/proj")
+    claude_lines = [
+        {"type": "queue-operation", "operation": "enqueue", "content": "say hi"},
+        {
+            "type": "user",
+            "message": {"role": "user", "content": "say hi"},
+            "timestamp": "2026-12-04T09:23:09.097Z",
+        },
+        {
+            "type": "attachment",
+            "attachment": {"type": "skill_listing", "content": "- deep-research"},
+        },
+        {
+            "type": "user",
+            "isMeta": True,
+            "message": {"role": "user", "content": "<local-command-caveat>"},
+        },
+        {
+            "type": "assistant",
+            "message": {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "hi"},
+                    {"type": "tool_use", "name": "Bash", "input": {"command": "ls"}},
+                ],
+            },
+        },
+        {"type": "last-prompt", "lastPrompt": "say hi"},
+    ]
+    log_file = tmp_path / "claude" / "projects" / "-tmp-proj" / "s-1.jsonl"
+    log_file.parent.mkdir(parents=True)
+    log_file.write_text("\n".join(json.dumps(line) for line in claude_lines) + "\n")
+    log = claude_files.session_log(tmp_path / "claude", "s-1", folder)
+    assert [(e.role, e.tool, e.text) for e in log.entries] == [
+        ("user", None, "say hi"),
+        ("assistant", None, "hi"),
+        ("tool", "Bash", '{"command": "ls"}'),
+    ]
+    assert log.entries[0].at == datetime(2026, 12, 4, 9, 23, 9, 97000, tzinfo=UTC)
+
+    def item(payload: dict) -> str:
+        return json.dumps(
+            {"timestamp": "2026-12-04T09:20:56.080Z", "type": "response_item", "payload": payload}
+        )
+
+    codex_lines = [
+        json.dumps({"type": "session_meta", "payload": {"id": "t-1", "cwd": "/tmp/proj"}}),
+        item(
+            {
+                "type": "message",
+                "role": "developer",
+                "content": [{"type": "input_text", "text": "You are Codex"}],
+            }
+        ),
+        item(
+            {
+                "type": "message",
+                "role": "user",
+                "content": [
+                    {
+                        "type": "input_text",
+                        "text": "<environment_context>\n  <cwd>/tmp/proj</cwd>\n</environment_context>",
+                    }
+                ],
+            }
+        ),
+        item(
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "say hi"}],
+            }
+        ),
+        json.dumps({"type": "event_msg", "payload": {"type": "task_started"}}),
+    ]
+    rollout = (
+        tmp_path
+        / "codex"
+        / "sessions"
+        / "2026"
+        / "12"
+        / "04"
+        / "rollout-2026-12-04T09-20-55-t-1.jsonl"
+    )
+    rollout.parent.mkdir(parents=True)
+    rollout.write_text("\n".join(codex_lines) + "\n")
+    log = codex_files.session_log(tmp_path / "codex", "t-1")
+    assert [(e.role, e.text) for e in log.entries] == [("user", "say hi")]
