@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from atlas.dashboard.app import SESSION_COOKIE, build_app
-from atlas.dashboard.auth import Signer, read_secret
+from atlas.dashboard.app import build_app
+from atlas.dashboard.auth import SESSION_COOKIE, Signer, read_secret
 from atlas.dashboard.context import Dashboard
 from atlas.home import Bot, Home, init_home
 from atlas.store.conversations import ConversationStore

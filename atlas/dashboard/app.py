@@ -18,12 +18,13 @@ from pathlib import Path
 
 from aiohttp import web
 
-from atlas.dashboard.auth import Session
-from atlas.dashboard.context import DASHBOARD, Dashboard, dashboard_of
+from atlas.dashboard import login
+from atlas.dashboard.auth import SESSION_COOKIE
+from atlas.dashboard.context import DASHBOARD, NAV, SESSION, Dashboard, dashboard_of
+from atlas.dashboard.pages import PAGES
 
 log = logging.getLogger(__name__)
 
-SESSION_COOKIE = "atlas_session"
 STATIC = Path(__file__).parent / "static"
 OPEN_PATHS = ("/login", "/static/")  # reachable without a session
 CSP = (
@@ -31,7 +32,6 @@ CSP = (
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; "
     "object-src 'none'"
 )
-SESSION = web.RequestKey("session", Session)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -91,11 +91,9 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 def build_app(dashboard: Dashboard) -> web.Application:
-    from atlas.dashboard import login
-    from atlas.dashboard.pages import PAGES
-
     app = web.Application(middlewares=[guard], client_max_size=256 * 1024)
     app[DASHBOARD] = dashboard
+    app[NAV] = [(page.title, page.path) for page in PAGES]
     app.on_response_prepare.append(_security_headers)
     login.setup(app.router)
     for page in PAGES:

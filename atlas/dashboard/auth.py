@@ -25,6 +25,7 @@ from pathlib import Path
 from atlas.errors import AtlasError
 from atlas.locks import held
 
+SESSION_COOKIE = "atlas_session"
 LINK_MINUTES = 10
 SESSION_DAYS = 7
 SECRET_BYTES = 32

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 from aiohttp import web
 
-from atlas.dashboard.auth import Signer
+from atlas.dashboard.auth import Session, Signer
 
 if TYPE_CHECKING:
     from atlas.channels.supervisor import ChannelHealth
@@ -53,6 +53,8 @@ class Dashboard:
 
 
 DASHBOARD = web.AppKey("dashboard", Dashboard)
+NAV = web.AppKey("nav", list[tuple[str, str]])  # (title, path) of each page, in order
+SESSION = web.RequestKey("session", Session)  # set by the app's guard for a logged-in request
 
 
 def dashboard_of(request: web.Request) -> Dashboard:

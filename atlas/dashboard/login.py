@@ -11,8 +11,7 @@ import logging
 
 from aiohttp import web
 
-from atlas.dashboard.app import SESSION_COOKIE
-from atlas.dashboard.auth import SESSION_DAYS, use_login_token
+from atlas.dashboard.auth import SESSION_COOKIE, SESSION_DAYS, use_login_token
 from atlas.dashboard.context import dashboard_of
 from atlas.dashboard.render import render, see_other
 

@@ -12,7 +12,7 @@ import jinja2
 from aiohttp import web
 from markupsafe import Markup, escape
 
-from atlas.dashboard.context import dashboard_of
+from atlas.dashboard.context import NAV, SESSION, dashboard_of
 
 _MARKED = re.compile(r"\*\*(.+?)\*\*", re.S)
 
@@ -53,15 +53,11 @@ def environment() -> jinja2.Environment:
 
 
 def render(request: web.Request, template: str, status: int = 200, **values: Any) -> web.Response:
-    from atlas.dashboard.pages import nav_entries
-
     dashboard = dashboard_of(request)
-    from atlas.dashboard.app import SESSION
-
     session = request.get(SESSION)
     zone = dashboard.zone
     page = {
-        "nav": nav_entries(),
+        "nav": request.app[NAV],
         "path": request.path,
         "csrf": dashboard.signer.csrf_token(session) if session else "",
         "zone": dashboard.home.settings.timezone,

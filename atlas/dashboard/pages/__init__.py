@@ -9,7 +9,3 @@ from atlas.dashboard.page import Page
 from atlas.dashboard.pages import conversations, home, trust, usage
 
 PAGES: list[Page] = [home.PAGE, conversations.PAGE, trust.PAGE, usage.PAGE]
-
-
-def nav_entries() -> list[tuple[str, str]]:
-    return [(page.title, page.path) for page in PAGES]
