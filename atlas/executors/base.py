@@ -295,8 +295,20 @@ class Executor(abc.ABC):
 
     @abc.abstractmethod
     async def start(self, task: TaskSpec) -> ExecutorInstance:
-        """Start (or, with task.session_id, resume) a task. Raises ExecutorError (no binary,
-        no sandbox: fail closed)."""
+        """The task's instance (with task.session_id: resuming that session). Raises
+        ExecutorError for a wrong account or a binary not found; the harness itself starts when
+        `events()` is first iterated, which raises ExecutorError where it cannot (no sandbox,
+        no socat, no folder: fail closed)."""
+
+    def check_binary(self) -> None:
+        """Raises ExecutorError naming the fix when the harness's binary is not found."""
+        import shutil
+
+        if shutil.which(self.binary) is None:
+            raise ExecutorError(
+                f"{self.name}: {self.binary!r} is not found (install it, or set binary under "
+                f"[executors.{self.name}] in config.toml; docs/executors.md)"
+            )
 
     @abc.abstractmethod
     def version_argv(self) -> list[str]:

@@ -284,6 +284,7 @@ class ClaudeCodeExecutor(Executor):
     async def start(self, task: TaskSpec) -> ExecutorInstance:
         if task.account.executor != self.name:
             raise ExecutorError(f"{task.account.target} is not an account of {self.name}")
+        self.check_binary()
         # The binary is the person's to update, not a task's.
         env = {"DISABLE_AUTOUPDATER": "1", **self.account_env(task.account)}
         paths = claude_files.account_paths(task.account.config_dir)

@@ -222,6 +222,7 @@ class CodexExecutor(Executor):
     async def start(self, task: TaskSpec) -> ExecutorInstance:
         if task.account.executor != self.name:
             raise ExecutorError(f"{task.account.target} is not an account of {self.name}")
+        self.check_binary()
         env = self.account_env(task.account)
         hosts = (*self.provider_hosts, *self.settings.allowed_domains)
         return CodexInstance(

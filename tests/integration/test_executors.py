@@ -494,3 +494,16 @@ async def test_the_harness_reaches_its_hosts_through_the_proxy_and_nothing_else(
     seen = json.loads(result.text)
     assert seen[allowed] == f"provider at localhost:{provider}"  # its host: no question
     assert "403" in seen[other]  # any other host: asked of nobody here, so refused
+
+
+async def test_a_binary_not_found_is_refused_at_start_with_the_fix(
+    home: Home, folders: dict[str, Path]
+) -> None:
+    from atlas.config import ExecutorSettings
+    from atlas.executors.claude_code import ClaudeCodeExecutor
+
+    executors = ExecutorSet.for_home(home)
+    settings = ExecutorSettings(enabled=True, binary=str(folders["project"] / "no-claude"))
+    executor = ClaudeCodeExecutor(settings, executors.launcher)
+    with pytest.raises(ExecutorError, match=r"no-claude' is not found .*\[executors.claude-code\]"):
+        await executor.start(TaskSpec(folders["project"], "x", executor.account()))
