@@ -97,6 +97,7 @@ class AgentSettings(Strict):
     subagent_seconds: float = Field(900.0, gt=0)  # wall time of one subagent, steering included
     summary_chars: int = Field(6000, ge=1000, le=200_000)  # a longer result is spilled to a file
     reply_seconds: float = Field(1800.0, gt=0)  # how long message_agent waits for a reply
+    ask_parent_seconds: float = Field(300.0, gt=0)  # how long a subagent's question waits
 
 
 class McpSettings(Strict):

@@ -8,7 +8,9 @@ new is stored; one turn then answers everything that arrived since the last one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -375,6 +377,19 @@ class Dispatcher:
         except AtlasError as exc:
             return Detached(conversation.id, None, str(exc))
         return Detached(conversation.id, outcome, None)
+
+    @contextlib.asynccontextmanager
+    async def slot_lent(self) -> AsyncIterator[None]:
+        """A detached run that waits on another conversation (a subagent's ask_parent) lends
+        its turn slot meanwhile: with every slot taken, the conversation it waits on could
+        never run to answer it."""
+        self._limit.release()
+        try:
+            yield
+        finally:
+            # Shielded: a cancel here still takes the slot back (when one frees), so the
+            # caller's `async with` giving it back once more leaves the count as it was.
+            await asyncio.shield(self._limit.acquire())
 
     async def _review(self, address: Address, conversation_id: int) -> None:
         """The background review of a conversation gone quiet (atlas/agent/review.py)."""

@@ -10,6 +10,12 @@ Steering: the message is kept, the subagent's current run is cancelled (its mode
 call is cut short; the next run's history repair marks it interrupted), and the same
 conversation goes on with the message as a new user message. So a steer takes effect at once,
 not at the end of a round: the loop has no hook between rounds.
+
+Questions: a subagent's ask_parent puts its question into the parent conversation as a notice
+(a turn there), and waits on a future that the parent's `delegate action=answer` resolves, up
+to `[agents] ask_parent_seconds`. While it waits, its run lends its turn slot back
+(Dispatcher.slot_lent), so the parent's turn can run even when every slot is taken. A parent
+that waits for its subagents (a routine's delegate) cannot answer: the question ends at once.
 """
 
 from __future__ import annotations
@@ -21,9 +27,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from atlas.agent.spill import spill
+from atlas.errors import ToolError
 from atlas.providers.base import Usage
 from atlas.store.db import utc_now_iso
 from atlas.tools.registry import Notifier, RunContext
+from atlas.tools.services import ParentAnswer
 
 if TYPE_CHECKING:
     from atlas.dispatch import Detached, Dispatcher
@@ -35,9 +43,10 @@ ENDED = ("done", "failed", "stopped")
 
 SUBAGENT_PROMPT = """\
 You are a subagent: another agent handed you one task. You know only what is written below;
-nobody can answer questions and nobody reads your messages until you finish. Work on your own
-with your tools, then answer with a complete, self-contained report of what you found or did,
-with the facts, names, numbers and paths the other agent needs. That answer is all it sees.
+nobody reads your messages until you finish. Work on your own with your tools; only when you
+cannot go on without a decision or a fact that only it has, ask it with ask_parent. Then answer
+with a complete, self-contained report of what you found or did, with the facts, names,
+numbers and paths the other agent needs. That answer is all it sees.
 
 # Goal
 {goal}
@@ -46,6 +55,13 @@ with the facts, names, numbers and paths the other agent needs. That answer is a
 {context}"""
 
 STEER_PREFIX = "[A message from the agent that started you; take it into account now]\n"
+
+QUESTION_NOTICE = """\
+Subagent {sub} asks you (question {question}); it waits up to {seconds:g} s for your answer.
+Its task: {goal}
+Its question: {text}
+Answer with delegate action=answer, subagent_id={sub} and your answer as message. If only the
+user knows, ask them with ask_user first. Without an answer in time it goes on without one."""
 
 
 def new_id(prefix: str) -> str:
@@ -71,6 +87,17 @@ class Subagent:
     stop_reason: str | None = None
     task: asyncio.Task[None] | None = None
     current: asyncio.Task[Detached] | None = None  # the run in flight
+    # Where its questions go: the parent's notices; None while the parent waits for it.
+    ask_parent_via: Notifier | None = None
+    question: ParentQuestion | None = None  # the question waiting for the parent's answer
+    last_question: str = ""  # how the previous question ended, for an answer that comes late
+
+
+@dataclass
+class ParentQuestion:
+    id: str
+    text: str
+    answer: asyncio.Future[str]
 
 
 @dataclass
@@ -150,6 +177,9 @@ class SubagentManager:
 
     def notify_when_done(self, batch: Batch, notify: Notifier) -> None:
         """One notice with every summary, when the batch's last subagent ends."""
+
+        for sub in batch.subagents:  # a parent that is notified can take questions too
+            sub.ask_parent_via = notify
 
         async def report() -> None:
             await self.wait(batch)
@@ -291,6 +321,74 @@ class SubagentManager:
 
     def stop(self, sub: Subagent, reason: str) -> None:
         self._cancel(sub, reason)
+
+    # ---- questions to the parent -------------------------------------------------------------
+
+    async def ask_parent(self, run: RunContext, question: str) -> ParentAnswer:
+        sub = await self._asking(run)
+        if sub is None:
+            return ParentAnswer(None, "this run is not a subagent that Atlas is running now")
+        if sub.ask_parent_via is None:
+            return ParentAnswer(
+                None,
+                "the agent that started you waits for your result and cannot answer meanwhile",
+            )
+        if sub.question is not None:
+            return ParentAnswer(None, f"your question {sub.question.id} is still waiting")
+        seconds = self.home.settings.agents.ask_parent_seconds
+        asked = ParentQuestion(new_id("q"), question, asyncio.get_running_loop().create_future())
+        notice = QUESTION_NOTICE.format(
+            sub=sub.id,
+            question=asked.id,
+            seconds=seconds,
+            goal=_first_line(sub.goal),
+            text=question,
+        )
+        sub.question, sub.status = asked, "asking"
+        how = "cut short (a steer or a stop)"
+        try:
+            try:
+                await sub.ask_parent_via(notice)
+            except Exception as exc:  # its conversation is gone, or cannot be written to
+                log.warning(
+                    "subagent %s: its question could not be delivered", sub.id, exc_info=True
+                )
+                how = f"your question could not reach the agent that started you ({exc})"
+                return ParentAnswer(None, how, asked.id)
+            try:
+                async with self.dispatcher.slot_lent(), asyncio.timeout(seconds):
+                    answer = await asked.answer
+            except TimeoutError:
+                how = f"nobody answered within {seconds:g} s"
+                return ParentAnswer(None, how, asked.id)
+            how = "answered"
+            return ParentAnswer(answer, "", asked.id)
+        finally:
+            sub.question, sub.last_question = None, f"{asked.id} ended: {how}"
+            if sub.status == "asking":
+                sub.status = "running"
+
+    def answer(self, sub: Subagent, message: str) -> str:
+        asked = sub.question
+        if asked is None or asked.answer.done():
+            late = f" (its question {sub.last_question})" if sub.last_question else ""
+            raise ToolError(
+                f"subagent {sub.id} has no open question{late}; to tell it something now, "
+                "use action=steer"
+            )
+        asked.answer.set_result(message)
+        return asked.id
+
+    async def _asking(self, run: RunContext) -> Subagent | None:
+        """The subagent whose run this is: its conversation is `subagent:<id>`."""
+        if run.run_kind != "subagent":
+            return None
+        store = await self.dispatcher.runtime.store(run.bot)
+        conversation = await store.get_conversation(run.conversation_id)
+        if conversation is None or not conversation.chat.startswith("subagent:"):
+            return None
+        sub = self._subagents.get(conversation.chat.removeprefix("subagent:"))
+        return sub if sub is not None and sub.bot == run.bot.name else None
 
     def _cancel(self, sub: Subagent, reason: str) -> None:
         if sub.task and not sub.task.done():

@@ -17,6 +17,7 @@ def builtin_tools(tool_search: Sequence[Tool]) -> list[Tool]:
     """Always-on tools first; deferred ones (sent only once loaded) are marked as such."""
     from atlas.tools.agents import AGENT_TOOLS
     from atlas.tools.ask import ASK_TOOLS
+    from atlas.tools.ask_parent import ASK_PARENT_TOOLS
     from atlas.tools.attach import ATTACH_TOOLS
     from atlas.tools.browser import BROWSER_TOOLS
     from atlas.tools.conversations import CONVERSATION_TOOLS
@@ -38,6 +39,7 @@ def builtin_tools(tool_search: Sequence[Tool]) -> list[Tool]:
         *MEMORY_TOOLS,
         *SKILL_TOOLS,
         *ASK_TOOLS,
+        *ASK_PARENT_TOOLS,
         *DELEGATE_TOOLS,
         *AGENT_TOOLS,
         *tool_search,

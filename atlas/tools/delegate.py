@@ -98,7 +98,7 @@ async def _find(run: RunContext, subagent_id: str | None):  # type: ignore[no-un
 async def delegate(
     run: RunContext,
     tasks: Annotated[list[SubagentTask] | None, Field(max_length=MAX_TASKS)] = None,
-    action: Literal["spawn", "list", "steer", "stop"] = "spawn",
+    action: Literal["spawn", "list", "steer", "stop", "answer"] = "spawn",
     subagent_id: str | None = None,
     message: Annotated[str | None, Field(max_length=4000)] = None,
 ) -> str:
@@ -107,13 +107,18 @@ async def delegate(
     conversation: give each task a goal and all the context it needs. In a chat this returns
     at once and all results arrive together as one notice; in a routine it waits for them.
     action list: your subagents; steer: send subagent_id a message; stop: end subagent_id
-    (message: why)."""
+    (message: why); answer: message answers subagent_id's question (it asks in a notice)."""
     if action == "spawn":
         parsed = [SubagentTask.model_validate(t) for t in tasks] if tasks else None
         return await _spawn(run, parsed)
     if action == "list":
         return await _list(run)
     manager, sub = await _find(run, subagent_id)
+    if action == "answer":
+        if not message or not message.strip():
+            raise ToolError("answer needs a `message`: your answer to the subagent's question")
+        question = manager.answer(sub, message.strip())
+        return f"Answered {sub.id}'s question {question}; it goes on with your answer now."
     if action == "steer":
         if not message or not message.strip():
             raise ToolError("steer needs a `message` for the subagent")

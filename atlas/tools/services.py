@@ -11,6 +11,7 @@ into every RunContext it makes. `run.services is None`: no dispatcher runs aroun
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -40,6 +41,15 @@ class BatchView(Protocol):
     def report(self) -> str: ...
 
 
+@dataclass(frozen=True)
+class ParentAnswer:
+    """How a subagent's ask_parent ended: the parent's answer, or None and why there is none."""
+
+    answer: str | None
+    why: str = ""
+    question_id: str = ""
+
+
 BatchT = TypeVar("BatchT", bound=BatchView)
 SubagentT = TypeVar("SubagentT", bound=SubagentView)
 
@@ -55,6 +65,14 @@ class Subagents(Protocol[BatchT, SubagentT]):
     async def delegation(self, subagent_id: str) -> dict[str, Any] | None: ...
     def steer(self, sub: SubagentT, message: str) -> None: ...
     def stop(self, sub: SubagentT, reason: str) -> None: ...
+    async def ask_parent(self, run: RunContext, question: str) -> ParentAnswer:
+        """Put a subagent run's question to the conversation that started it; wait for the
+        answer (delegate action=answer) up to [agents] ask_parent_seconds."""
+        ...
+
+    def answer(self, sub: SubagentT, message: str) -> str:
+        """Answer the subagent's open question; its id. ToolError when none is open."""
+        ...
 
 
 class Routines(Protocol):

@@ -143,3 +143,14 @@ def test_browser_exec_needs_a_browser_found_or_named(
     named = make_home(tmp_path / "named", config=config + '\n[browser]\nchrome = "/no/such"\n')
     reason = tool.unavailable_reason(run_context(named))
     assert reason and '[browser] chrome = "/no/such"' in reason
+
+
+def test_ask_parent_is_for_subagents_only_in_the_table_and_the_code(everything_home: Home) -> None:
+    """Issue 21 item 11: ask_parent is given to subagents only, and says why to the others."""
+    row = table_rows(DOC.read_text(encoding="utf-8"))["ask_parent"]
+    assert [row[kind] for kind in RUN_KINDS] == ["no", "no", "no", "yes"]
+    ask_parent = full_registry().get("ask_parent")
+    assert ask_parent.unavailable_reason(run_context(everything_home, kind="subagent")) is None
+    for kind in RUN_KINDS[:3]:
+        reason = ask_parent.unavailable_reason(run_context(everything_home, kind=kind))
+        assert reason and "only for subagents" in reason, kind
