@@ -314,3 +314,16 @@ async def test_init_makes_the_secret_and_atlas_dashboard_prints_a_link_that_logs
     token = re.search(r"/login\?token=(\S+)", printed).group(1)  # type: ignore[union-attr]
     answer = await rig.client.post("/login", data={"token": token}, allow_redirects=False)
     assert answer.status == 303
+
+
+def test_cost_counts_cached_input_at_its_own_price_and_unpriced_models_as_unknown() -> None:
+    from atlas.dashboard.pages.usage import DayUsage, _day_cost, cost_of
+    from atlas.dashboard.queries import UsageRow
+
+    prices = {"fake/test-model": [1.0, 2.0, 0.5]}
+    row = UsageRow("2026-12-04T09", "fake/test-model", 2_000_000, 100_000, 1_000_000)
+    assert cost_of(row, prices) == pytest.approx(1.0 + 0.5 + 0.2)
+    assert cost_of(row, {"fake/test-model": [1.0, 2.0]}) == pytest.approx(2.0 + 0.2)
+    assert cost_of(UsageRow("h", "other/model", 10, 10, 0), prices) is None
+    assert _day_cost([DayUsage(cost=1.5), None, DayUsage(cost=0.5)]) == 2.0
+    assert _day_cost([DayUsage(cost=1.5), DayUsage(priced=False)]) is None

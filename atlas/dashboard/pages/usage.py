@@ -72,6 +72,12 @@ async def usage_by_day(dashboard: Dashboard, first: date) -> dict[str, dict[date
     return days
 
 
+def _day_cost(usages: list[DayUsage | None]) -> float | None:
+    """The day's cost over every bot; None when a model used that day has no price."""
+    used = [u for u in usages if u is not None]
+    return sum(u.cost for u in used) if all(u.priced for u in used) else None
+
+
 async def usage_page(request: web.Request) -> web.Response:
     dashboard = dashboard_of(request)
     span = int(request.query.get("days", "30")) if request.query.get("days", "").isdigit() else 30
@@ -84,7 +90,12 @@ async def usage_page(request: web.Request) -> web.Response:
     tokens = Bars(labels, {b: [float(days[b].get(d, empty).tokens) for d in dates] for b in days})
     costs = Bars(labels, {b: [days[b].get(d, empty).cost for d in dates] for b in days}, unit="USD")
     has_cost = any(any(v > 0 for v in values) for values in costs.series.values())
-    table = [(d, b, days[b][d]) for d in reversed(dates) for b in days if d in days[b]]
+    # One row a day (newest first), a cell a bot; the day's cost over every bot.
+    table = [
+        (d, [days[b].get(d) for b in days], _day_cost([days[b].get(d) for b in days]))
+        for d in reversed(dates)
+        if any(d in days[b] for b in days)
+    ]
     return render(
         request,
         "usage.html",

@@ -1,0 +1,133 @@
+"""Screenshots of every dashboard page, for docs/dashboard.md, taken in the system Chromium.
+
+    uv run python scripts/dashboard_screenshots.py [--out docs/images] [--chrome /usr/bin/chromium]
+
+Builds a small home like scripts/bench_dashboard.py's (3 bots, 3,000 messages, a routine, gate
+decisions, a channel up and one reconnecting, an approval waiting), serves the dashboard on a
+free loopback port, logs in through a one-time link as a person would, and saves each page at a
+desktop size (1200 x 800) as `dashboard-<page>.png`, and Home, a conversation and Usage at a
+phone's (390 x 844) as `dashboard-<page>-phone.png`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from aiohttp import web
+
+from atlas.channels.supervisor import ChannelHealth
+from atlas.dashboard.app import build_app
+from atlas.dashboard.auth import Signer, issue_login_token, read_secret
+from atlas.dashboard.context import Dashboard
+from atlas.home import Bot
+from atlas.routines.store import RoutineStore
+from atlas.store.conversations import ConversationStore
+from atlas.store.home_db import HomeStore
+from atlas.tools.registry import ConversationState
+from scripts.bench_dashboard import fill_decisions, fill_store, make_big_home
+
+PAGES = {
+    "home": "/",
+    "conversations": "/conversations?bot=atlas",
+    "search": "/conversations?q=quartzite",
+    "conversation": "/conversations/atlas/5",
+    "trust": "/trust",
+    "usage": "/usage?days=30",
+}
+
+PHONE_PAGES = ("home", "conversation", "usage")
+
+
+async def shoot(out: Path, chrome: str, root: Path) -> list[Path]:
+    import random
+
+    from playwright.async_api import async_playwright
+
+    home = make_big_home(root, 3)
+    rng = random.Random(7)
+    stores: dict[str, ConversationStore] = {}
+    for name, bot in home.bots.items():
+        stores[name] = await fill_store(bot, 1000, rng, 0)
+    audit = HomeStore(home.db_path)
+    await fill_decisions(audit, list(home.bots), rng)
+    routines = RoutineStore(audit)
+    await routines.create("atlas", "morning-brief", "Brief me", "weekdays at 8am", None)
+    await routines.create("bot1", "backup-check", "Check backups", "every 6 hours", None)
+    healths = {"telegram:atlas": ChannelHealth("telegram:atlas"), "slack:bot1": ChannelHealth("s")}
+    healths["telegram:atlas"].up("polling")
+    healths["slack:bot1"].reconnecting("ClientConnectorError: connection refused; restart 2")
+    waiting = ConversationState()
+    waiting.pending_asks.append("run_command wants to run `git push origin main`. Allow?")
+
+    async def open_store(bot: Bot) -> ConversationStore:
+        return stores[bot.name]
+
+    dashboard = Dashboard(
+        home,
+        open_store,
+        audit,
+        Signer(read_secret(home.root)),
+        channel_health=lambda: healths,
+        conversation_states=lambda: {("atlas", 3): waiting},
+    )
+    runner = web.AppRunner(build_app(dashboard))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    base = f"http://127.0.0.1:{port}"
+    saved = []
+    try:
+        async with async_playwright() as playwright:
+            browser = await playwright.chromium.launch(
+                executable_path=chrome, args=["--no-sandbox", "--disable-gpu"]
+            )
+            for suffix, viewport in (("", (1200, 800)), ("-phone", (390, 844))):
+                context = await browser.new_context(
+                    viewport={"width": viewport[0], "height": viewport[1]},
+                    device_scale_factor=1 if not suffix else 2,
+                )
+                page = await context.new_page()
+                await page.goto(f"{base}/login?token={issue_login_token(home.root)}")
+                await page.get_by_role("button", name="Log in").click()
+                await page.wait_for_url(f"{base}/")
+                for name, path in PAGES.items():
+                    if suffix and name not in PHONE_PAGES:
+                        continue
+                    await page.goto(base + path)
+                    if name == "conversation":
+                        await page.locator("details summary").first.click()
+                    target = out / f"dashboard-{name}{suffix}.png"
+                    await page.screenshot(path=str(target))
+                    saved.append(target)
+                await context.close()
+            await browser.close()
+    finally:
+        await runner.cleanup()
+        for store in stores.values():
+            await store.close()
+        await audit.close()
+    return saved
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="docs/images")
+    parser.add_argument("--chrome", default="/usr/bin/chromium")
+    args = parser.parse_args()
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="atlas-screenshots-") as folder:
+        saved = asyncio.run(shoot(Path(args.out), args.chrome, Path(folder) / "home"))
+    for path in saved:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
