@@ -131,6 +131,7 @@ async def test_the_parent_answers_and_the_subagent_goes_on(tmp_path: Path) -> No
         # The subagent has ask_parent, the parent does not.
         assert "ask_parent" in [t.name for t in model.requests("find a venue")[0].tools]
         assert "ask_parent" not in [t.name for t in model.requests("plan the offsite")[0].tools]
+        assert s.dispatcher._limit._value == 1  # the lent slot came back, once
         model.assert_complete()
     finally:
         await s.close()
@@ -250,6 +251,34 @@ async def test_a_question_that_cannot_reach_the_parent_gets_no_answer(tmp_path: 
         assert got.startswith("No answer: your question could not reach the agent that started")
         assert "conversation 1 no longer exists" in got
         assert "Assumed Lisbon." in reports[0]
+    finally:
+        await s.close()
+
+
+async def test_stopping_atlas_while_a_subagent_waits_stops_it(tmp_path: Path) -> None:
+    model = ConversationModel(
+        {
+            "plan the offsite": [
+                spawn("find a venue"),
+                Reply("A subagent is looking."),
+                Reply("Let me think."),  # the question's turn: no answer yet
+            ],
+            "find a venue": [ask("Which city?")],
+        }
+    )
+    s = Setup(home_with(tmp_path), model, RecordingChannel("test"))
+    try:
+        await s.dispatcher.submit(Inbound(ADDRESS, "plan the offsite"))
+        await eventually(lambda: len(s.channel.texts(ADDRESS)) == 2, what="the question's turn")
+        await s.dispatcher.wait_idle(ADDRESS)
+        manager = s.services.subagents
+        assert [r["status"] for r in await manager.listing(run_context(s.home))] == ["asking"]
+        # The waiting run lent its slot: the only one is free while the parent is idle.
+        assert s.dispatcher._limit._value == 1
+        await s.services.close()  # what stopping the daemon does first
+        row = await s.runtime.audit.delegation(SUB)
+        assert row["status"] == "stopped" and row["reason"] == "Atlas stopped"
+        model.assert_complete()
     finally:
         await s.close()
 
