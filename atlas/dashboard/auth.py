@@ -133,6 +133,11 @@ class Signer:
     def __init__(self, secret: bytes) -> None:
         self._secret = secret
 
+    @property
+    def secret_text(self) -> str:
+        """The secret as stored, for the pages' mask (never shown)."""
+        return self._secret.decode()
+
     def _mac(self, purpose: str, text: str) -> str:
         mac = hmac.new(self._secret, f"{purpose}:{text}".encode(), hashlib.sha256)
         return base64.urlsafe_b64encode(mac.digest()).decode().rstrip("=")

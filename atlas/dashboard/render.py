@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from datetime import datetime
 from functools import cache
@@ -12,7 +13,8 @@ import jinja2
 from aiohttp import web
 from markupsafe import Markup, escape
 
-from atlas.dashboard.context import NAV, SESSION, dashboard_of
+from atlas.dashboard.context import NAV, SESSION, Dashboard, dashboard_of
+from atlas.secrets import MASK, MIN_SECRET_LENGTH, secret_env_names
 
 _MARKED = re.compile(r"\*\*(.+?)\*\*", re.S)
 
@@ -65,7 +67,18 @@ def render(request: web.Request, template: str, status: int = 200, **values: Any
         **values,
     }
     html = environment().get_template(template).render(page)
-    return web.Response(text=html, status=status, content_type="text/html")
+    return web.Response(text=masked(html, dashboard), status=status, content_type="text/html")
+
+
+def masked(html: str, dashboard: Dashboard) -> str:
+    """`html` with every secret value Atlas knows replaced by [secret]: the environment
+    variables the config names as secrets (a message or a tool result may quote one) and the
+    dashboard's own secret, raw or HTML-escaped."""
+    values = {os.environ[n] for n in secret_env_names(dashboard.home) if os.environ.get(n)}
+    values.add(dashboard.signer.secret_text)
+    for value in sorted((v for v in values if len(v) >= MIN_SECRET_LENGTH), key=len, reverse=True):
+        html = html.replace(value, MASK).replace(str(escape(value)), MASK)
+    return html
 
 
 def see_other(location: str) -> web.Response:

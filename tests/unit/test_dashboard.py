@@ -327,3 +327,19 @@ def test_cost_counts_cached_input_at_its_own_price_and_unpriced_models_as_unknow
     assert cost_of(UsageRow("h", "other/model", 10, 10, 0), prices) is None
     assert _day_cost([DayUsage(cost=1.5), None, DayUsage(cost=0.5)]) == 2.0
     assert _day_cost([DayUsage(cost=1.5), DayUsage(priced=False)]) is None
+
+
+async def test_secret_values_quoted_in_a_conversation_are_masked(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = "123456789:AAH-not-a-real-telegram-token"
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", token)  # a variable the config names as a secret
+    key = read_secret(rig.home.root).decode()
+    store = await open_store_for_tests(rig.home.bot("atlas"))
+    conversation = await store.conversation("console", "s", bot="atlas")
+    await store.append(conversation.id, Message("tool", f"TOKEN={token}\nkey {key} zebra"))
+    await rig.log_in()
+    read = await (await rig.client.get(f"/conversations/atlas/{conversation.id}")).text()
+    assert token not in read and key not in read and read.count("[secret]") == 2
+    found = await (await rig.client.get("/conversations?q=zebra")).text()
+    assert key not in found
