@@ -127,7 +127,11 @@ def dashboard_listen(home: Home) -> Listen | None:
     if not settings.enabled:
         return None
     listen = listen_of(settings, home.config_path)
-    read_secret(home.root)  # made if missing; one others may read is refused now, not later
+    try:
+        read_secret(home.root)  # made if missing; one others may read is refused now, not later
+    except OSError as exc:  # a home Atlas cannot write: the daemon runs, without the dashboard
+        log.error("dashboard: off, its secret cannot be made or read: %s", exc)
+        return None
     return listen
 
 
