@@ -52,9 +52,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from atlas.agent.loop import CONTEXT_NOTE
+from atlas.channels.send_errors import MAYBE_LOST as CONNECTION_BROKE
 from atlas.dispatch import TURN_FAILED
 from atlas.recovery import MAYBE_LOST, TOLD
-from atlas.routines.store import TELLING
 from scripts.loadkit import FIRST_CHAT, Daemon, Fakes, bot_name, integrity_problems, machine
 from tests.fakes.load_fakes import TAG, TOOL_MARK
 
@@ -207,7 +207,7 @@ def check(home: Path, fakes: Fakes, run: Run, routine_count: int, end: datetime)
     # The "cut short" and "may not have reached you" notes may rightly go to a chat once per
     # turn they speak for; each is stored before it is sent, so more sent than stored would be
     # one note sent twice.
-    notes = (TOLD, MAYBE_LOST)
+    notes = (TOLD, MAYBE_LOST, CONNECTION_BROKE)
     duplicates = [
         (chat, text)
         for chat, texts in sent_texts.items()
@@ -221,7 +221,12 @@ def check(home: Path, fakes: Fakes, run: Run, routine_count: int, end: datetime)
         failures.append(f"{len(duplicates)} reply(ies) delivered more than once: {duplicates[:3]}")
     # An answer killed while the platform had it may or may not have arrived; it is never sent
     # again, and the person is told so (MAYBE_LOST). One that never arrived is excused by that.
-    excuses = Counter({chat: texts.count(MAYBE_LOST) for chat, texts in sent_texts.items()})
+    excuses = Counter(
+        {
+            chat: texts.count(MAYBE_LOST) + texts.count(CONNECTION_BROKE)
+            for chat, texts in sent_texts.items()
+        }
+    )
     # A kept answer goes out inside a later message (after "An earlier reply could not be
     # delivered"): it arrived when some message to that chat holds it.
     never_arrived = [
@@ -269,6 +274,15 @@ def check(home: Path, fakes: Fakes, run: Run, routine_count: int, end: datetime)
     with contextlib.closing(sqlite3.connect(home / "atlas.db")) as db:
         db.row_factory = sqlite3.Row
         runs = [dict(r) for r in db.execute("SELECT * FROM routine_runs ORDER BY id")]
+    # What each run's target was told goes through the outbox: one row per run, keyed by it.
+    told_rows: dict[int, tuple[str, str]] = {}  # run id -> (kind, state)
+    with contextlib.closing(
+        sqlite3.connect(home / "bots" / bot_name(0) / "conversations.db")
+    ) as db:
+        for key, kind, state in db.execute(
+            "SELECT key, kind, state FROM outbox WHERE key LIKE 'routine-run:%'"
+        ):
+            told_rows[int(key.split(":")[1])] = (kind, state)
     by_name: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in runs:
         by_name[row["name"]].append(row)
@@ -289,21 +303,22 @@ def check(home: Path, fakes: Fakes, run: Run, routine_count: int, end: datetime)
         record = records[-1]
         chat = ROUTINE_CHAT + k
         deliveries = len(sent_texts.get(chat, []))
-        # A kill caught its notice with Telegram: it may have arrived, and is never sent again.
-        telling = record["delivery"].endswith(TELLING)
-        if record["status"] == "ok" and record["delivery"].startswith("maybe; then told"):
-            # Killed while its report was with Telegram: told, not sent again.
-            routine_notes.append(f"{name}: ok, caught while sending, told ({deliveries} sent)")
-            if deliveries not in ((0, 1, 2) if telling else (1, 2)):
-                failures.append(f"routine {name}: caught while sending, {deliveries} sent")
-        elif record["status"] == "ok" and deliveries == 0 and record["owed"]:
-            # An outage outlasted its retries: kept in the store for the next start, not lost.
-            routine_notes.append(f"{name}: ok, its report still owed ({record['delivery']})")
+        kind, state = told_rows.get(record["id"], ("", ""))
+        # A kill caught it with Telegram: it may have arrived, and is never sent again; a
+        # report is followed by a note saying so (a notice of an interrupted run is not).
+        caught = state == "maybe"
+        if caught:
+            routine_notes.append(f"{name}: {kind} caught while sending ({deliveries} sent)")
+            if deliveries not in ((1, 2) if kind == "report" else (0, 1)):
+                failures.append(f"routine {name}: {kind} caught while sending, {deliveries} sent")
+        elif record["status"] == "ok" and deliveries == 0 and state in ("pending", "kept"):
+            # An outage outlasted its retries: kept in the outbox for later, not lost.
+            routine_notes.append(f"{name}: ok, its report still in the outbox ({state})")
         elif record["status"] == "ok" and deliveries != 1:
             failures.append(f"routine {name}: ok but delivered {deliveries} times")
         if record["status"] == "failed":
             routine_notes.append(f"{name}: failed ({record['error']}), reported {deliveries}x")
-            if deliveries == 0 and not telling:
+            if deliveries == 0 and not caught:
                 failures.append(f"routine {name}: {record['error']}, never reported")
         down_at_slot = any(killed < due < restarted for killed, restarted in run.downs)
         if down_at_slot:

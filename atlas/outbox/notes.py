@@ -27,9 +27,12 @@ EARLIER_REPLY = "_(An earlier reply could not be delivered; here it is:)_"
 
 
 def unsure_note(row: OutboxRow, *, restarted: bool) -> str | None:
-    """The note a row that may not have arrived is followed by; None for rows nobody needs
-    told about (a line about a turn, a notice, a question: the turn's own recovery tells)."""
-    if row.kind not in TOLD_WHEN_UNSURE:
+    """The note a row that may not have arrived is followed by: for an answer, a report, or a
+    notice that stands as a conversation's answer (a turn cut short, or such a note itself:
+    the person is told until one surely went). None for rows nobody needs told about (a line
+    about a turn, a routine's notice, a question: the turn's own recovery tells)."""
+    stands_as_answer = row.kind == "notice" and row.message_id is not None
+    if row.kind not in TOLD_WHEN_UNSURE and not stands_as_answer:
         return None
     if not restarted:
         return CONNECTION_BROKE
