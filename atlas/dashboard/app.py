@@ -18,7 +18,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from atlas.dashboard import login
+from atlas.dashboard import events, login
 from atlas.dashboard.auth import SESSION_COOKIE
 from atlas.dashboard.context import DASHBOARD, NAV, SESSION, Dashboard, dashboard_of
 from atlas.dashboard.pages import PAGES
@@ -61,7 +61,9 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
 
 
 def _wants_page(request: web.Request) -> bool:
-    return request.method == "GET" and "HX-Request" not in request.headers
+    """A browser's navigation, not htmx or an EventSource (those get 401, not a login page)."""
+    stream = "text/event-stream" in request.headers.get("Accept", "")
+    return request.method == "GET" and "HX-Request" not in request.headers and not stream
 
 
 @web.middleware
@@ -96,6 +98,7 @@ def build_app(dashboard: Dashboard) -> web.Application:
     app[NAV] = [(page.title, page.path) for page in PAGES]
     app.on_response_prepare.append(_security_headers)
     login.setup(app.router)
+    events.setup(app.router)
     for page in PAGES:
         page.setup(app.router)
     app.router.add_static("/static/", STATIC)

@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 from aiohttp import web
 
 from atlas.dashboard.auth import Session, Signer
+from atlas.dashboard.hub import EventHub
 
 if TYPE_CHECKING:
     from atlas.channels.supervisor import ChannelHealth
@@ -37,6 +38,12 @@ class Dashboard:
     conversation_states: Callable[[], Mapping[tuple[str, int], ConversationState]] = field(
         default=_nothing
     )
+    events: EventHub = field(default_factory=EventHub)  # what makes pages live
+
+    def watch_channels(self) -> None:
+        """Publish `home` whenever a channel's health changes (call once its channels exist)."""
+        for health in self.channel_health().values():
+            health.listen(lambda _name, _health: self.events.publish("home"))
 
     async def store(self, bot: Bot) -> ConversationStore | None:
         """The bot's store; None for a bot that never talked (opening would create its file)."""

@@ -90,6 +90,7 @@ class DashboardServer:
 
     async def stop(self) -> None:
         runner, self._runner = self._runner, None
+        self.dashboard.events.close()  # open event streams end: nothing waits on a browser tab
         if runner is not None:
             url_path(self.dashboard.home.root).unlink(missing_ok=True)
             await runner.cleanup()
@@ -152,6 +153,7 @@ async def start_dashboard(
         channel_health=channel_health,
         conversation_states=runtime.conversation_states,
     )
+    dashboard.watch_channels()
     server = DashboardServer(dashboard, listen)
     try:
         await server.start()

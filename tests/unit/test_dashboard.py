@@ -56,6 +56,7 @@ class Rig:
         self.home, self.client, self.audit = home, client, audit
         self.states: dict[tuple[str, int], ConversationState] = {}
         self.health: dict[str, ChannelHealth] = {}
+        self.dashboard: Dashboard | None = None
 
     async def log_in(self) -> str:
         """Log in through a fresh link; the CSRF token of the session."""
@@ -83,6 +84,7 @@ async def rig(home_path: Path) -> AsyncIterator[Rig]:
     client = TestClient(TestServer(build_app(dashboard), host="127.0.0.1"))
     await client.start_server()
     holder["rig"] = Rig(home, client, audit)
+    holder["rig"].dashboard = dashboard
     yield holder["rig"]
     await client.close()
     await audit.close()
@@ -343,3 +345,29 @@ async def test_secret_values_quoted_in_a_conversation_are_masked(
     assert token not in read and key not in read and read.count("[secret]") == 2
     found = await (await rig.client.get("/conversations?q=zebra")).text()
     assert key not in found
+
+
+async def test_events_tell_home_when_a_channel_changes_and_end_when_the_dashboard_stops(
+    rig: Rig,
+) -> None:
+    import asyncio
+
+    dashboard = rig.dashboard
+    assert dashboard is not None
+    health = rig.health["telegram:atlas"] = ChannelHealth("telegram:atlas")
+    dashboard.watch_channels()
+    sse = {"Accept": "text/event-stream"}  # as EventSource asks
+    assert (await rig.client.get("/events", headers=sse)).status == 401  # no session, no stream
+    await rig.log_in()
+    stream = await rig.client.get("/events", headers=sse)
+    assert stream.headers["Content-Type"] == "text/event-stream"
+    assert await stream.content.readline() == b"retry: 5000\n"
+    await stream.content.readline()
+    await asyncio.sleep(0)  # the handler subscribes
+    health.reconnecting("ConnectionError: refused")
+    line = await asyncio.wait_for(stream.content.readline(), 5)
+    assert line == b"event: home\n"
+    dashboard.events.close()
+    rest = await asyncio.wait_for(stream.content.read(), 5)  # the stream ends
+    assert rest == b"data: home\n\n"
+    assert dashboard.events.streams == 0
