@@ -5,7 +5,8 @@ script or style: htmx is configured by a meta tag), `nosniff`, no framing, no re
 login link's token never leaks in a Referer) and `no-store` on pages. Every request but the
 login page and the static files needs a valid session cookie: a page asked for without one
 redirects to the login page; anything else gets 401. Every POST must carry the session's CSRF
-token (form field `csrf` or header `X-CSRF-Token`), else 403. Without `allow_remote`, a Host
+token (form field `csrf` or header `X-CSRF-Token`), else 403; one whose Origin names another
+site is refused first (403), the login form's too. Without `allow_remote`, a Host
 header that is not a loopback name is refused (a DNS-rebinding page cannot talk to us).
 """
 
@@ -15,6 +16,7 @@ import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -26,6 +28,7 @@ from atlas.dashboard.pages import PAGES
 log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).parent / "static"
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 OPEN_PATHS = ("/login", "/static/")  # reachable without a session
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -66,11 +69,21 @@ def _wants_page(request: web.Request) -> bool:
     return request.method == "GET" and "HX-Request" not in request.headers and not stream
 
 
+def _same_origin(request: web.Request) -> bool:
+    """A browser names the page a POST comes from (Origin); another site's is refused before
+    anything else, the login form's included. Without the header (not a browser), the CSRF
+    token decides."""
+    origin = request.headers.get("Origin")
+    return origin is None or urlsplit(origin).netloc == request.host
+
+
 @web.middleware
 async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     dashboard = dashboard_of(request)
     if not dashboard.home.settings.dashboard.allow_remote and not loopback_host(request.host):
         raise web.HTTPMisdirectedRequest(text="this dashboard answers to loopback names only")
+    if request.method not in SAFE_METHODS and not _same_origin(request):
+        raise web.HTTPForbidden(text="a form from another site may not change anything here")
     if request.path.startswith(OPEN_PATHS):
         return await handler(request)
     session = dashboard.signer.session(request.cookies.get(SESSION_COOKIE))
@@ -79,7 +92,7 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
             raise web.HTTPSeeOther("/login")
         raise web.HTTPUnauthorized(text="log in first: `atlas dashboard` prints a link")
     request[SESSION] = session
-    if request.method not in ("GET", "HEAD", "OPTIONS"):
+    if request.method not in SAFE_METHODS:
         form = await request.post()
         token = request.headers.get("X-CSRF-Token") or form.get("csrf")
         if not dashboard.signer.csrf_ok(session, token if isinstance(token, str) else None):

@@ -371,3 +371,20 @@ async def test_events_tell_home_when_a_channel_changes_and_end_when_the_dashboar
     rest = await asyncio.wait_for(stream.content.read(), 5)  # the stream ends
     assert rest == b"data: home\n\n"
     assert dashboard.events.streams == 0
+
+
+async def test_a_post_from_another_site_is_refused_even_with_the_token(rig: Rig) -> None:
+    csrf = await rig.log_in()
+    foreign = {"Origin": "http://evil.example"}
+    data = {"bot": "atlas", "mode": "auto", "csrf": csrf}
+    answer = await rig.client.post("/trust/mode", data=data, headers=foreign)
+    assert answer.status == 403
+    token = issue_login_token(rig.home.root)
+    login = await rig.client.post("/login", data={"token": token}, headers=foreign)
+    assert login.status == 403
+    assert load_bot_settings(rig.home.bot("atlas").root / "bot.toml").mode == "ask"
+    own = {"Origin": f"http://{rig.client.host}:{rig.client.port}"}
+    answer = await rig.client.post("/trust/mode", data=data, headers=own, allow_redirects=False)
+    assert answer.status == 303
+    home = await (await rig.client.get("/")).text()
+    assert f'hx-headers=\'{{"X-CSRF-Token": "{csrf}"}}\'' in home  # htmx requests carry it
