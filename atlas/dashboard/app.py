@@ -1,13 +1,13 @@
 """The dashboard's aiohttp application: security headers, the login gate, CSRF, pages, static.
 
 Every response carries a Content-Security-Policy that allows only this origin (no inline
-script or style: htmx is configured by a meta tag), `nosniff`, no framing, no referrer (a
-login link's token never leaks in a Referer) and `no-store` on pages. Every request but the
-login page and the static files needs a valid session cookie: a page asked for without one
-redirects to the login page; anything else gets 401. Every POST must carry the session's CSRF
-token (form field `csrf` or header `X-CSRF-Token`), else 403; one whose Origin names another
-site is refused first (403), the login form's too. Without `allow_remote`, a Host
-header that is not a loopback name is refused (a DNS-rebinding page cannot talk to us).
+script or style: htmx is configured by a meta tag), `nosniff`, no framing, referrers to this
+origin only (a login link's token never leaks to another site) and `no-store` on pages. Every
+request but the login page and the static files needs a valid session cookie: a page asked for
+without one redirects to the login page; anything else gets 401. Every POST must carry the
+session's CSRF token (form field `csrf` or header `X-CSRF-Token`), else 403; one whose Origin
+names another site is refused first (403), the login form's too. Without `allow_remote`, a
+Host header that is not a loopback name is refused (a DNS-rebinding page cannot talk to us).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
     headers["Content-Security-Policy"] = CSP
     headers["X-Content-Type-Options"] = "nosniff"
     headers["X-Frame-Options"] = "DENY"
-    headers["Referrer-Policy"] = "no-referrer"
+    headers["Referrer-Policy"] = "same-origin"
     if not request.path.startswith("/static/"):
         headers["Cache-Control"] = "no-store"
 
