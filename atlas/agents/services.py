@@ -15,6 +15,8 @@ from atlas.agents.subagents import SubagentManager, new_id
 from atlas.channels.base import Address
 from atlas.dispatch import Dispatcher
 from atlas.errors import ToolError
+from atlas.executors.task_model import TurnRecord
+from atlas.executors.tasks import ExecutorTasks
 from atlas.home import Bot
 from atlas.routines.scheduler import RoutineScheduler
 from atlas.tools.registry import RunContext, ToolRegistry
@@ -29,6 +31,7 @@ class HomeServices:
         self.dispatcher = dispatcher
         self._subagents: SubagentManager | None = None
         self._routines: RoutineScheduler | None = None
+        self._executors: ExecutorTasks | None = None
 
     def registry(self, bot: Bot) -> ToolRegistry:
         return self.dispatcher.runtime.registry
@@ -39,6 +42,17 @@ class HomeServices:
         if self._subagents is None:
             self._subagents = SubagentManager(self.dispatcher)
         return self._subagents
+
+    @property
+    def executors(self) -> ExecutorTasks | None:
+        """delegate's executor tasks and the workbench, made on first use; None while no
+        installed executor is turned on."""
+        if self._executors is None:
+            home = self.dispatcher.runtime.home
+            if not any(s.enabled for s in home.settings.executors.values()):
+                return None
+            self._executors = ExecutorTasks(home, record=delegation_record(self.dispatcher))
+        return self._executors
 
     @property
     def routines(self) -> RoutineScheduler | None:
@@ -71,6 +85,20 @@ class HomeServices:
         self._routines = None
         if self._subagents is not None:
             await self._subagents.close()
+        if self._executors is not None:
+            await self._executors.close()
+
+
+def delegation_record(dispatcher: Dispatcher) -> TurnRecord | None:
+    """The delegation record in atlas.db (atlas/executors/record.py), where it is installed.
+
+    THE ONE CALL SITE of the record for executor tasks: every turn, steer, question, answer and
+    end goes through the object made here (ExecutorTasks._record)."""
+    try:
+        from atlas.executors.record import DelegationRecord  # type: ignore[import-not-found]
+    except ImportError:  # not there yet: the tasks run unrecorded
+        return None
+    return DelegationRecord(dispatcher.runtime.audit)  # type: ignore[no-any-return]
 
 
 def provide_services(dispatcher: Dispatcher) -> HomeServices:

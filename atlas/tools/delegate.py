@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from atlas.errors import ToolError
+from atlas.tools import delegate_executors as on_executors
 from atlas.tools.registry import RunContext, Tool, tool
 from atlas.tools.services import NEEDS_DISPATCHER, Subagents
 
@@ -20,6 +21,7 @@ class SubagentTask(BaseModel):
 
     goal: str = Field(min_length=1, max_length=4000)
     context: str = Field("", max_length=20_000, description="all it needs to know")
+    folder: str | None = Field(None, description="with executor: where it works")
 
 
 def not_for_subagents(run: RunContext) -> str | None:
@@ -66,6 +68,14 @@ async def _spawn(run: RunContext, tasks: list[SubagentTask] | None) -> str:
 
 async def _list(run: RunContext) -> str:
     rows = await _manager(run).listing(run)
+    bench = on_executors.workbench_lines(run)
+    if bench:
+        listed = await _list_subagents(rows) if rows else "No subagents in this conversation."
+        return f"{listed}\n\nThe workbench (executor instances):\n" + "\n".join(bench)
+    return await _list_subagents(rows)
+
+
+async def _list_subagents(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "No subagents in this conversation."
     lines = [
@@ -94,13 +104,19 @@ async def _find(run: RunContext, subagent_id: str | None):  # type: ignore[no-un
     return manager, sub
 
 
-@tool(available=not_for_subagents)
+@tool(
+    available=not_for_subagents,
+    describe=lambda run: on_executors.describe_delegate(run, delegate.description),
+)
 async def delegate(
     run: RunContext,
     tasks: Annotated[list[SubagentTask] | None, Field(max_length=MAX_TASKS)] = None,
-    action: Literal["spawn", "list", "steer", "stop", "answer"] = "spawn",
+    action: Literal["spawn", "list", "steer", "stop", "answer", "resume", "account"] = "spawn",
     subagent_id: str | None = None,
     message: Annotated[str | None, Field(max_length=4000)] = None,
+    executor: str | None = None,
+    route: list[str] | None = None,
+    account: str | None = None,
 ) -> str:
     """Hand independent tasks (up to 10) to subagents working in parallel in the background
     with your tools (no memory, no questions to the user). A subagent knows nothing of this
@@ -110,9 +126,21 @@ async def delegate(
     (message: why); answer: message answers subagent_id's question (it asks in a notice)."""
     if action == "spawn":
         parsed = [SubagentTask.model_validate(t) for t in tasks] if tasks else None
+        if executor:
+            if not parsed:
+                raise ToolError("spawn needs `tasks`: a list of {goal, context, folder}")
+            return await on_executors.spawn(run, executor, parsed, route, _waits(run))
         return await _spawn(run, parsed)
     if action == "list":
         return await _list(run)
+    if action == "resume":
+        return await on_executors.resume(run, subagent_id, message, executor, route, _waits(run))
+    if action == "account":
+        return await on_executors.login(run, executor, account)
+    if action in ("steer", "stop") and subagent_id:
+        acted = await on_executors.act(run, action, subagent_id.strip(), message)
+        if acted is not None:
+            return acted
     manager, sub = await _find(run, subagent_id)
     if action == "answer":
         if not message or not message.strip():

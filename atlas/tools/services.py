@@ -1,6 +1,6 @@
 """What tools that start work elsewhere ask of the process running them: `run.services`.
 
-delegate, message_agent, cronjob_manage and tool_search reach subagents, other
+delegate, message_agent, cronjob_manage and tool_search reach subagents, executor tasks, other
 bots, the routine scheduler and the run's tool registry through these protocols, never by
 importing the dispatcher, the agents or the scheduler: those sit above the tools and import
 them. The dispatcher's layer implements them (atlas/agents/services.py) and puts one object
@@ -16,6 +16,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from atlas.executors.workbench import Instance, Workbench
     from atlas.home import Bot
     from atlas.routines.store import Routine, RoutineStore
     from atlas.tools.registry import Notifier, RunContext, ToolRegistry
@@ -75,6 +78,34 @@ class Subagents(Protocol[BatchT, SubagentT]):
         ...
 
 
+class ExecutorWork(Protocol):
+    """delegate's executor tasks and the workbench (atlas/executors/tasks.py)."""
+
+    @property
+    def workbench(self) -> Workbench: ...
+    def targets(self) -> list[str]: ...
+    async def start(
+        self, run: RunContext, target: str, folder: Path, goal: str, route: list[str] | None
+    ) -> Instance: ...
+    async def resume(
+        self,
+        run: RunContext,
+        instance_id: str,
+        message: str,
+        target: str | None,
+        route: list[str] | None,
+    ) -> Instance: ...
+    async def wait(self, instance_ids: list[str]) -> str:
+        """Until these tasks end; their reports."""
+        ...
+
+    async def steer(self, instance_id: str, message: str) -> str: ...
+    async def stop(self, instance_id: str, reason: str) -> None: ...
+    async def login(self, run: RunContext, target: str, email: str | None) -> str:
+        """Start the harness's own login for an account; what to open in the browser."""
+        ...
+
+
 class Routines(Protocol):
     """cronjob_manage's view of the running routine scheduler (atlas/routines/scheduler.py)."""
 
@@ -94,6 +125,11 @@ class AgentServices(Protocol):
 
     @property
     def subagents(self) -> Subagents[Any, Any]: ...
+
+    @property
+    def executors(self) -> ExecutorWork | None:
+        """The executor tasks and the workbench; None when no executor is turned on."""
+        ...
 
     @property
     def routines(self) -> Routines | None:

@@ -29,8 +29,16 @@ DENY = "deny"
 CHOICES = [ALLOW_ONCE, ALLOW_CONVERSATION, DENY]
 ONCE_CHOICES = [ALLOW_ONCE, DENY]  # for what is asked every time (see never_remembered)
 # Asks whose answer never covers a later call: acting outside the machine, leaving the sandbox,
-# changing the Atlas home, what could not be judged, an untrusted MCP server's calls.
-NEVER_REMEMBERED_PREFIXES = ("outside:", "sandbox:", "home:", "opaque:", "mcp:untrusted:")
+# changing the Atlas home, what could not be judged, an untrusted MCP server's calls, acting on
+# the person's own executor sessions or logging an account in (delegate's `workbench:`).
+NEVER_REMEMBERED_PREFIXES = (
+    "outside:",
+    "sandbox:",
+    "home:",
+    "opaque:",
+    "mcp:untrusted:",
+    "workbench:",
+)
 NEVER_REMEMBERED_RULES = {"agents:bot-create"}
 
 AnsweredBy = Literal["rule", "guardian", "user", "timeout", "nobody", "earlier approval"]

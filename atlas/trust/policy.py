@@ -25,6 +25,7 @@ from atlas.mcp.tools import mcp_gate_rule
 from atlas.providers.base import ToolCall
 from atlas.store.home_db import HomeStore
 from atlas.tools.agents import bot_create_question
+from atlas.tools.delegate_executors import gate_rule as delegate_gate_rule
 from atlas.tools.fences import Fence, inside, vault_of, write_refusal
 from atlas.tools.file_batch import called_paths
 from atlas.tools.paths import note_judged_path, note_refused_path, resolve_path
@@ -133,6 +134,8 @@ class RuleGate(BaseGate):
             return Allow("the tool itself refuses these arguments", "arguments")
         if tool.name == "bot_create":  # a new bot is a lasting change: always the user's call
             return bot_create_question(args)
+        if tool.name == "delegate" and (ask := delegate_gate_rule(args, run)) is not None:
+            return ask  # the person's own sessions, an account's login: theirs, every time
         if tool.name in PATH_TOOLS and (paths := called_paths(args)):
             if len(paths) == 1:
                 return self._path_rules(tool.name, paths[0], run)
