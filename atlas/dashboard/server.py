@@ -43,7 +43,7 @@ class Listen:
         return f"http://{shown}:{self.port}"
 
 
-def listen_of(settings: DashboardSettings, config_path: object = "config.toml") -> Listen:
+def listen_of(settings: DashboardSettings, config_path: Path | str = "config.toml") -> Listen:
     """`[dashboard] listen`, refused beyond loopback unless `allow_remote` says so."""
     host, _, port = settings.listen.rpartition(":")
     host = host.strip("[]")
@@ -77,7 +77,10 @@ class DashboardServer:
         self._runner = runner
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self.listen = dataclasses.replace(self.listen, port=port)  # port 0: the one given
-        await asyncio.to_thread(write_url, self.dashboard.home.root, self.listen.url)
+        try:
+            await asyncio.to_thread(write_url, self.dashboard.home.root, self.listen.url)
+        except OSError as exc:  # served all the same; `atlas dashboard` names listen's address
+            log.warning("dashboard: could not record its address for `atlas dashboard`: %s", exc)
         where = f"{self.listen.url} (listening on {self.dashboard.home.settings.dashboard.listen})"
         if self.listen.remote:
             log.warning(
