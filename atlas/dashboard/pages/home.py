@@ -1,5 +1,6 @@
 """Home: every bot with its channels' health, turns and tokens today, the routines due next,
-and what waits for the person. The live part refreshes itself (htmx, every 15 s)."""
+and what waits for the person. The live part is fetched again (`/live`) on each `home` event
+of the page's event stream (atlas/dashboard/events.py)."""
 
 from __future__ import annotations
 
