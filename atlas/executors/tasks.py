@@ -150,17 +150,20 @@ class ExecutorTasks(TaskAsking):
             raise ExecutorError(f"{task.id} is still running: steer it instead")
         task.origin = Origin.of(run)
         task.route = route if route is not None else task.route
-        task.result, task.failure, task.limit, task.stop_reason = None, None, None, None
-        task.ended, task.tried, task.hops = asyncio.Event(), [], []
-        task.messages.append(f"user: {message}")
+        task.tried, task.hops = [], []
+        prompt = message
         if target is None or self.executors.resolve(target, None)[1] == task.account:
             await self._launch(task, TaskSpec(task.folder, message, task.account, task.session_id))
         else:
             executor, account = self.executors.resolve(target, None)
             why = f"it ended there and goes on on {account.target}"
-            await self._move(task, executor, account, why, message)
+            prompt = await self._move(task, executor, account, why, message)
+        # Started: only now is it running again (a failed start leaves it as it ended).
+        task.result, task.failure, task.limit, task.stop_reason = None, None, None, None
+        task.ended = asyncio.Event()
+        task.messages.append(f"user: {message}")
         self.workbench.update(task.id, state="running", detail="", ended_at=None)
-        task.driver = asyncio.create_task(self._drive(task, message), name=f"executor {task.id}")
+        task.driver = asyncio.create_task(self._drive(task, prompt), name=f"executor {task.id}")
         return self.workbench.get(task.id)  # type: ignore[return-value]
 
     async def _launch(self, task: Task, spec: TaskSpec) -> None:

@@ -2,7 +2,8 @@
 """A fake `codex` for tests: `codex exec --json`'s JSONL events, from scripted scenarios.
 
 Speaks what atlas/executors/codex.py runs: `codex exec --json [flags] -` and
-`codex exec resume --json [flags] SESSION -` (the prompt on stdin), and `codex --version`.
+`codex exec resume --json [flags] SESSION -` (the prompt on stdin), `codex --version` and
+`codex login --device-auth` (prints a link and a code).
 Prints the events of codex-rs/exec/src/exec_events.rs: thread.started, turn.started,
 item.started / item.completed (agent_message, command_execution, file_change), turn.completed
 with usage, turn.failed, error, request_user_input. Keeps a session log where Codex does
@@ -150,6 +151,12 @@ def completed() -> None:
 def main(argv: list[str]) -> int:
     if "--version" in argv or "-V" in argv:
         print(VERSION)
+        return 0
+    if argv[:1] == ["login"]:  # the device-code login, as `codex login --device-auth` prints it
+        print("Follow these steps to sign in with ChatGPT using device code authorization:")
+        print("1. Open this link in your browser: https://auth.openai.com/codex/device")
+        print("2. Enter this one-time code: FAKE-1234", flush=True)
+        time.sleep(0.5)  # the person signs in
         return 0
     if argv[:1] != ["exec"] or "--json" not in argv or argv[-1] != "-":
         print(f"fake codex: unexpected arguments {argv}", file=sys.stderr)

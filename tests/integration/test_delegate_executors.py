@@ -207,6 +207,70 @@ async def test_its_permission_request_is_the_persons_every_time(
     assert said in desk.notices[0]
 
 
+async def test_a_codex_question_is_answered_and_the_session_goes_on_with_the_answer(
+    home: Home, services: HomeServices, folders: dict[str, Path]
+) -> None:
+    scenario(folders["codex-main"], "question")
+    desk = Desk(choose="sqlite")
+    run = chat(home, services, desk)
+    await call(run, executor="codex", tasks=[{"goal": "a db", "folder": str(folders["project"])}])
+    [instance] = await ended(services, desk)
+    [[asked]] = desk.questions
+    assert asked.text.endswith("asks: Which database?") and asked.choices == ("sqlite", "postgres")
+    assert instance.state == "done"
+    assert "Done: Answers to your questions:\nWhich database?: sqlite" in desk.notices[0]
+
+
+class Record:
+    """Stands in for the delegation record (atlas/executors/record.py): keeps every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    async def start_turn(self, *args: Any) -> int:
+        self.calls.append(("start_turn", *args))
+        return len(self.calls)
+
+    async def add(self, turn_id: int, kind: str, text: str, who: str | None = None) -> None:
+        self.calls.append(("add", turn_id, kind, text, who))
+
+    async def finish_turn(self, turn_id: int, *args: Any) -> None:
+        self.calls.append(("finish_turn", turn_id, *args))
+
+
+async def test_every_turn_question_answer_and_end_goes_into_the_record(
+    home: Home, services: HomeServices, folders: dict[str, Path]
+) -> None:
+    assert services.executors is not None
+    record = Record()
+    services.executors.record = record  # type: ignore[attr-defined]
+    commit_a_file(folders["project"])
+    scenario(folders["claude-main"], "question")
+    desk = Desk(choose="postgres")
+    run = chat(home, services, desk)
+    await call(
+        run, executor="claude-code", tasks=[{"goal": "a db", "folder": str(folders["project"])}]
+    )
+    [instance] = await ended(services, desk)
+    start, question, answer, final, finish = record.calls
+    assert start == (
+        "start_turn",
+        instance.id,
+        "claude-code",
+        "claude-code@main",
+        str(folders["project"].resolve()),
+        "a db",
+        "atlas:1",
+    )
+    assert question == ("add", 1, "question", "Which database?", None)
+    assert answer == ("add", 1, "answer", "Which database?: postgres", "pat")
+    assert final == ("add", 1, "final", "Set up postgres.", None)
+    name, turn, text, files, usage, state = finish
+    assert (name, turn, text, state) == ("finish_turn", 1, "Set up postgres.", "done")
+    assert usage["input_tokens"] == 120 and usage["cost_usd"] == 0.0123
+    assert files == ""  # nothing changed in the repository
+
+
 # --- the plan's limit: routes -------------------------------------------------------------------
 
 
@@ -296,6 +360,41 @@ async def test_resume_goes_on_in_the_same_session(
     assert "Done: now the docs" in desk.notices[1]
 
 
+async def test_resume_on_the_other_executor_starts_from_a_packet_with_the_message(
+    home: Home, services: HomeServices, folders: dict[str, Path]
+) -> None:
+    desk = Desk()
+    run = chat(home, services, desk)
+    await call(
+        run,
+        executor="claude-code",
+        tasks=[{"goal": "write tests", "folder": str(folders["project"])}],
+    )
+    [first] = await ended(services, desk)
+    await call(run, action="resume", subagent_id=first.id, message="and docs", executor="codex")
+    [again] = await ended(services, desk, 2)
+    assert again.account == "codex@main" and again.executor == "codex"
+    packet = (folders["project"] / "fake-codex-output.txt").read_text()
+    assert "another coding agent (claude-code@main)" in packet
+    assert "# Goal\nwrite tests" in packet and packet.endswith("# Now\nand docs")
+
+
+async def test_a_resume_that_cannot_start_leaves_the_task_as_it_ended(
+    home: Home, services: HomeServices, folders: dict[str, Path]
+) -> None:
+    desk = Desk()
+    run = chat(home, services, desk)
+    await call(run, executor="codex", tasks=[{"goal": "one", "folder": str(folders["project"])}])
+    [first] = await ended(services, desk)
+    refused = await delegate.invoke(
+        run,
+        {"action": "resume", "subagent_id": first.id, "message": "x", "executor": "codex@nope"},
+    )
+    assert refused.is_error and "has no account 'nope'" in refused.text
+    await call(run, action="resume", subagent_id=first.id, message="two")  # still resumable
+    await ended(services, desk, 2)
+
+
 async def test_stop_ends_a_running_task(
     home: Home, services: HomeServices, folders: dict[str, Path]
 ) -> None:
@@ -347,6 +446,31 @@ async def test_a_wrong_target_or_a_task_without_its_folder_is_refused(
     refused = await delegate.invoke(run, {"executor": "codex", "tasks": [{"goal": "x"}]})
     assert refused.is_error and "each task needs its `folder`" in refused.text
     assert bench(services) == []
+
+
+async def test_an_account_login_gives_the_link_and_a_notice_when_it_ends(
+    home: Home, services: HomeServices, folders: dict[str, Path]
+) -> None:
+    desk = Desk()
+    run = chat(home, services, desk)
+    text = await call(run, action="account", executor="codex@main")
+    assert "Login of codex@main started (" in text and "login --device-auth" in text
+    assert "https://auth.openai.com/codex/device" in text
+    await eventually(lambda: bool(desk.notices), what="the login's notice")
+    assert desk.notices == ["The login of codex@main ended: logged in."]
+
+
+async def test_a_login_as_an_email_another_account_has_is_refused(
+    home: Home, services: HomeServices, folders: dict[str, Path]
+) -> None:
+    profile = '{"oauthAccount": {"emailAddress": "pat@example.com"}}'
+    (folders["claude-work"] / ".claude.json").write_text(profile)
+    run = chat(home, services, Desk())
+    refused = await delegate.invoke(
+        run, {"action": "account", "executor": "claude-code@main", "account": "pat@example.com"}
+    )
+    assert refused.is_error
+    assert "claude-code@work is logged in as pat@example.com already" in refused.text
 
 
 # --- the person's own instances, through the gate ------------------------------------------------
