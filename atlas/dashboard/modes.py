@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import get_args
+from typing import TYPE_CHECKING, get_args
 
 import tomlkit
 
@@ -17,6 +18,10 @@ from atlas.home import Home
 from atlas.locks import held
 from atlas.store.home_db import GateRecord, HomeStore
 
+if TYPE_CHECKING:
+    from atlas.tools.registry import ConversationState
+
+BOTS_OWN = "the bot's"  # a conversation without a mode of its own follows its bot's
 MODES: tuple[str, ...] = get_args(BotSettings.model_fields["mode"].annotation)
 
 
@@ -57,6 +62,38 @@ async def set_bot_mode(home: Home, audit: HomeStore, name: str, mode: str) -> st
             verdict="allow",
             rule=f"mode:{mode}",
             reason="the person changed the bot's mode on the dashboard",
+            answered_by="user",
+        )
+    )
+    return previous
+
+
+async def set_conversation_mode(
+    states: Mapping[tuple[str, int], ConversationState],
+    audit: HomeStore,
+    bot: str,
+    conversation_id: int,
+    mode: str,
+) -> str | None:
+    """Set (or with "", clear) the mode a conversation chose with /mode, as /mode would: in
+    memory until a restart. Returns the mode it had. Only a conversation this daemon holds."""
+    if mode and mode not in MODES:
+        raise AtlasError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    state = states.get((bot, conversation_id))
+    if state is None:
+        raise AtlasError(f"conversation {bot} #{conversation_id} has no state in this daemon")
+    previous, state.mode = state.mode, mode or None
+    await audit.record_decision(
+        GateRecord(
+            bot=bot,
+            conversation_id=conversation_id,
+            run_kind="dashboard",
+            tool="mode",
+            arguments_digest="",
+            summary=f"conversation mode {previous or BOTS_OWN} -> {mode or BOTS_OWN}",
+            verdict="allow",
+            rule=f"mode:{mode or 'bot'}",
+            reason="the person changed the conversation's mode on the dashboard",
             answered_by="user",
         )
     )

@@ -388,3 +388,25 @@ async def test_a_post_from_another_site_is_refused_even_with_the_token(rig: Rig)
     assert answer.status == 303
     home = await (await rig.client.get("/")).text()
     assert f'hx-headers=\'{{"X-CSRF-Token": "{csrf}"}}\'' in home  # htmx requests carry it
+
+
+async def test_a_conversation_mode_set_with_slash_mode_is_shown_and_changed_here(rig: Rig) -> None:
+    state = ConversationState(mode="auto")
+    rig.states[("atlas", 7)] = state
+    csrf = await rig.log_in()
+    trust = await (await rig.client.get("/trust")).text()
+    assert 'name="conversation" value="7"' in trust
+    data = {"bot": "atlas", "conversation": "7", "mode": "read-only"}
+    assert (await rig.client.post("/trust/conversation-mode", data=data)).status == 403
+    answer = await rig.client.post(
+        "/trust/conversation-mode", data={**data, "csrf": csrf}, allow_redirects=False
+    )
+    assert answer.status == 303 and state.mode == "read-only"
+    cleared = {**data, "mode": "", "csrf": csrf}
+    await rig.client.post("/trust/conversation-mode", data=cleared, allow_redirects=False)
+    assert state.mode is None  # the bot's mode again
+    [latest, before] = (await rig.audit.recent_decisions())[:2]
+    assert latest["summary"] == "conversation mode read-only -> the bot's"
+    assert before["summary"] == "conversation mode auto -> read-only"
+    unknown = {**data, "conversation": "99", "csrf": csrf}
+    assert (await rig.client.post("/trust/conversation-mode", data=unknown)).status == 400

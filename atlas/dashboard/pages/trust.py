@@ -8,7 +8,7 @@ import logging
 from aiohttp import web
 
 from atlas.dashboard.context import dashboard_of
-from atlas.dashboard.modes import MODES, set_bot_mode
+from atlas.dashboard.modes import MODES, set_bot_mode, set_conversation_mode
 from atlas.dashboard.page import Page
 from atlas.dashboard.queries import DECISIONS_PER_PAGE, DecisionFilter, gate_decisions
 from atlas.dashboard.render import render, see_other
@@ -68,9 +68,25 @@ async def change_mode(request: web.Request) -> web.Response:
     return see_other(f"/trust?changed={bot}")
 
 
+async def change_conversation_mode(request: web.Request) -> web.Response:
+    """POST bot, conversation, mode ("" for the bot's own)."""
+    dashboard = dashboard_of(request)
+    form = await request.post()
+    bot, number, mode = (str(form.get(k, "")) for k in ("bot", "conversation", "mode"))
+    if not number.isdigit():
+        raise web.HTTPBadRequest(text=f"conversation {number!r} is not an id")
+    states = dashboard.conversation_states()
+    try:
+        await set_conversation_mode(states, dashboard.audit, bot, int(number), mode)
+    except AtlasError as exc:
+        raise web.HTTPBadRequest(text=str(exc)) from None
+    return see_other(f"/trust?changed={bot}+%23{number}")
+
+
 def setup(router: web.UrlDispatcher) -> None:
     router.add_get("/trust", trust_page)
     router.add_post("/trust/mode", change_mode)
+    router.add_post("/trust/conversation-mode", change_conversation_mode)
 
 
 PAGE = Page("Trust", "/trust", setup)
