@@ -34,10 +34,14 @@ steer/stop take an instance's id."""
 
 def describe_delegate(run: RunContext, base: str) -> str:
     """delegate's description, with the executor paragraph where one is turned on."""
-    enabled = [n for n, s in run.home.settings.executors.items() if s.enabled]
-    if not enabled:
+    targets = []
+    for name, settings in run.home.settings.executors.items():
+        if settings.enabled:  # every account named where there are several
+            several = len(settings.accounts) > 1
+            targets += [f"{name}@{n}" for n in settings.accounts] if several else [name]
+    if not targets:
         return base
-    return base + "\n" + EXECUTOR_HELP.strip().format(targets=", ".join(enabled))
+    return base + "\n" + EXECUTOR_HELP.strip().format(targets=", ".join(targets))
 
 
 def work(run: RunContext) -> ExecutorWork:
