@@ -145,7 +145,7 @@ def cmd_pairing(args: argparse.Namespace) -> int:
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from atlas.dashboard.cli import dashboard_main
 
-    return dashboard_main(_load_home(args))
+    return dashboard_main(_load_home(args), log_out_everyone=args.log_out_everyone)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -202,9 +202,13 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--bot", help="the bot (default: the main agent)")
     budget.set_defaults(func=cmd_budget)
 
-    sub.add_parser(
+    dashboard = sub.add_parser(
         "dashboard", help="print a one-time login link to the web dashboard `atlas run` serves"
-    ).set_defaults(func=cmd_dashboard)
+    )
+    dashboard.add_argument(
+        "--log-out-everyone", action="store_true", help="end every session first (a new secret)"
+    )
+    dashboard.set_defaults(func=cmd_dashboard)
 
     search = sub.add_parser("search", help="search past conversations (every bot's, or one bot's)")
     search.add_argument("query", help="the words to find (all required; accents ignored)")

@@ -127,19 +127,58 @@ class Session:
     issued: int
 
 
-class Signer:
-    """Signs and checks session cookies and CSRF tokens with the home's secret."""
+def rotate_secret(home_root: Path) -> None:
+    """A new secret: every session ends (a running daemon reads it at the next request), and
+    login links not yet used stop working (blocking)."""
+    path = secret_path(home_root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as out:
+        out.write(base64.urlsafe_b64encode(secrets.token_bytes(SECRET_BYTES)).decode() + "\n")
+    os.replace(partial, path)
+    links = logins_path(home_root)
+    with held(links):
+        links.unlink(missing_ok=True)
 
-    def __init__(self, secret: bytes) -> None:
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return None
+    return info.st_mtime_ns, info.st_ino, info.st_size
+
+
+class Signer:
+    """Signs and checks session cookies and CSRF tokens with the home's secret. Made with
+    `for_home`, it reads the secret again when its file changes (`rotate_secret`)."""
+
+    def __init__(self, secret: bytes, *, home_root: Path | None = None) -> None:
         self._secret = secret
+        self._home_root = home_root
+        self._stamp = _stamp(secret_path(home_root)) if home_root else None
+
+    @classmethod
+    def for_home(cls, home_root: Path) -> Signer:
+        """Blocking: reads (or makes) the secret."""
+        return cls(read_secret(home_root), home_root=home_root)
+
+    def _key(self) -> bytes:
+        if self._home_root is not None:
+            stamp = _stamp(secret_path(self._home_root))  # one stat: a few microseconds
+            if stamp != self._stamp:
+                self._secret = read_secret(self._home_root)  # a new one if it was deleted
+                self._stamp = _stamp(secret_path(self._home_root))
+        return self._secret
 
     @property
     def secret_text(self) -> str:
         """The secret as stored, for the pages' mask (never shown)."""
-        return self._secret.decode()
+        return self._key().decode()
 
     def _mac(self, purpose: str, text: str) -> str:
-        mac = hmac.new(self._secret, f"{purpose}:{text}".encode(), hashlib.sha256)
+        mac = hmac.new(self._key(), f"{purpose}:{text}".encode(), hashlib.sha256)
         return base64.urlsafe_b64encode(mac.digest()).decode().rstrip("=")
 
     def new_session(self, *, now: float | None = None) -> tuple[Session, str]:

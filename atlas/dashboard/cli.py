@@ -5,13 +5,13 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from atlas.dashboard.auth import LINK_MINUTES, ensure_secret, issue_login_token
+from atlas.dashboard.auth import LINK_MINUTES, ensure_secret, issue_login_token, rotate_secret
 from atlas.dashboard.server import listen_of, running_url
 from atlas.errors import AtlasError
 from atlas.home import Home
 
 
-def dashboard_main(home: Home, out: TextIO | None = None) -> int:
+def dashboard_main(home: Home, out: TextIO | None = None, *, log_out_everyone: bool = False) -> int:
     out = out or sys.stdout
     settings = home.settings.dashboard
     if not settings.enabled:
@@ -19,6 +19,9 @@ def dashboard_main(home: Home, out: TextIO | None = None) -> int:
             f"the dashboard is off ([dashboard] enabled = false in {home.config_path})"
         )
     ensure_secret(home.root)  # a home made before the dashboard existed
+    if log_out_everyone:
+        rotate_secret(home.root)
+        print("Every dashboard session has ended, and every link not yet used.", file=out)
     url = running_url(home.root)
     note = ""
     if url is None:

@@ -147,7 +147,7 @@ async def start_dashboard(
     """Serve the dashboard over the daemon's runtime. A port in use is logged, and the daemon
     goes on without the dashboard rather than not at all."""
     home = runtime.home
-    signer = Signer(await asyncio.to_thread(read_secret, home.root))  # made here if missing
+    signer = await asyncio.to_thread(Signer.for_home, home.root)  # the secret made if missing
     dashboard = Dashboard(
         home,
         runtime.store,

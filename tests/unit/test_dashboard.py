@@ -71,7 +71,7 @@ class Rig:
 async def rig(home_path: Path) -> AsyncIterator[Rig]:
     home = make_home(home_path)
     audit = HomeStore(home.db_path)
-    signer = Signer(read_secret(home.root))
+    signer = Signer.for_home(home.root)
     holder: dict[str, Rig] = {}
     dashboard = Dashboard(
         home,
@@ -410,3 +410,23 @@ async def test_a_conversation_mode_set_with_slash_mode_is_shown_and_changed_here
     assert before["summary"] == "conversation mode auto -> read-only"
     unknown = {**data, "conversation": "99", "csrf": csrf}
     assert (await rig.client.post("/trust/conversation-mode", data=unknown)).status == 400
+
+
+async def test_log_out_everyone_ends_every_session_and_unused_link(
+    rig: Rig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from atlas.cli import main
+
+    await rig.log_in()
+    waiting = issue_login_token(rig.home.root)
+    assert (await rig.client.get("/", allow_redirects=False)).status == 200
+    assert main(["dashboard", "--log-out-everyone", "--home", str(rig.home.root)]) == 0
+    printed = capsys.readouterr().out
+    assert "Every dashboard session has ended" in printed
+    assert (await rig.client.get("/", allow_redirects=False)).status == 303  # the old cookie
+    stale = await rig.client.post("/login", data={"token": waiting}, allow_redirects=False)
+    assert stale.status == 403
+    token = re.search(r"/login\?token=(\S+)", printed).group(1)  # type: ignore[union-attr]
+    fresh = await rig.client.post("/login", data={"token": token}, allow_redirects=False)
+    assert fresh.status == 303
+    assert (await rig.client.get("/", allow_redirects=False)).status == 200
