@@ -430,3 +430,15 @@ async def test_log_out_everyone_ends_every_session_and_unused_link(
     fresh = await rig.client.post("/login", data={"token": token}, allow_redirects=False)
     assert fresh.status == 303
     assert (await rig.client.get("/", allow_redirects=False)).status == 200
+
+
+def test_doctor_warns_when_the_dashboard_is_reachable_from_other_machines(home_path: Path) -> None:
+    from atlas.dashboard.server import doctor_lines
+    from tests.helpers import BASE_CONFIG
+
+    config = BASE_CONFIG.format(base_url="http://127.0.0.1:9/v1").replace(
+        'listen = "127.0.0.1:0"', 'listen = "0.0.0.0:8765"\nallow_remote = true'
+    )
+    [(name, ok, detail, fix, optional)] = doctor_lines(make_home(home_path, config=config))
+    assert (name, ok, optional) == ("dashboard", False, True)  # a warning, not a failure
+    assert "reachable from other machines" in detail and "TLS" in fix
