@@ -442,3 +442,21 @@ def test_doctor_warns_when_the_dashboard_is_reachable_from_other_machines(home_p
     [(name, ok, detail, fix, optional)] = doctor_lines(make_home(home_path, config=config))
     assert (name, ok, optional) == ("dashboard", False, True)  # a warning, not a failure
     assert "reachable from other machines" in detail and "TLS" in fix
+
+
+async def test_serving_beyond_loopback_says_so_in_the_log(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    from atlas.dashboard.server import DashboardServer, Listen, running_url
+
+    assert rig.dashboard is not None
+    # Bound to loopback all the same: the test only needs the start to take the remote path.
+    server = DashboardServer(rig.dashboard, Listen("127.0.0.1", 0, remote=True))
+    with caplog.at_level("INFO", logger="atlas.dashboard.server"):
+        await server.start()
+    try:
+        assert "reachable from other machines" in caplog.text
+        assert running_url(rig.home.root) == server.listen.url
+    finally:
+        await server.stop()
+    assert running_url(rig.home.root) is None
