@@ -17,6 +17,7 @@ from atlas.dispatch import Dispatcher
 from atlas.errors import ToolError
 from atlas.executors.task_model import TurnRecord
 from atlas.executors.tasks import ExecutorTasks
+from atlas.executors.workbench import Workbench
 from atlas.home import Bot
 from atlas.routines.scheduler import RoutineScheduler
 from atlas.tools.registry import RunContext, ToolRegistry
@@ -32,6 +33,9 @@ class HomeServices:
         self._subagents: SubagentManager | None = None
         self._routines: RoutineScheduler | None = None
         self._executors: ExecutorTasks | None = None
+        # Every executor instance of the home: delegate's tasks and the sessions the Claude Code
+        # plugin reports (atlas/executors/bridge.py adds the person's own here).
+        self.workbench = Workbench()
 
     def registry(self, bot: Bot) -> ToolRegistry:
         return self.dispatcher.runtime.registry
@@ -51,7 +55,9 @@ class HomeServices:
             home = self.dispatcher.runtime.home
             if not any(s.enabled for s in home.settings.executors.values()):
                 return None
-            self._executors = ExecutorTasks(home, record=delegation_record(self.dispatcher))
+            self._executors = ExecutorTasks(
+                home, workbench=self.workbench, record=delegation_record(self.dispatcher)
+            )
         return self._executors
 
     @property

@@ -347,7 +347,15 @@ class ExecutorTasks(TaskAsking):
     async def wait(self, instance_ids: list[str]) -> str:
         """Until these tasks end; their reports (a routine's delegate)."""
         tasks = [self.tasks[i] for i in instance_ids if i in self.tasks]
-        await asyncio.gather(*(t.ended.wait() for t in tasks))
+        try:
+            await asyncio.gather(*(t.ended.wait() for t in tasks))
+        except asyncio.CancelledError:  # the waiting run was cancelled: its tasks stop too
+            for task in tasks:
+                if not task.ended.is_set():
+                    task.stop_reason = "the run that started it was cancelled"
+                    if task.driver is not None:
+                        task.driver.cancel()
+            raise
         return "\n\n".join(t.report for t in tasks)
 
     async def steer(self, instance_id: str, message: str) -> str:

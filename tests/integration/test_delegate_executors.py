@@ -10,6 +10,7 @@ person every time before acting on their own session.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 from collections.abc import AsyncIterator
@@ -431,6 +432,20 @@ async def test_a_routine_waits_for_the_result(
     assert desk.notices == []
 
 
+async def test_a_cancelled_routine_stops_the_tasks_it_waits_for(
+    home: Home, services: HomeServices, folders: dict[str, Path]
+) -> None:
+    scenario(folders["codex-main"], "slow")
+    run = chat(home, services, Desk(), kind="routine")
+    tasks = [{"goal": "slow", "folder": str(folders["project"])}]
+    waiting = asyncio.create_task(call(run, executor="codex", tasks=tasks))
+    await eventually(lambda: bool(bench(services)) and bench(services)[0].session_id is not None)
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)
+    await eventually(lambda: bench(services)[0].state == "stopped", what="the stop")
+    assert "the run that started it was cancelled" in bench(services)[0].detail
+
+
 async def test_a_wrong_target_or_a_task_without_its_folder_is_refused(
     home: Home, services: HomeServices, folders: dict[str, Path]
 ) -> None:
@@ -493,6 +508,7 @@ async def test_acting_on_the_persons_own_session_is_asked_every_time_even_in_aut
     home: Home, services: HomeServices, folders: dict[str, Path]
 ) -> None:
     assert services.executors is not None
+    assert services.executors.workbench is services.workbench  # where the plugin adds them
     control = Control()
     services.executors.workbench.add(
         Instance(
