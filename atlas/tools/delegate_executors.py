@@ -6,12 +6,12 @@ The work itself is atlas/executors/tasks.py's, reached through `run.services.exe
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from atlas.errors import ToolError
 from atlas.executors.base import ExecutorError
 from atlas.executors.workbench import describe
+from atlas.tools.paths import resolve_path
 from atlas.tools.services import NEEDS_DISPATCHER, ExecutorWork
 from atlas.trust.gate import Ask
 
@@ -75,7 +75,8 @@ async def spawn(
     for task in tasks:
         goal = task.goal if not task.context else f"{task.goal}\n\n# Context\n{task.context}"
         try:
-            instance = await executors.start(run, target, Path(task.folder), goal, route)
+            folder = resolve_path(run, task.folder)  # as the gate judged it
+            instance = await executors.start(run, target, folder, goal, route)
         except ExecutorError as exc:
             done = f" (started before it: {', '.join(i.id for i in started)})" if started else ""
             raise ToolError(f"{exc}{done}") from exc

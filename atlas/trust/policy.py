@@ -136,6 +136,10 @@ class RuleGate(BaseGate):
             return bot_create_question(args)
         if tool.name == "delegate" and (ask := delegate_gate_rule(args, run)) is not None:
             return ask  # the person's own sessions, an account's login: theirs, every time
+        if tool.name == "delegate" and args.get("executor") and args.get("tasks"):
+            folders = [t["folder"] for t in args["tasks"] if t.get("folder")]
+            if (judged := self._executor_folders(folders, run)) is not None:
+                return judged
         if tool.name in PATH_TOOLS and (paths := called_paths(args)):
             if len(paths) == 1:
                 return self._path_rules(tool.name, paths[0], run)
@@ -206,6 +210,38 @@ class RuleGate(BaseGate):
         # The strictest rule names the question: one asked every time keeps it so.
         rule = next((a.rule for a in asks if never_remembered(a)), asks[0].rule)
         return Ask("\n".join(a.question for a in asks), rule)
+
+    def _executor_folders(self, folders: list[str], run: RunContext) -> Decision | None:
+        """An executor task writes anywhere in its folder: never the vault or a system folder;
+        the Atlas home (outside the bot's workspace) or a folder holding the person's whole home
+        is theirs to allow, every time."""
+        fence = Fence.for_run(run)
+        person = Path.home().resolve()
+        for raw in folders:
+            try:
+                path = resolve_path(run, raw)
+            except ToolError:
+                continue  # the tool says what is wrong with it
+            area = fence.area(path)
+            if area == "vault":
+                return Deny(
+                    f"{path} is inside the vault; executors never work there", "files:vault"
+                )
+            if path == Path("/") or any(inside(path, root) for root in SYSTEM_ROOTS):
+                return Deny(f"{path} is a system folder; no executor works there", "files:system")
+            if area not in ("workspace", "outside") or inside(fence.home, path):
+                return Ask(
+                    f"delegate wants an executor to change files in {path}, in or around the "
+                    f"Atlas home ({fence.home}), outside this bot's workspace. Allow?",
+                    "home:executor-folder",
+                )
+            if inside(person, path):
+                return Ask(
+                    f"delegate wants an executor to work in {path}, which holds your whole home "
+                    "folder (it could change any file in it). Allow?",
+                    "workbench:broad-folder",
+                )
+        return None
 
     # ---- commands --------------------------------------------------------------------------
 
