@@ -12,6 +12,7 @@ from aiohttp import web
 
 from atlas.dashboard.auth import Session, Signer
 from atlas.dashboard.hub import EventHub
+from atlas.dashboard.usage_cache import UsageCache
 
 if TYPE_CHECKING:
     from atlas.channels.supervisor import ChannelHealth
@@ -39,6 +40,7 @@ class Dashboard:
         default=_nothing
     )
     events: EventHub = field(default_factory=EventHub)  # what makes pages live
+    usage: UsageCache = field(default_factory=UsageCache)  # the Usage page's past hours
 
     def watch_channels(self) -> None:
         """Publish `home` whenever a channel's health changes (call once its channels exist)."""

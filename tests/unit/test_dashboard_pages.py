@@ -208,3 +208,36 @@ async def test_a_conversation_mode_set_with_slash_mode_is_shown_and_changed_here
     assert before["summary"] == "conversation mode auto -> read-only"
     unknown = {**data, "conversation": "99", "csrf": csrf}
     assert (await rig.client.post("/trust/conversation-mode", data=unknown)).status == 400
+
+
+async def test_usage_keeps_the_hours_that_are_over_and_reads_the_current_one_again(
+    rig: Rig,
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from atlas.dashboard.usage_cache import UsageCache
+
+    store = await open_store_for_tests(rig.home.bot("atlas"))
+    conversation = await store.conversation("console", "u", bot="atlas")
+    now = datetime.now(UTC)
+
+    def put(db, at: datetime, tokens: int) -> None:  # type: ignore[no-untyped-def]
+        db.execute(
+            "INSERT INTO messages (conversation_id, role, content, usage, model, kind, "
+            "created_at) VALUES (?, 'assistant', 'x', ?, 'fake/test-model', 'message', ?)",
+            [conversation.id, f'{{"input_tokens": {tokens}, "output_tokens": 1}}', at.isoformat()],
+        )
+
+    await store.db.call(lambda db: put(db, now - timedelta(hours=3), 100))
+    await store.db.call(lambda db: put(db, now, 10))
+    cache = UsageCache()
+    first = await cache.rows("atlas", store, now - timedelta(days=1), now)
+    assert sorted(r.input_tokens for r in first) == [10, 100]
+    # The past hour is kept: gone from the file, still counted; the current hour is read anew.
+    await store.db.call(lambda db: db.execute("DELETE FROM messages WHERE content = 'x'"))
+    await store.db.call(lambda db: put(db, now, 7))
+    again = await cache.rows("atlas", store, now - timedelta(days=1), now)
+    assert sorted(r.input_tokens for r in again) == [7, 100]
+    # A span reaching further back than what is kept is read whole.
+    wider = await cache.rows("atlas", store, now - timedelta(days=2), now)
+    assert sorted(r.input_tokens for r in wider) == [7]

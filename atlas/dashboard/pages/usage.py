@@ -6,14 +6,14 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, datetime, time, timedelta
 
 from aiohttp import web
 
 from atlas.dashboard.context import Dashboard, dashboard_of
 from atlas.dashboard.page import Page
 from atlas.dashboard.plot import Bars, stacked_bars
-from atlas.dashboard.queries import UsageRow, usage_by_hour
+from atlas.dashboard.queries import UsageRow
 from atlas.dashboard.render import render
 
 SPANS = (7, 30, 90)
@@ -45,21 +45,25 @@ def cost_of(row: UsageRow, prices: dict[str, list[float]]) -> float | None:
 
 async def usage_by_day(dashboard: Dashboard, first: date) -> dict[str, dict[date, DayUsage]]:
     zone = dashboard.zone
-    since = datetime.combine(first, time(), zone).astimezone(UTC).isoformat()
+    since = datetime.combine(first, time(), zone)
     prices = dashboard.home.settings.dashboard.prices
 
     async def one_bot(name: str) -> tuple[str, list[UsageRow]]:
         store = await dashboard.store(dashboard.home.bots[name])
         if store is None:
             return name, []
-        return name, await store.db.call(lambda db: usage_by_hour(db, since))
+        return name, await dashboard.usage.rows(name, store, since)
 
     found = await asyncio.gather(*(one_bot(name) for name in dashboard.home.bots))
     days: dict[str, dict[date, DayUsage]] = {}
+    local_day: dict[str, date] = {}  # UTC hour -> the home's day: each hour converted once
     for name, rows in found:
         per_day: dict[date, DayUsage] = defaultdict(DayUsage)
         for row in rows:
-            day = datetime.fromisoformat(f"{row.hour}:00:00+00:00").astimezone(zone).date()
+            day = local_day.get(row.hour)
+            if day is None:
+                moment = datetime.fromisoformat(f"{row.hour}:00:00+00:00")
+                day = local_day[row.hour] = moment.astimezone(zone).date()
             usage = per_day[day]
             usage.input_tokens += row.input_tokens
             usage.output_tokens += row.output_tokens
