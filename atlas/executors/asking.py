@@ -1,4 +1,5 @@
-"""What an executor task asks, put to the person: its questions as ask_user's, its permission
+"""An executor task's events, taken in: what it did (for the handoff packet and the notice),
+its end, and what it asks, put to the person: its questions as ask_user's, its permission
 requests as approvals asked every time (atlas/executors/tasks.py uses this mixin)."""
 
 from __future__ import annotations
@@ -8,13 +9,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from atlas.executors.base import (
+    AssistantText,
     Decision,
     ExecutorError,
     ExecutorInstance,
+    Failure,
+    LimitReached,
     PermissionRequest,
     Question,
+    Result,
+    SessionStarted,
+    ToolResult,
+    ToolUse,
 )
-from atlas.executors.task_model import NO_ANSWER, Task, short
+from atlas.executors.task_model import NO_ANSWER, Task, short, tool_line
 
 if TYPE_CHECKING:
     from atlas.executors.workbench import Workbench
@@ -25,13 +33,37 @@ HARDLINE_SECONDS = 2.0
 
 
 class TaskAsking:
-    """The person's side of a task's events; needs `home`, `workbench` and `_record`."""
+    """Taking in a task's events; needs `home`, `workbench` and `_record`."""
 
     home: Home
     workbench: Workbench
 
     async def _record(self, method: str, *args: Any) -> Any:
         raise NotImplementedError
+
+    async def _event(self, task: Task, instance: ExecutorInstance, event: Any, turn: Any) -> None:
+        if isinstance(event, SessionStarted):
+            task.session_id = event.session_id
+            self.workbench.update(task.id, session_id=event.session_id)
+        elif isinstance(event, AssistantText):
+            task.messages.append(f"assistant: {event.text}")
+        elif isinstance(event, ToolUse):
+            task.done.append(tool_line(event))
+        elif isinstance(event, ToolResult) and event.is_error and task.done:
+            task.done[-1] += f" (failed: {short(event.output, 80)})"
+        elif isinstance(event, Question):
+            await self._question(task, instance, event, turn)
+        elif isinstance(event, PermissionRequest):
+            await self._permission(task, instance, event, turn)
+        elif isinstance(event, Result):
+            task.result, task.failure = event, None
+            await self._record("add", turn, "final", event.text)
+        elif isinstance(event, LimitReached):
+            task.limit = event
+            await self._record("add", turn, "error", event.message)
+        elif isinstance(event, Failure):
+            task.failure = event.message
+            await self._record("add", turn, "error", event.message)
 
     async def _question(
         self, task: Task, instance: ExecutorInstance, event: Question, turn: Any

@@ -29,19 +29,9 @@ from atlas.executors.accounts import hand_over, limit_state, observed_windows
 from atlas.executors.asking import TaskAsking
 from atlas.executors.base import (
     Account,
-    AssistantText,
     Executor,
     ExecutorError,
-    ExecutorInstance,
-    Failure,
-    LimitReached,
-    PermissionRequest,
-    Question,
-    Result,
-    SessionStarted,
     TaskSpec,
-    ToolResult,
-    ToolUse,
 )
 from atlas.executors.handoff import Handoff, diff_stat, folder_diff
 from atlas.executors.task_model import (
@@ -52,7 +42,6 @@ from atlas.executors.task_model import (
     detail,
     report,
     short,
-    tool_line,
 )
 from atlas.executors.workbench import Instance, Workbench, new_instance_id
 
@@ -302,30 +291,6 @@ class ExecutorTasks(TaskAsking):
                     "stopped" if task.stop_reason else state,
                 )
             )
-
-    async def _event(self, task: Task, instance: ExecutorInstance, event: Any, turn: Any) -> None:
-        if isinstance(event, SessionStarted):
-            task.session_id = event.session_id
-            self.workbench.update(task.id, session_id=event.session_id)
-        elif isinstance(event, AssistantText):
-            task.messages.append(f"assistant: {event.text}")
-        elif isinstance(event, ToolUse):
-            task.done.append(tool_line(event))
-        elif isinstance(event, ToolResult) and event.is_error and task.done:
-            task.done[-1] += f" (failed: {short(event.output, 80)})"
-        elif isinstance(event, Question):
-            await self._question(task, instance, event, turn)
-        elif isinstance(event, PermissionRequest):
-            await self._permission(task, instance, event, turn)
-        elif isinstance(event, Result):
-            task.result, task.failure = event, None
-            await self._record("add", turn, "final", event.text)
-        elif isinstance(event, LimitReached):
-            task.limit = event
-            await self._record("add", turn, "error", event.message)
-        elif isinstance(event, Failure):
-            task.failure = event.message
-            await self._record("add", turn, "error", event.message)
 
     # ---- the end -----------------------------------------------------------------------------
 
