@@ -224,6 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_routines_parser(sub)
 
+    from atlas.executors.plugin_install import add_executors_parser
+
+    add_executors_parser(sub)  # `atlas executors install-plugin` (the Claude Code plugin)
+
     skills = sub.add_parser("skills", help="the skill library")
     skills_sub = skills.add_subparsers(dest="skills_command", required=True, metavar="ACTION")
     imp = skills_sub.add_parser("import", help="copy a skill folder in (Claude Code skills work)")

@@ -177,6 +177,11 @@ class ExecutorSettings(Strict):
     extra_usage: list[str] = Field(default_factory=list)  # nicknames that bill past the limit
     # Hosts the harness may reach through the sandbox's proxy, besides its provider's own.
     allowed_domains: list[str] = Field(default_factory=list)
+    # The Claude Code plugin (atlas/executors/desk_approvals.py): the channel where the person's
+    # own sessions' permission prompts are asked (`telegram:atlas`), "off", or None: the main
+    # bot's chat channels; and the chat there (default: the person's most recent conversation).
+    approvals: str | None = None
+    approvals_chat: str | None = None
 
     @model_validator(mode="after")
     def _accounts_named(self) -> ExecutorSettings:

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from atlas.channels.health_file import HealthWriter, health_path
 from atlas.channels.manager import RunningChannels, start_channels, stop_channels
 from atlas.dashboard.server import DashboardServer, dashboard_listen, start_dashboard
+from atlas.executors.bridge import ExecutorBridge, serve_plugin, workbench_of
 from atlas.home import Home
 from atlas.process import freeze_long_lived_objects
 from atlas.recovery import resume_interrupted_turns
@@ -39,6 +40,7 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
     health: HealthWriter | None = None
     routines: RoutineScheduler | None = None
     dashboard: DashboardServer | None = None
+    bridge: ExecutorBridge | None = None
     try:
         log.info("home %s: %d bot(s), main %s", home.root, len(home.bots), home.settings.main)
         for bot in home.bots.values():
@@ -58,6 +60,14 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
         log.info("routine files: %s", (await routines.start()).summary())
         if listen is not None:  # the web dashboard (docs/dashboard.md), over this runtime
             dashboard = await start_dashboard(runtime, listen, lambda: running.health)
+        # The Claude Code plugin's socket: the person's own sessions (docs/executors.md).
+        services = home_services(dispatcher)
+        bridge = await serve_plugin(
+            home,
+            dispatcher.channels,
+            lambda bot: runtime.store(home.bot(bot)),
+            lambda: workbench_of(services),
+        )
         freeze_long_lived_objects()
         log.info("ready; stop with Ctrl-C or SIGTERM")
         await stop.wait()
@@ -67,6 +77,8 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
             loop.remove_signal_handler(sig)
         if dashboard is not None:
             await dashboard.stop()  # first: no page reads a store being closed
+        if bridge is not None:
+            await bridge.stop()  # the hooks fall back to Claude Code's own prompt
         if routines is not None:
             await routines.stop()  # cancels and records runs still going
         await stop_turns(dispatcher)
