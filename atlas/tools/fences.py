@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 Area = Literal[
     "vault",
+    "secret",  # the dashboard's key, run/ (sockets, one-time login links): never reached
     "workspace",
     "outside",
     "settings",  # config.toml, mcp.json, models.toml, every bots/*/bot.toml
@@ -47,6 +48,8 @@ Area = Literal[
 MEMORY_AREAS = ("own-memory", "memory")
 SKILL_AREAS = ("own-skills", "skills")
 SETTINGS_FILES = ("config.toml", "mcp.json", "models.toml")
+SECRET_FILES = ("dashboard.key", "run")
+UNREACHABLE_AREAS = ("vault", "secret")
 HOME_MEMORY = ("USER.md", "MEMORY.md", "memory")
 # Hard links: fenced trees are walked for their files' inodes (the walk is kept this long).
 LINK_SCAN_TTL_S = 2.0
@@ -97,6 +100,8 @@ class Fence:
         if not parts:
             return "home"
         top = parts[0]
+        if top in SECRET_FILES:
+            return "secret"
         if len(parts) == 1 and top in SETTINGS_FILES:
             return "settings"
         if top.startswith("atlas.db"):
@@ -132,10 +137,17 @@ class Fence:
     # ---- what the tools refuse whatever the gate said ---------------------------------------
 
     def refuse_reading(self, path: Path, shown: str) -> None:
-        if self.area(path) == "vault":
-            raise ToolError(
-                f"{shown} is inside the vault ({self.vault}), which file tools never reach"
-            )
+        if reason := self.unreachable(path, shown):
+            raise ToolError(reason)
+
+    def unreachable(self, path: Path, shown: str) -> str | None:
+        """Why no file tool may reach this path, whatever anyone answers (None: it may)."""
+        area = self.area(path)
+        if area == "vault":
+            return f"{shown} is inside the vault ({self.vault}), which file tools never reach"
+        if area == "secret":
+            return f"{shown} holds the Atlas home's own secrets, which file tools never reach"
+        return None
 
     def refuse_writing(self, path: Path, shown: str) -> None:
         self.refuse_reading(path, shown)

@@ -22,7 +22,7 @@ from pydantic import Field
 
 from atlas.errors import ToolError
 from atlas.tools.documents import DOCUMENT_SUFFIXES, cached_markdown_file, is_document
-from atlas.tools.fences import Fence, fenced_inodes, inside
+from atlas.tools.fences import UNREACHABLE_AREAS, Fence, fenced_inodes, inside
 from atlas.tools.paths import judged_path, shown_path
 from atlas.tools.registry import RunContext, tool
 from atlas.tools.search_scope import Matching, scope_flags, skipped_folder_globs
@@ -175,7 +175,9 @@ class _FenceFilter:
         # search's root, so a root swapped for a link after the check shows here.
         for seen in (path, Path(os.path.realpath(path))):
             area = self.fence.area(seen)
-            if area == "vault" or (self.from_outside and area not in ("workspace", "outside")):
+            if area in UNREACHABLE_AREAS or (
+                self.from_outside and area not in ("workspace", "outside")
+            ):
                 return False
         try:
             st = path.lstat()

@@ -165,11 +165,8 @@ class RuleGate(BaseGate):
         note_judged_path(run, tool, raw_path, path)  # the tool opens this path, not a new lookup
         fence = Fence.for_run(run)
         area = fence.area(path)
-        if area == "vault":
-            return Deny(
-                f"{path} is inside the vault ({self.vault}), which file tools never reach",
-                "files:vault",
-            )
+        if reason := fence.unreachable(path, str(path)):
+            return Deny(reason, f"files:{area}")
         writing = tool in WRITING_TOOLS
         if writing and (reason := write_refusal(area, str(path))):
             return Deny(reason, f"files:{area.removeprefix('own-')}")
@@ -223,10 +220,8 @@ class RuleGate(BaseGate):
             except ToolError:
                 continue  # the tool says what is wrong with it
             area = fence.area(path)
-            if area == "vault":
-                return Deny(
-                    f"{path} is inside the vault; executors never work there", "files:vault"
-                )
+            if reason := fence.unreachable(path, str(path)):
+                return Deny(f"{reason}; no executor works there either", f"files:{area}")
             if path == Path("/") or any(inside(path, root) for root in SYSTEM_ROOTS):
                 return Deny(f"{path} is a system folder; no executor works there", "files:system")
             if area not in ("workspace", "outside") or inside(fence.home, path):

@@ -221,3 +221,25 @@ async def test_a_search_root_swapped_for_a_link_after_the_check_shows_nothing_of
     os.symlink(vault, ws / "notes")  # rg follows a link named as its root
     result = await REGISTRY.call(run, "find_files", arguments)
     assert SECRET not in result.text and "key.txt" not in result.text
+
+
+async def test_the_homes_own_secrets_are_refused_by_the_gate_and_the_tools(
+    run: RunContext, ws: Path
+) -> None:
+    """The dashboard's key and run/ (its one-time login links, sockets) are never reached, not
+    even asked about: a yes would hand the model a login to the dashboard."""
+    key = run.home.root / "dashboard.key"
+    key.write_text(f"{SECRET}\n")
+    links = run.home.root / "run" / "dashboard-logins.json"
+    links.parent.mkdir(exist_ok=True)
+    links.write_text(f'{{"hash": "{SECRET}"}}')
+    gate = RuleGate(run.home, None, None)
+    for target in (key, links):
+        call_ = ToolCall("c1", "read_file", json.dumps({"path": str(target)}))
+        decision = await gate.decide(call_, read_file, run)
+        assert not isinstance(decision, Allow) and "secrets" in decision.reason, decision
+        assert decision.rule == "files:secret"
+        read = await call(run, read_file, path=str(target))
+        assert read.is_error and SECRET not in read.text
+    found = await call(run, find_files, pattern="zebra-needle", path=str(run.home.root))
+    assert SECRET not in found.text
