@@ -15,7 +15,7 @@ from atlas.agents.subagents import SubagentManager, new_id
 from atlas.channels.base import Address
 from atlas.dispatch import Dispatcher
 from atlas.errors import ToolError
-from atlas.executors.task_model import TurnRecord
+from atlas.executors.record import DelegationRecord
 from atlas.executors.tasks import ExecutorTasks
 from atlas.executors.workbench import Workbench
 from atlas.home import Bot
@@ -56,7 +56,9 @@ class HomeServices:
             if not any(s.enabled for s in home.settings.executors.values()):
                 return None
             self._executors = ExecutorTasks(
-                home, workbench=self.workbench, record=delegation_record(self.dispatcher)
+                home,
+                workbench=self.workbench,
+                record=delegation_record(self.dispatcher, self.workbench),
             )
         return self._executors
 
@@ -95,16 +97,16 @@ class HomeServices:
             await self._executors.close()
 
 
-def delegation_record(dispatcher: Dispatcher) -> TurnRecord | None:
-    """The delegation record in atlas.db (atlas/executors/record.py), where it is installed.
+def delegation_record(dispatcher: Dispatcher, workbench: Workbench) -> DelegationRecord:
+    """The delegation record in atlas.db (atlas/executors/record.py), taking the folder's diff
+    stat before each turn and the harness's session ids off the workbench.
 
     THE ONE CALL SITE of the record for executor tasks: every turn, steer, question, answer and
     end goes through the object made here (ExecutorTasks._record)."""
-    try:
-        from atlas.executors.record import DelegationRecord  # type: ignore[import-not-found]
-    except ImportError:  # not there yet: the tasks run unrecorded
-        return None
-    return DelegationRecord(dispatcher.runtime.audit)  # type: ignore[no-any-return]
+    runtime = dispatcher.runtime
+    record = DelegationRecord(runtime.audit, home=runtime.home)
+    record.follow(workbench)
+    return record
 
 
 def provide_services(dispatcher: Dispatcher) -> HomeServices:

@@ -1,5 +1,5 @@
-"""The home's own database, `atlas.db`: what is not one bot's conversation (gate decisions;
-routines later)."""
+"""The home's own database, `atlas.db`: what is not one bot's conversation (gate decisions,
+pairing, subagents, routines, the delegation record of the outside executors)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import sqlite_utils
 
+from atlas.store.conversation_schema import FTS_TOKENIZE
 from atlas.store.db import Database, Migration, utc_now_iso
 
 T = TypeVar("T")
@@ -157,12 +158,69 @@ def _owed_reports(db: sqlite_utils.Database) -> None:
     db["routine_runs"].add_column("owed", str)
 
 
+def _executor_record(db: sqlite_utils.Database) -> None:
+    # The delegation record (atlas/executors/record.py): one row per turn of an executor
+    # instance (Atlas's or the person's own) ...
+    db["executor_turns"].create(
+        {
+            "id": int,
+            "instance_id": str,  # ex-<hex>, the workbench's id
+            "executor": str,  # claude-code
+            "account": str,  # the target name: claude-code@work
+            "folder": str,
+            "conversation": str,  # bot:conversation_id that started it; NULL: the person's own
+            "owner": str,  # atlas | person
+            "session_id": str,  # the harness's own session, to read its log back
+            "prompt": str,
+            "final_text": str,
+            "files_before": str,  # the folder's git diff stat when the turn started ...
+            "files_after": str,  # ... and when it ended
+            "usage": str,  # JSON: tokens and cost, as the harness said
+            "state": str,  # running | done | failed | stopped | limit
+            "started_at": str,
+            "ended_at": str,
+        },
+        pk="id",
+    )
+    db["executor_turns"].create_index(["instance_id", "id"])
+    db["executor_turns"].create_index(["started_at"])
+    # ... and what happened in it, in order: prompt, steer, question, answer (`who` answered),
+    # final, error, files. Searched (text and who) through an FTS5 index kept in step by triggers.
+    db["executor_entries"].create(
+        {"id": int, "turn_id": int, "kind": str, "who": str, "text": str, "at": str},
+        pk="id",
+        foreign_keys=[("turn_id", "executor_turns", "id")],
+        not_null={"turn_id", "kind", "text"},
+    )
+    db["executor_entries"].create_index(["turn_id", "id"])
+    db.execute(
+        "CREATE VIRTUAL TABLE executor_entries_fts USING fts5(text, who, content='executor_entries', "
+        f"content_rowid='id', tokenize='{FTS_TOKENIZE}')"
+    )
+    # One statement at a time: executescript would commit the migration's transaction.
+    delete_old = (
+        "INSERT INTO executor_entries_fts (executor_entries_fts, rowid, text, who) "
+        "VALUES ('delete', old.id, old.text, old.who);"
+    )
+    insert_new = (
+        "INSERT INTO executor_entries_fts (rowid, text, who) VALUES (new.id, new.text, new.who);"
+    )
+    for trigger in (
+        f"executor_entries_ai AFTER INSERT ON executor_entries BEGIN {insert_new} END",
+        f"executor_entries_ad AFTER DELETE ON executor_entries BEGIN {delete_old} END",
+        f"executor_entries_au AFTER UPDATE OF text, who ON executor_entries "
+        f"BEGIN {delete_old} {insert_new} END",
+    ):
+        db.execute(f"CREATE TRIGGER {trigger}")
+
+
 HOME_MIGRATIONS: list[Migration] = [
     ("001_gate_decisions", _gate_decisions),
     ("002_channel_pairing", _channel_pairing),
     ("003_delegations", _delegations),
     ("004_routines", _routines),
     ("005_owed_routine_reports", _owed_reports),
+    ("006_executor_record", _executor_record),
 ]
 
 

@@ -22,6 +22,7 @@ def builtin_tools(tool_search: Sequence[Tool]) -> list[Tool]:
     from atlas.tools.browser import BROWSER_TOOLS
     from atlas.tools.conversations import CONVERSATION_TOOLS
     from atlas.tools.delegate import DELEGATE_TOOLS
+    from atlas.tools.delegation_search import DELEGATION_TOOLS
     from atlas.tools.executors import EXECUTOR_TOOLS
     from atlas.tools.files import FILE_TOOLS
     from atlas.tools.memory import MEMORY_TOOLS
@@ -48,4 +49,5 @@ def builtin_tools(tool_search: Sequence[Tool]) -> list[Tool]:
         *ROUTINE_TOOLS,
         *BROWSER_TOOLS,
         *EXECUTOR_TOOLS,
+        *DELEGATION_TOOLS,
     ]

@@ -17,8 +17,9 @@ from atlas.tools.registry import RunContext, only_for, tool
 _WHERE_DELEGATE_IS = only_for("conversation", "bot", "routine")
 
 
-def _with_an_executor(run: RunContext) -> str | None:
-    """Where delegate is, once config.toml turns on an installed executor."""
+def with_an_executor(run: RunContext) -> str | None:
+    """Where delegate is, once config.toml turns on an installed executor (executor_accounts,
+    delegation_search)."""
     reason = _WHERE_DELEGATE_IS(run)
     if reason is not None:
         return reason
@@ -44,7 +45,7 @@ def _report(executors: ExecutorSet, only: str | None) -> str:
     return "\n\n".join(parts)
 
 
-@tool(deferred=True, read_only=True, available=_with_an_executor)
+@tool(deferred=True, read_only=True, available=with_an_executor)
 async def executor_accounts(
     run: RunContext,
     executor: Annotated[str | None, Field(description="only this one: claude-code, codex")] = None,

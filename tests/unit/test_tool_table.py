@@ -92,7 +92,13 @@ def test_conditions_in_the_table_are_real_conditions(tmp_path: Path) -> None:
     bare = make_home(tmp_path / "bare", config=config + '\n[browser]\nchrome = "/nowhere"\n')
     run = run_context(bare)
     registry = full_registry()
-    for name in ("use_skill", "browser_exec", "message_agent", "executor_accounts"):
+    for name in (
+        "use_skill",
+        "browser_exec",
+        "message_agent",
+        "executor_accounts",
+        "delegation_search",
+    ):
         assert rows[name]["also needs"], f"{name}: its condition is not in the table"
         assert registry.get(name).unavailable_reason(run), f"{name} available without its need"
     create_bot(bare, "scout", "Scout", "A second bot.")
