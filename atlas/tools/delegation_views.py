@@ -49,11 +49,13 @@ def fits(lines: list[str], budget: int) -> bool:
 def instance_header(turns: list[dict[str, Any]], view: View, about: str = "") -> str:
     first, last = turns[0], turns[-1]
     parts = [f"## {first['instance_id']}", last["account"], first["folder"]]
-    parts.append(f"{when(first['started_at'], view.zone)} → {when(last['ended_at'], view.zone)}")
+    end = when(last["ended_at"], view.zone) if last["ended_at"] else "now"
+    parts.append(f"{when(first['started_at'], view.zone)} → {end}")
     parts.append(f"{len(turns)} turn(s), {last['state']}")
-    parts.append(
-        "the person's own" if first["owner"] == "person" else f"from {first['conversation']}"
-    )
+    if first["owner"] == "person":
+        parts.append("the person's own")
+    elif first["conversation"]:
+        parts.append(f"from {first['conversation']}")
     if about:
         parts.append(about)
     return " · ".join(parts)

@@ -267,3 +267,20 @@ async def test_the_record_keeps_sessions_finals_and_changes_once(tmp_path: Path)
     assert entries[-1]["text"] == "changed: b.py"
     assert changed_files(" a.py | 1 +", " a.py | 3 ++-") == ["a.py"]
     assert changed_files(" a.py | 1 +", "") == ["a.py"]  # committed or undone by the turn
+
+
+async def test_the_persons_own_sessions_are_the_main_agents_to_see(history: History) -> None:
+    """A session the person started at the desk (owner person, no conversation), still running:
+    the main agent finds it, another bot does not."""
+    store = HomeStore(history.home.db_path)
+    try:
+        await DelegationRecord(store).start_turn(
+            "ex-ddd444", "claude-code", "claude-code@work", str(history.app),
+            "refactor the session cache", None, owner="person", session_id="sess-1",
+        )  # fmt: skip
+    finally:
+        await store.close()
+    text = await search(run_context(history.home), query="session cache")
+    assert "## ex-ddd444 · claude-code@work" in text and "→ now · 1 turn(s), running" in text
+    assert "the person's own" in text and "still running" in text
+    assert "ex-ddd444" not in await search(run_context(history.home, bot="scout"))
