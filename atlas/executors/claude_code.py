@@ -285,8 +285,9 @@ class ClaudeCodeExecutor(Executor):
         if task.account.executor != self.name:
             raise ExecutorError(f"{task.account.target} is not an account of {self.name}")
         self.check_binary()
-        # The binary is the person's to update, not a task's.
-        env = {"DISABLE_AUTOUPDATER": "1", **self.account_env(task.account)}
+        # The binary is the person's to update, not a task's. ATLAS_OWN_RUN: Atlas's plugin
+        # (claude_plugin/hooks/atlas_hook.py), if installed in this account, leaves the run alone.
+        env = {"DISABLE_AUTOUPDATER": "1", "ATLAS_OWN_RUN": "1", **self.account_env(task.account)}
         paths = claude_files.account_paths(task.account.config_dir)
         hosts = (*self.provider_hosts, *self.settings.allowed_domains)
         return ClaudeCodeInstance(

@@ -80,9 +80,7 @@ def bash(command: str) -> dict[str, object]:
     )
 
 
-async def run_hook(
-    home: Home, hook_input: object, **env: str
-) -> tuple[int, str, str, float]:
+async def run_hook(home: Home, hook_input: object, **env: str) -> tuple[int, str, str, float]:
     """The hook as Claude Code runs it: stdin the event's JSON, Claude Code's environment."""
     environment = {"PATH": os.environ["PATH"], "HOME": str(home.root), "ATLAS_HOME": str(home.root)}
     started = time.monotonic()
@@ -269,9 +267,7 @@ async def test_a_stale_socket_without_a_daemon_is_no_decision(home: Home) -> Non
     "hook_input",
     [b"not json", b"[1, 2]", b'{"hook_event_name": "PermissionRequest"}', b"x" * (1 << 20 + 1)],
 )
-async def test_malformed_input_is_no_decision(
-    home: Home, served: Bench, hook_input: bytes
-) -> None:
+async def test_malformed_input_is_no_decision(home: Home, served: Bench, hook_input: bytes) -> None:
     code, out, _, _ = await run_hook(home, hook_input)
     assert (code, out) == (0, "")
     assert served.person.asked == []
@@ -364,3 +360,178 @@ async def test_a_session_report_is_not_a_permission_request(home: Home, served: 
     ):
         assert response.status == 400
     assert served.person.asked == []
+
+
+async def test_atlas_own_claude_runs_carry_the_mark_the_hook_leaves_alone(tmp_path: Path) -> None:
+    from atlas.config import ExecutorSettings
+    from atlas.executors.base import TaskSpec
+    from atlas.executors.claude_code import ClaudeCodeExecutor
+
+    executor = ClaudeCodeExecutor(
+        ExecutorSettings(binary=sys.executable, accounts={"work": str(tmp_path / "work")}),
+        launcher=None,  # type: ignore[arg-type]
+    )
+    instance = await executor.start(TaskSpec(tmp_path, "hello", executor.account("work")))
+    assert instance.env["ATLAS_OWN_RUN"] == "1"  # type: ignore[attr-defined]
+
+
+# ---- whom the prompt is asked of (desk_approvals) and the daemon's wiring ----------------------
+
+
+class AskingChannel:
+    """A chat channel's ask: keeps where and what it was asked, answers `answer`."""
+
+    def __init__(self, name: str, answer: str | None = "allow once") -> None:
+        self.name, self.answer = name, answer
+        self.asked: list[tuple[Address, str]] = []
+
+    async def ask(self, address: Address, question: str, choices: list[str]) -> str | None:
+        self.asked.append((address, question))
+        return self.answer
+
+
+@pytest.fixture
+async def talked(home: Home) -> AsyncIterator[object]:
+    """The main bot's store: the person talked on Telegram, then Slack, then a routine ran."""
+    from atlas.providers.base import Message
+    from atlas.store.conversations import ConversationStore
+
+    store = ConversationStore(home.bot("atlas").db_path)
+    await store.open()
+    for channel, chat, kind in [
+        ("telegram:atlas", "42", "conversation"),
+        ("slack:atlas", "C1", "conversation"),
+        ("terminal", "cli", "conversation"),
+        ("routine", "daily", "routine"),
+    ]:
+        made = await store.conversation(channel, chat, kind=kind, bot="atlas")  # type: ignore[arg-type]
+        await store.append(made.id, Message("user", "hello"))
+
+    async def store_of(bot: str) -> ConversationStore:
+        assert bot == "atlas"
+        return store
+
+    yield store_of
+    await store.close()
+
+
+def approvals(home: Home, store_of: object, **settings: str) -> object:
+    from atlas.config import ExecutorSettings
+    from atlas.executors.desk_approvals import DeskApprovals
+
+    channels = {name: AskingChannel(name) for name in ("telegram:atlas", "slack:atlas", "agents")}
+    channels["telegram:other"] = AskingChannel("telegram:other")
+    return DeskApprovals(ExecutorSettings(**settings), "atlas", channels, store_of)  # type: ignore[arg-type]
+
+
+async def test_prompts_go_to_the_persons_latest_chat_with_the_main_bot(
+    home: Home, talked: object
+) -> None:
+    desk = approvals(home, talked)
+    assert await desk.address() == Address("atlas", "slack:atlas", "C1")  # type: ignore[attr-defined]
+    desk = approvals(home, talked, approvals="telegram:atlas")
+    assert await desk.address() == Address("atlas", "telegram:atlas", "42")  # type: ignore[attr-defined]
+    desk = approvals(home, talked, approvals="telegram:atlas", approvals_chat="99")
+    assert await desk.address() == Address("atlas", "telegram:atlas", "99")  # type: ignore[attr-defined]
+    for off in ({"approvals": "off"}, {"approvals": "telegram:nobody"}):
+        assert await approvals(home, talked, **off).asker() is None  # type: ignore[attr-defined]
+
+
+async def test_the_daemons_bridge_asks_through_the_channel(home: Home, talked: object) -> None:
+    from atlas.executors.bridge import serve_plugin
+
+    telegram = AskingChannel("telegram:atlas", answer="allow once")
+    workbench = Workbench()
+    bridge = await serve_plugin(
+        home,
+        {"telegram:atlas": telegram},
+        talked,  # type: ignore[arg-type]
+        lambda: workbench,
+    )
+    assert bridge is not None
+    try:
+        code, out, _, _ = await run_hook(home, bash("pytest -x"))
+    finally:
+        await bridge.stop()
+    assert code == 0 and decision(out) == {"behavior": "allow"}
+    [(where, question)] = telegram.asked
+    assert where == Address("atlas", "telegram:atlas", "42")
+    assert "pytest -x" in question
+    assert not socket_path(home).exists()  # gone with the daemon: the hooks fall back
+
+
+async def test_no_bridge_while_claude_code_is_off(home: Home) -> None:
+    from atlas.executors.bridge import serve_plugin
+
+    (home.root / "config.toml").write_text(
+        (home.root / "config.toml").read_text().replace("enabled = true", "enabled = false")
+    )
+    off = Home(home.root)
+    assert await serve_plugin(off, {}, None, lambda: None) is None  # type: ignore[arg-type]
+    assert not socket_path(off).exists()
+
+
+# ---- atlas executors install-plugin -----------------------------------------------------------
+
+
+def fake_claude(folder: Path, fail_on: str | None = None) -> Path:
+    """A `claude` that logs each call (its arguments and CLAUDE_CONFIG_DIR), one JSON a line."""
+    log = folder / "calls.jsonl"
+    script = folder / "claude"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import json, os, sys\n"
+        f"open({str(log)!r}, 'a').write(json.dumps([sys.argv[1:], "
+        "os.environ.get('CLAUDE_CONFIG_DIR')]) + '\\n')\n"
+        f"sys.exit(1 if {fail_on!r} in sys.argv else 0)\n"
+    )
+    script.chmod(0o755)
+    return log
+
+
+def test_install_plugin_installs_with_claude_codes_own_commands(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from atlas.cli import main
+
+    log = fake_claude(tmp_path, fail_on="uninstall")  # not installed yet: that failure is fine
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert main(["--home", str(home.root), "executors", "install-plugin", "--account", "work"]) == 0
+    root = home.root / "claude-plugins"
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    work = str((home.root.parent / "claude-work").resolve())
+    assert calls == [
+        [["plugin", "marketplace", "add", str(root)], work],
+        [["plugin", "marketplace", "update", "atlas-local"], work],
+        [["plugin", "uninstall", "atlas@atlas-local"], work],
+        [["plugin", "install", "atlas@atlas-local"], work],
+    ]
+    assert (root / "atlas" / "atlas-home").read_text().strip() == str(home.root)
+    assert "installed atlas@atlas-local" in capsys.readouterr().out
+
+
+def test_install_plugin_says_what_fails(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from atlas.cli import main
+
+    fake_claude(tmp_path, fail_on="install")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert main(["--home", str(home.root), "executors", "install-plugin"]) == 2
+    assert "plugin install atlas@atlas-local` failed" in capsys.readouterr().err
+    assert main(["--home", str(home.root), "executors", "install-plugin", "--account", "x"]) == 2
+    assert "no Claude Code account 'x'" in capsys.readouterr().err
+
+
+def test_install_plugin_without_claude_prints_the_commands(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from atlas.cli import main
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no claude here
+    assert main(["--home", str(home.root), "executors", "install-plugin"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "claude plugin marketplace add" in out and "claude plugin install atlas@atlas-local" in out
+    )
+    assert "--plugin-dir" in out
