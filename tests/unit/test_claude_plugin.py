@@ -535,3 +535,44 @@ def test_install_plugin_without_claude_prints_the_commands(
         "claude plugin marketplace add" in out and "claude plugin install atlas@atlas-local" in out
     )
     assert "--plugin-dir" in out
+
+
+async def test_a_hook_claude_code_gives_up_on_withdraws_its_question(home: Home) -> None:
+    """Claude Code kills the hook at its timeout, or when the person presses Esc: the question
+    waiting in the chat is given up with it, and the instance stops `asking`."""
+    asked, given_up = asyncio.Event(), asyncio.Event()
+
+    class Waiting(Person):
+        async def __call__(self, question: str, choices: list[str]) -> str | None:
+            self.asked.append((question, choices))
+            asked.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                given_up.set()
+                raise
+            return None
+
+    bench = Bench(home, Waiting(None), wait=60)
+    await bench.bridge.start()
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(HOOK),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env={"PATH": os.environ["PATH"], "ATLAS_HOME": str(home.root)},
+        )
+        assert process.stdin is not None
+        process.stdin.write(json.dumps(bash("make deploy")).encode())
+        process.stdin.close()
+        async with asyncio.timeout(20):
+            await asked.wait()
+            [instance] = bench.workbench.list()
+            assert instance.state == "asking"
+            process.kill()
+            await process.wait()
+            await given_up.wait()  # the bridge's `finally` ran in the same step
+        assert bench.workbench.get(instance.id).state == "running"
+    finally:
+        await bench.bridge.stop()
