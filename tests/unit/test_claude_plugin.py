@@ -553,7 +553,16 @@ async def test_a_hook_claude_code_gives_up_on_withdraws_its_question(home: Home)
                 raise
             return None
 
+    back_to_running = asyncio.Event()
+
+    class Watched(Workbench):
+        def update(self, instance_id: str, **changes: object) -> Instance:
+            if changes.get("state") == "running":
+                back_to_running.set()
+            return super().update(instance_id, **changes)
+
     bench = Bench(home, Waiting(None), wait=60)
+    bench.workbench = Watched()
     await bench.bridge.start()
     try:
         process = await asyncio.create_subprocess_exec(
@@ -572,7 +581,8 @@ async def test_a_hook_claude_code_gives_up_on_withdraws_its_question(home: Home)
             assert instance.state == "asking"
             process.kill()
             await process.wait()
-            await given_up.wait()  # the bridge's `finally` ran in the same step
+            await given_up.wait()
+            await back_to_running.wait()
         assert bench.workbench.get(instance.id).state == "running"
     finally:
         await bench.bridge.stop()
