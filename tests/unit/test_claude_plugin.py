@@ -586,3 +586,13 @@ async def test_a_hook_claude_code_gives_up_on_withdraws_its_question(home: Home)
         assert bench.workbench.get(instance.id).state == "running"
     finally:
         await bench.bridge.stop()
+
+
+async def test_a_resumed_session_is_live_again_on_its_instance(home: Home, served: Bench) -> None:
+    await run_hook(home, event("SessionStart", source="startup"))
+    await run_hook(home, event("SessionEnd", reason="prompt_input_exit"))
+    [ended] = served.workbench.list()
+    assert ended.ended
+    await run_hook(home, event("SessionStart", source="resume"))  # `claude --resume sess-1`
+    [again] = served.workbench.list()
+    assert again.id == ended.id and not again.ended and again.ended_at is None
