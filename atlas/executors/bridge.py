@@ -26,12 +26,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
+from atlas.executors.desk_record import DeskEvent, DeskRecord
 from atlas.executors.task_model import short
 from atlas.executors.workbench import Instance, Workbench, new_instance_id
 
 if TYPE_CHECKING:
     from atlas.channels.base import Address, Channel
     from atlas.executors.desk_approvals import StoreOf
+    from atlas.executors.record import DelegationRecord
     from atlas.home import Home
     from atlas.tools.registry import Asker
 
@@ -99,10 +101,12 @@ class ExecutorBridge:
         asker: AskerSource,
         *,
         wait_seconds: float | None = None,
+        desk_record: DeskRecord | None = None,
     ) -> None:
         self.home = home
         self.workbench = workbench
         self.asker = asker
+        self.desk_record = desk_record  # the person's turns into the delegation record
         self.wait_seconds = min(wait_seconds or home.settings.trust.ask_timeout, MAX_WAIT)
         self.path = socket_path(home)
         self._runner: web.AppRunner | None = None
@@ -132,6 +136,8 @@ class ExecutorBridge:
         log.info("the Claude Code plugin's socket: %s", self.path)
 
     async def stop(self) -> None:
+        if self.desk_record is not None:
+            await self.desk_record.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -152,7 +158,18 @@ class ExecutorBridge:
 
     async def _session(self, request: web.Request) -> web.Response:
         report = await self._read(request)
-        self.report(report)
+        instance = self.report(report)
+        if self.desk_record is not None and instance is not None:
+            event = report.hook
+            self.desk_record.note(
+                DeskEvent(
+                    event.hook_event_name,
+                    instance,
+                    event.session_id,
+                    event.prompt or "",
+                    report.config_dir,
+                )
+            )
         return web.json_response({})
 
     async def _permission(self, request: web.Request) -> web.Response:
@@ -251,16 +268,19 @@ async def serve_plugin(
     channels: Mapping[str, Channel],
     store_of: StoreOf,
     workbench: WorkbenchSource,
+    record: DelegationRecord | None = None,
 ) -> ExecutorBridge | None:
     """`atlas run`'s bridge, while `[executors.claude-code]` is on; None when it is off or its
-    socket cannot be served (logged: the daemon runs on, the hooks fall back to the desk)."""
+    socket cannot be served (logged: the daemon runs on, the hooks fall back to the desk). With
+    `record`, the person's turns go into the delegation record too."""
     from atlas.executors.desk_approvals import DeskApprovals
 
     settings = home.settings.executors.get(EXECUTOR)
     if settings is None or not settings.enabled:
         return None
     approvals = DeskApprovals(settings, home.settings.main, channels, store_of)
-    bridge = ExecutorBridge(home, workbench, approvals.asker)
+    desk_record = DeskRecord(record, home) if record is not None else None
+    bridge = ExecutorBridge(home, workbench, approvals.asker, desk_record=desk_record)
     try:
         await bridge.start()
     except OSError as exc:

@@ -39,14 +39,14 @@ class DeskEvent:
     instance: Instance
     session_id: str
     prompt: str
-    config_dir: Path | None
+    config_dir: str | None  # CLAUDE_CONFIG_DIR as the hook saw it; None: the default
 
 
 @dataclass
 class _Open:
     turn: int
     folder: Path
-    config_dir: Path | None
+    config_dir: str | None
 
 
 class DeskRecord:
@@ -120,8 +120,9 @@ class DeskRecord:
         await self.record.finish_turn(turn.turn, final, files, None, state)
 
 
-def _last_answer(config_dir: Path | None, session_id: str, folder: Path) -> str:
+def _last_answer(config_dir: str | None, session_id: str, folder: Path) -> str:
     """The last assistant text of the session, from Claude Code's own log ('' when gone)."""
-    log_ = claude_files.session_log(config_dir or claude_files.default_dir(), session_id, folder)
+    where = Path(config_dir).expanduser() if config_dir else claude_files.default_dir()
+    log_ = claude_files.session_log(where, session_id, folder)
     answers = [e.text for e in log_.entries if e.role == "assistant"]
     return answers[-1] if answers else ""

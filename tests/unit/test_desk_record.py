@@ -5,17 +5,21 @@ stat; delegation_search then finds them as the person's own."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
+from atlas.executors.bridge import serve_plugin
 from atlas.executors.claude_files import project_key
 from atlas.executors.desk_record import DeskEvent, DeskRecord
 from atlas.executors.record import DelegationRecord
-from atlas.executors.workbench import Instance
+from atlas.executors.workbench import Instance, Workbench
 from atlas.home import Home
 from atlas.store.home_db import HomeStore
 from atlas.tools.delegation_search import delegation_search
 from tests.helpers import BASE_CONFIG, make_home, run_context
+from tests.unit.test_claude_plugin import event, run_hook
 
 
 def home_with_claude(tmp_path: Path) -> Home:
@@ -49,8 +53,10 @@ async def test_a_desk_turn_is_recorded_with_its_answer_and_files(tmp_path: Path)
     desk = DeskRecord(DelegationRecord(store, home=home), home)
     instance = Instance("ex-desk01", "claude-code", "claude-code@main", folder, owner="person")
     try:
-        desk.note(DeskEvent("SessionStart", instance, "s-7", "", config_dir))  # not a turn
-        desk.note(DeskEvent("UserPromptSubmit", instance, "s-7", "rename the cache", config_dir))
+        desk.note(DeskEvent("SessionStart", instance, "s-7", "", str(config_dir)))  # not a turn
+        desk.note(
+            DeskEvent("UserPromptSubmit", instance, "s-7", "rename the cache", str(config_dir))
+        )
         await desk.drain()
         # Claude Code works: it edits a file and keeps its log.
         (folder / "app.py").write_text("print('new')\n")
@@ -58,8 +64,8 @@ async def test_a_desk_turn_is_recorded_with_its_answer_and_files(tmp_path: Path)
         log.parent.mkdir(parents=True)
         lines = [session_line("user", "rename the cache"), session_line("assistant", "Renamed.")]
         log.write_text("\n".join(lines) + "\n")
-        desk.note(DeskEvent("Stop", instance, "s-7", "", config_dir))
-        desk.note(DeskEvent("SessionEnd", instance, "s-7", "", config_dir))  # nothing open
+        desk.note(DeskEvent("Stop", instance, "s-7", "", str(config_dir)))
+        desk.note(DeskEvent("SessionEnd", instance, "s-7", "", str(config_dir)))  # nothing open
         await desk.drain()
     finally:
         await desk.close()
@@ -87,3 +93,38 @@ async def test_a_turn_whose_stop_never_came_ends_at_the_next_prompt(tmp_path: Pa
         await desk.close()
         await store.close()
     assert states == ["done", "running"]
+
+
+async def test_the_hooks_at_the_desk_fill_the_record(tmp_path: Path) -> None:
+    """The plugin's hook run as Claude Code runs it, against the bridge the daemon serves with
+    the record: the prompt and the end of the turn are recorded, the hook not kept waiting."""
+    root = Path(tempfile.mkdtemp(prefix="atlas-w1-", dir="/tmp"))  # a Unix socket's short path
+    try:
+        home = home_with_claude(root)
+        store = HomeStore(home.db_path)
+        workbench = Workbench()
+        bridge = await serve_plugin(
+            home,
+            {},
+            None,
+            lambda: workbench,
+            DelegationRecord(store),  # type: ignore[arg-type]
+        )
+        assert bridge is not None and bridge.desk_record is not None
+        try:
+            prompt = event("UserPromptSubmit", session="s-9", prompt="tidy the imports")
+            env = {"CLAUDE_CONFIG_DIR": str(root / "cc")}
+            code, out, _, _ = await run_hook(home, prompt, **env)
+            assert (code, out) == (0, "")
+            await run_hook(home, event("Stop", session="s-9"), **env)
+            await bridge.desk_record.drain()
+        finally:
+            await bridge.stop()
+            await store.close()
+        text = (await delegation_search.invoke(run_context(home), {})).text
+        [instance] = workbench.list()
+        assert f"## {instance.id} · claude-code@main · /src/app" in text
+        assert "[prompt] tidy the imports" in text and "the person's own" in text
+        assert ", done · the person's own" in text
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
