@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from atlas.channels.health_file import HealthWriter, health_path
 from atlas.channels.manager import RunningChannels, start_channels, stop_channels
 from atlas.dashboard.server import DashboardServer, dashboard_listen, start_dashboard
-from atlas.executors.bridge import ExecutorBridge, serve_plugin, workbench_of
+from atlas.executors.bridge import ExecutorBridge, serve_plugin
 from atlas.executors.record import DelegationRecord
 from atlas.home import Home
 from atlas.process import freeze_long_lived_objects
@@ -67,7 +67,7 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
             home,
             dispatcher.channels,
             lambda bot: runtime.store(home.bot(bot)),
-            lambda: workbench_of(services),
+            lambda: services.workbench,  # the home's, delegate's tasks on it too
             DelegationRecord(runtime.audit, home=home),  # the person's turns, recorded
         )
         freeze_long_lived_objects()

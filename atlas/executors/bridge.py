@@ -332,10 +332,3 @@ def shown_input(tool_input: dict[str, Any] | None) -> str:
         if isinstance(data.get(key), str):
             return short(data[key], 1500)
     return short(json.dumps(data, ensure_ascii=False), 1500)
-
-
-def workbench_of(services: object) -> Workbench | None:
-    """The workbench of the home's services (HomeServices.executors, made on first use); None
-    while no executor is turned on."""
-    executors = getattr(services, "executors", None)
-    return executors.workbench if executors is not None else None
