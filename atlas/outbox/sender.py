@@ -115,10 +115,18 @@ class Outbox:
         retry_cap: float = RETRY_CAP,
     ) -> None:
         self.channels = channels  # looked up per send: channels register as they start
-        self.database = database
+        self._open_database = database
+        self._databases: dict[str, Database] = {}
         self.retry_first = retry_first
         self.retry_cap = retry_cap
         self._queues: dict[Address, _Queue] = {}
+
+    async def database(self, bot: str) -> Database:
+        """The bot's conversations.db, kept once open: every row's marks use it."""
+        db = self._databases.get(bot)
+        if db is None or not db.is_open:
+            db = self._databases[bot] = await self._open_database(bot)
+        return db
 
     # ------------------------------------------------------------ putting rows in
 
@@ -172,9 +180,7 @@ class Outbox:
                 queue = self._queues[row.address] = _Queue()
             queue.add(row, first=first)
             if queue.worker is None:
-                queue.worker = asyncio.create_task(
-                    self._work(row.address, queue), name=f"outbox {row.address}"
-                )
+                queue.worker = asyncio.create_task(self._work(row.address, queue))
 
     async def wait(self, address: Address, row_id: int) -> Delivery:
         """How the row's turn ended. A row that is not queued is settled: read from its store."""
