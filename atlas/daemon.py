@@ -60,7 +60,7 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
         home_services(dispatcher).serve_routines(routines)  # cronjob_manage's, once started
         log.info("routine files: %s", (await routines.start()).summary())
         if listen is not None:  # the web dashboard (docs/dashboard.md), over this runtime
-            dashboard = await start_dashboard(runtime, listen, lambda: running.health)
+            dashboard = await start_dashboard(runtime, listen, lambda: running.health, dispatcher)
         # The Claude Code plugin's socket: the person's own sessions (docs/executors.md).
         services = home_services(dispatcher)
         bridge = await serve_plugin(

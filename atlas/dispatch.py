@@ -25,6 +25,7 @@ from atlas.errors import AtlasError
 from atlas.home import Bot
 from atlas.outbox.rows import Kind, Outgoing
 from atlas.outbox.sender import Outbox
+from atlas.pending_asks import PendingAsks
 from atlas.providers.base import Message, ToolCall
 from atlas.runtime import Runtime
 from atlas.store.conversations import Conversation, ConversationStore
@@ -91,6 +92,8 @@ class Dispatcher:
         # What tools that start work elsewhere use (atlas/tools/services.py); set by the layer
         # above, which builds them over this dispatcher (atlas/agents/services.py).
         self.services: AgentServices | None = None
+        # Every question a turn waits on, answerable on the dashboard too (first answer wins).
+        self.asks = PendingAsks()
 
     async def submit(self, inbound: Inbound) -> bool:
         """Store the message and wake its conversation. False when it was a duplicate event
@@ -272,7 +275,13 @@ class Dispatcher:
         bot = self.runtime.home.bot(address.bot)
 
         async def ask(question: str, choices: list[str]) -> str | None:
-            return await channel.ask(address, question, choices)
+            return await self.asks.approval(
+                address,
+                lane.conversation_id,
+                question,
+                choices,
+                lambda: channel.ask(address, question, choices),
+            )
 
         async def notify(text: str) -> None:
             await self.submit(Inbound(address, text, kind="notice", run_kind=lane.run_kind))
@@ -291,7 +300,9 @@ class Dispatcher:
             if put is None:  # a channel without questions (the agents channel, a test's)
                 detail = f"the {address.channel} channel cannot ask questions"
                 return QuestionOutcome("undelivered", detail=detail)
-            return await put(address, questions)
+            return await self.asks.question_set(
+                address, lane.conversation_id, questions, lambda: put(address, questions)
+            )
 
         if lane.run_kind == "conversation":
             run.ask_questions = ask_questions

@@ -79,3 +79,24 @@ class Channel(Protocol):
     async def stream(self, address: Address, text: str) -> None: ...
 
     async def show_tool_call(self, address: Address, call: ToolCall) -> None: ...
+
+
+@dataclass(frozen=True)
+class AnsweredElsewhere:
+    """Why a channel's open question is withdrawn: another place (the dashboard) answered it
+    first. It rides on the cancel of the channel's wait (`task.cancel(AnsweredElsewhere(…))`,
+    see atlas/pending_asks.py), so the channel edits its message to show the answer instead
+    of "no answer in time"."""
+
+    answers: tuple[str, ...]  # each question's answer in one line (one for an approval)
+    where: str = "on the dashboard"
+
+    def note(self, index: int = 0) -> str:
+        answer = self.answers[index] if index < len(self.answers) else "answered"
+        return f"{answer} ({self.where})"
+
+
+def answered_elsewhere(cancel: BaseException) -> AnsweredElsewhere | None:
+    """The AnsweredElsewhere a CancelledError carries, or None (a timeout, /stop)."""
+    reason = cancel.args[0] if cancel.args else None
+    return reason if isinstance(reason, AnsweredElsewhere) else None

@@ -16,7 +16,14 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from atlas.channels.base import Answer, Question, QuestionOutcome, QuestionStatus
+from atlas.channels.base import (
+    Answer,
+    AnsweredElsewhere,
+    Question,
+    QuestionOutcome,
+    QuestionStatus,
+    answered_elsewhere,
+)
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +150,10 @@ async def collect_answers(
         for index in asked.open_questions():
             await close(index, status, detail)
 
+    async def close_each(elsewhere: AnsweredElsewhere) -> None:
+        for index in asked.open_questions():
+            await close(index, "cancelled", elsewhere.note(index))
+
     open_sets[asked.request_id] = asked
     try:
         for index in range(len(asked.questions)):
@@ -154,8 +165,12 @@ async def collect_answers(
                 await close_open("undelivered")
                 return QuestionOutcome("undelivered", detail=str(exc))
         outcome = await asked.outcome
-    except asyncio.CancelledError:
-        in_background(close_open("timed out"))
+    except asyncio.CancelledError as cancel:
+        elsewhere = answered_elsewhere(cancel)
+        if elsewhere is None:
+            in_background(close_open("timed out"))
+        else:  # the dashboard answered first: each open question shows its answer
+            in_background(close_each(elsewhere))
         raise
     finally:
         open_sets.pop(asked.request_id, None)

@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from atlas.channels.access import Access
-from atlas.channels.base import Address, Answer, Question, QuestionOutcome, QuestionStatus
+from atlas.channels.base import (
+    Address,
+    Answer,
+    Question,
+    QuestionOutcome,
+    QuestionStatus,
+    answered_elsewhere,
+)
 from atlas.channels.questions import (
     CANCEL,
     CHOOSE,
@@ -108,14 +115,19 @@ class SlackAsking(SlackSending):
         future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         pending = PendingAsk(address, channel, ts, question, choices, future)
         self._asks[request_id] = pending
+        outcome = f"_{NO_ANSWER}._"
         try:
             return await pending.answer
+        except asyncio.CancelledError as cancel:
+            if elsewhere := answered_elsewhere(cancel):  # the dashboard answered first
+                outcome = f"*{escape_mrkdwn(elsewhere.note())}*"
+            raise
         finally:
             self._asks.pop(request_id, None)
             # Cancelling the wait (a timeout, /stop) cancels the future too.
             if pending.answer.cancelled() or not pending.answer.done():
                 pending.answer.cancel()
-                self._background.spawn(self._close_question(pending, f"_{NO_ANSWER}._"))
+                self._background.spawn(self._close_question(pending, outcome))
 
     async def _on_button(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         await ack()

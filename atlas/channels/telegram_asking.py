@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from atlas.channels.access import Access
-from atlas.channels.base import Address, Answer, Question, QuestionOutcome, QuestionStatus
+from atlas.channels.base import (
+    Address,
+    Answer,
+    Question,
+    QuestionOutcome,
+    QuestionStatus,
+    answered_elsewhere,
+)
 from atlas.channels.questions import (
     CANCEL,
     CHOOSE,
@@ -118,9 +125,15 @@ class TelegramAsking(TelegramSending):
         self._asks[request_id] = pending
         try:
             answer = await future
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as cancel:
             if self.tg is not None:
-                closed = f"{html.escape(shown)}\n\n→ <i>no answer in time</i>"
+                elsewhere = answered_elsewhere(cancel)  # the dashboard answered first
+                note = (
+                    f"<b>{html.escape(elsewhere.note())}</b>"
+                    if elsewhere
+                    else "<i>no answer in time</i>"
+                )
+                closed = f"{html.escape(shown)}\n\n→ {note}"
                 self._background.spawn(self._edit_text(chat_id, message_id, closed))
             raise
         finally:

@@ -13,9 +13,11 @@ from aiohttp import web
 from atlas.dashboard.auth import Session, Signer
 from atlas.dashboard.hub import EventHub
 from atlas.dashboard.usage_cache import UsageCache
+from atlas.pending_asks import PendingAsks
 
 if TYPE_CHECKING:
     from atlas.channels.supervisor import ChannelHealth
+    from atlas.dispatch import Dispatcher
     from atlas.home import Bot, Home
     from atlas.store.conversations import ConversationStore
     from atlas.store.home_db import HomeStore
@@ -41,6 +43,16 @@ class Dashboard:
     )
     events: EventHub = field(default_factory=EventHub)  # what makes pages live
     usage: UsageCache = field(default_factory=UsageCache)  # the Usage page's past hours
+    # The questions turns wait on (the dispatcher's, atlas/pending_asks.py): the Waiting page.
+    asks: PendingAsks = field(default_factory=PendingAsks)
+
+    def __post_init__(self) -> None:
+        self.asks.listen(lambda: self.events.publish("waiting"))
+
+    def attach(self, dispatcher: Dispatcher) -> None:
+        """Serve the running dispatcher's questions (and, on every change, the `waiting` event)."""
+        self.asks = dispatcher.asks
+        self.asks.listen(lambda: self.events.publish("waiting"))
 
     def watch_channels(self) -> None:
         """Publish `home` whenever a channel's health changes (call once its channels exist)."""

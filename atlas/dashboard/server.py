@@ -22,6 +22,7 @@ from atlas.errors import AtlasError, ConfigError
 
 if TYPE_CHECKING:
     from atlas.channels.supervisor import ChannelHealth
+    from atlas.dispatch import Dispatcher
     from atlas.home import Home
     from atlas.runtime import Runtime
 
@@ -143,6 +144,7 @@ async def start_dashboard(
     runtime: Runtime,
     listen: Listen,
     channel_health: Callable[[], Mapping[str, ChannelHealth]],
+    dispatcher: Dispatcher | None = None,
 ) -> DashboardServer | None:
     """Serve the dashboard over the daemon's runtime. A port in use is logged, and the daemon
     goes on without the dashboard rather than not at all."""
@@ -156,6 +158,8 @@ async def start_dashboard(
         channel_health=channel_health,
         conversation_states=runtime.conversation_states,
     )
+    if dispatcher is not None:  # the questions its turns wait on: the Waiting page
+        dashboard.attach(dispatcher)
     dashboard.watch_channels()
     server = DashboardServer(dashboard, listen)
     try:

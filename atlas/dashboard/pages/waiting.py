@@ -1,0 +1,89 @@
+"""Waiting: every approval and ask_user question a turn waits on, from every bot and channel,
+answered here (atlas/pending_asks.py). The first answer wins wherever it is given: an answer
+here closes the channel's question, which shows it; one given on the channel first removes the
+question here. The list is fetched again (`/waiting/live`) on each `waiting` event."""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+from atlas.channels.base import Answer
+from atlas.dashboard.context import dashboard_of
+from atlas.dashboard.page import Page
+from atlas.dashboard.render import render, see_other
+from atlas.errors import AtlasError
+
+log = logging.getLogger(__name__)
+CLOSED = "already answered, or no longer waiting"
+
+
+def _values(request: web.Request, note: str = "") -> dict[str, object]:
+    asks = dashboard_of(request).asks
+    return {"open": asks.open(), "settled": list(asks.settled), "note": note}
+
+
+async def waiting_page(request: web.Request) -> web.Response:
+    return render(request, "waiting.html", **_values(request))
+
+
+async def waiting_live(request: web.Request) -> web.Response:
+    return render(request, "waiting_live.html", **_values(request))
+
+
+def _answered(request: web.Request, note: str) -> web.Response:
+    """htmx gets the list again (with the note); a plain form post goes back to the page."""
+    if "HX-Request" in request.headers:
+        return render(request, "waiting_live.html", **_values(request, note))
+    return see_other("/waiting")
+
+
+async def answer_approval(request: web.Request) -> web.Response:
+    """POST choice (CSRF checked by the app's guard)."""
+    asks = dashboard_of(request).asks
+    ask_id = request.match_info["ask_id"]
+    choice = str((await request.post()).get("choice", ""))
+    pending = asks.get(ask_id)
+    try:
+        answered = asks.answer_approval(ask_id, choice)
+    except AtlasError as exc:
+        raise web.HTTPBadRequest(text=str(exc)) from None
+    if not answered:
+        return _answered(request, f"That question was {CLOSED}.")
+    assert pending is not None
+    log.info("dashboard: %s answered %r: %s", pending.address, pending.question[:60], choice)
+    return _answered(request, f"Answered: {choice}.")
+
+
+async def answer_questions(request: web.Request) -> web.Response:
+    """POST q<n> (a choice; several for multi-select) and q<n>-other (words) per question."""
+    asks = dashboard_of(request).asks
+    ask_id = request.match_info["ask_id"]
+    form = await request.post()
+    pending = asks.get(ask_id)
+    if pending is None:
+        return _answered(request, f"Those questions were {CLOSED}.")
+    answers = []
+    for index, question in enumerate(pending.questions):
+        picked = [str(v) for v in form.getall(f"q{index}", [])]
+        chosen = tuple(c for c in question.choices if c in picked)
+        other = str(form.get(f"q{index}-other", "")).strip()
+        answers.append(Answer(chosen, other, by="the dashboard"))
+    try:
+        answered = asks.answer_questions(ask_id, answers)
+    except AtlasError as exc:
+        raise web.HTTPBadRequest(text=str(exc)) from None
+    if not answered:
+        return _answered(request, f"Those questions were {CLOSED}.")
+    return _answered(request, "Answered.")
+
+
+def setup(router: web.UrlDispatcher) -> None:
+    router.add_get("/waiting", waiting_page)
+    router.add_get("/waiting/live", waiting_live)
+    router.add_post("/waiting/{ask_id}/approval", answer_approval)
+    router.add_post("/waiting/{ask_id}/questions", answer_questions)
+
+
+PAGE = Page("Waiting", "/waiting", setup)
