@@ -17,6 +17,7 @@ from atlas.pending_asks import PendingAsks
 
 if TYPE_CHECKING:
     from atlas.channels.supervisor import ChannelHealth
+    from atlas.dashboard.chat_channel import BrowserChannel
     from atlas.dispatch import Dispatcher
     from atlas.home import Bot, Home
     from atlas.store.conversations import ConversationStore
@@ -45,14 +46,23 @@ class Dashboard:
     usage: UsageCache = field(default_factory=UsageCache)  # the Usage page's past hours
     # The questions turns wait on (the dispatcher's, atlas/pending_asks.py): the Waiting page.
     asks: PendingAsks = field(default_factory=PendingAsks)
+    # The Chat page's: the dispatcher its messages go to, and its channel (both set by attach).
+    dispatcher: Dispatcher | None = None
+    chat: BrowserChannel | None = None
 
     def __post_init__(self) -> None:
         self.asks.listen(lambda: self.events.publish("waiting"))
 
     def attach(self, dispatcher: Dispatcher) -> None:
-        """Serve the running dispatcher's questions (and, on every change, the `waiting` event)."""
+        """Serve the running dispatcher's questions (and, on every change, the `waiting`
+        event), and register the Chat page's channel in it."""
+        from atlas.dashboard.chat_channel import WEB_CHANNEL, BrowserChannel
+
         self.asks = dispatcher.asks
         self.asks.listen(lambda: self.events.publish("waiting"))
+        self.dispatcher = dispatcher
+        self.chat = BrowserChannel()
+        dispatcher.channels[WEB_CHANNEL] = self.chat
 
     def watch_channels(self) -> None:
         """Publish `home` whenever a channel's health changes (call once its channels exist)."""

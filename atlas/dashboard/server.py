@@ -95,6 +95,8 @@ class DashboardServer:
     async def stop(self) -> None:
         runner, self._runner = self._runner, None
         self.dashboard.events.close()  # open event streams end: nothing waits on a browser tab
+        if self.dashboard.chat is not None:
+            await self.dashboard.chat.stop()  # the Chat page's streams too
         if runner is not None:
             url_path(self.dashboard.home.root).unlink(missing_ok=True)
             await runner.cleanup()

@@ -6,6 +6,13 @@ template's nav is built from it.
 from __future__ import annotations
 
 from atlas.dashboard.page import Page
-from atlas.dashboard.pages import conversations, home, trust, usage, waiting
+from atlas.dashboard.pages import chat, conversations, home, trust, usage, waiting
 
-PAGES: list[Page] = [home.PAGE, waiting.PAGE, conversations.PAGE, trust.PAGE, usage.PAGE]
+PAGES: list[Page] = [
+    home.PAGE,
+    waiting.PAGE,
+    chat.PAGE,
+    conversations.PAGE,
+    trust.PAGE,
+    usage.PAGE,
+]

@@ -21,7 +21,7 @@ CLOSED = "already answered, or no longer waiting"
 
 def _values(request: web.Request, note: str = "") -> dict[str, object]:
     asks = dashboard_of(request).asks
-    return {"open": asks.open(), "settled": list(asks.settled), "note": note}
+    return {"open": asks.open(), "settled": list(asks.settled), "note": note, "in_chat": False}
 
 
 async def waiting_page(request: web.Request) -> web.Response:
