@@ -579,3 +579,24 @@ def test_markdown_becomes_mrkdwn() -> None:
         "if a &lt; b: **no**",
         "```",
     ]
+
+
+async def test_an_approval_answered_on_the_dashboard_shows_there_in_slack(slack: Harness) -> None:
+    from atlas.pending_asks import PendingAsks
+
+    asks = PendingAsks()
+    address = slack.address()
+    waiting = asyncio.create_task(
+        asks.approval(
+            address,
+            1,
+            "Proceed?",
+            [ALLOW_ONCE, "deny"],
+            lambda: slack.channel.ask(address, "Proceed?", [ALLOW_ONCE, "deny"]),
+        )
+    )
+    await slack.fake.wait_for(lambda: len(slack.fake.posted) == 1)
+    assert asks.answer_approval(asks.open()[0].id, ALLOW_ONCE)
+    assert await asyncio.wait_for(waiting, 5) == ALLOW_ONCE
+    await slack.fake.wait_for(lambda: bool(slack.fake.posted[0].edits))
+    assert f"{ALLOW_ONCE} (on the dashboard)" in slack.fake.posted[0].edits[-1]["text"]

@@ -313,3 +313,27 @@ async def test_a_stranger_who_never_started_the_bot_is_told_to_write_directly(tg
     [pairing] = await list_pairings(store)
     assert pairing.code in tg.fake.sent_texts(STRANGER)[0]
     assert all(pairing.code not in text for text in tg.fake.sent_texts(GROUP))
+
+
+async def test_questions_answered_on_the_dashboard_show_their_answers_on_telegram(
+    tg: Harness,
+) -> None:
+    from atlas.channels.base import Answer
+    from atlas.pending_asks import PendingAsks
+
+    asks = PendingAsks()
+    questions = [Question("Which database?", ("Postgres", "SQLite")), Question("Name?")]
+    waiting = asyncio.create_task(
+        asks.question_set(
+            tg.address, 1, questions, lambda: tg.channel.ask_questions(tg.address, questions)
+        )
+    )
+    first, second = await tg.question_messages(2)
+    answers = [Answer(("SQLite",)), Answer(other="atlas")]
+    assert asks.answer_questions(asks.open()[0].id, answers)
+    outcome = await asyncio.wait_for(waiting, 5)
+    assert outcome.status == "submitted" and outcome.answers[0].chosen == ("SQLite",)
+    await tg.fake.wait_for(lambda: "edited" in tg.fake.messages[second])
+    assert "SQLite (on the dashboard)" in tg.fake.messages[first]["text"]
+    assert "“atlas” (on the dashboard)" in tg.fake.messages[second]["text"]
+    assert tg.buttons(first) == {} and tg.buttons(second) == {}  # nothing left to tap
