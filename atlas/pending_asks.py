@@ -143,6 +143,7 @@ class PendingAsks:
         if pending.kind != "approval" or choice not in pending.choices:
             raise AtlasError(f"{choice!r} is not one of the choices of this question")
         pending.answer.set_result(choice)
+        self._settle(pending, f"{choice} ({DASHBOARD})")  # now: the page's reply shows it closed
         return True
 
     def answer_questions(self, ask_id: str, answers: list[Answer]) -> bool:
@@ -155,6 +156,8 @@ class PendingAsks:
         if any(not a.chosen and not a.other for a in answers):
             raise AtlasError("every question needs a choice or an answer of your own")
         pending.answer.set_result(QuestionOutcome("submitted", tuple(answers)))
+        shown = "; ".join(describe_answer(a) for a in answers)
+        self._settle(pending, f"{shown} ({DASHBOARD})")
         return True
 
     async def _race(
@@ -169,18 +172,16 @@ class PendingAsks:
         self._changed()
         try:
             await asyncio.wait({channel, pending.answer}, return_when=asyncio.FIRST_COMPLETED)
-            if pending.answer.done():  # the dashboard's answer came first
+            if pending.answer.done():  # the dashboard's answer came first (settled there)
                 answer = pending.answer.result()
-                why = elsewhere(answer)
-                pending.outcome = f"{'; '.join(why.answers)} ({DASHBOARD})"
-                channel.cancel(why)  # the channel closes its question showing the answer
+                channel.cancel(elsewhere(answer))  # the channel shows the answer on closing
                 await asyncio.wait({channel})
                 return answer
             result = channel.result()
-            pending.outcome = said(result)
+            self._settle(pending, said(result))
             return result
         except asyncio.CancelledError:  # the gate's timeout, /stop: the channel says so
-            pending.outcome = pending.outcome or "no answer in time"
+            self._settle(pending, "no answer in time")
             channel.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait({channel})
@@ -188,9 +189,15 @@ class PendingAsks:
         finally:
             if not pending.answer.done():
                 pending.answer.cancel()  # a late answer from the dashboard finds it closed
-            self._open.pop(pending.id, None)
-            self.settled.appendleft(pending)
-            self._changed()
+            self._settle(pending, "closed")  # a channel that failed
+
+    def _settle(self, pending: PendingAsk, outcome: str) -> None:
+        """Closed: off the open list, onto the answered one (once), and listeners told."""
+        if self._open.pop(pending.id, None) is None:
+            return
+        pending.outcome = outcome
+        self.settled.appendleft(pending)
+        self._changed()
 
     def _changed(self) -> None:
         for callback in self._listeners:

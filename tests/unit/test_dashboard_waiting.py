@@ -53,7 +53,9 @@ async def test_an_approval_is_listed_and_answered_here_once(rig: Rig) -> None:
         data={"choice": "allow once", "csrf": csrf},
         headers={"HX-Request": "true"},
     )
-    assert answer.status == 200 and "Answered: allow once." in await answer.text()
+    body = await answer.text()
+    assert answer.status == 200 and "Answered: allow once." in body
+    assert "/approval" not in body  # closed at once: the reply never shows it still open
     assert await turn == "allow once"
     again = await rig.client.post(
         f"/waiting/{ask_id}/approval",
