@@ -3,11 +3,13 @@ first, then the whole), without a reload, under the dashboard's CSP."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from atlas.dashboard.auth import issue_login_token
+from atlas.dashboard.chat_channel import web_address
 from atlas.providers.scripted import Reply
 from tests.unit.test_dashboard_chat import chat_rig
 
@@ -33,6 +35,12 @@ async def test_chat_with_a_bot_and_see_the_reply_stream(home_path: Path) -> None
             await page.get_by_role("button", name="Log in").click()
             await page.get_by_role("link", name="Chat").click()
             await expect(page.get_by_role("heading", name="Chat with atlas")).to_be_visible()
+            assert rig.dashboard.chat is not None
+            feed = rig.dashboard.chat.feed(web_address("atlas"))
+            for _ in range(100):  # until the page's chat stream is open
+                if feed.queues:
+                    break
+                await asyncio.sleep(0.05)
             await page.get_by_label("Message to atlas").fill("When does the zeppelin leave?")
             await page.get_by_label("Message to atlas").press("Tab")
             await page.keyboard.press("Enter")  # Send, by keyboard

@@ -172,3 +172,15 @@ async def test_a_secret_in_a_reply_is_masked_and_never_half_shown(
     name, whole = await next_event(stream)
     assert "[secret]" in whole and secret not in whole
     stream.close()
+
+
+async def test_a_tab_opened_mid_reply_sees_it_so_far(rig: ChatRig) -> None:
+    from atlas.dashboard.chat_channel import web_address
+
+    await rig.log_in()
+    assert rig.dashboard.chat is not None
+    await rig.dashboard.chat.stream(web_address("atlas"), "Half of the answer ")
+    stream = await rig.client.get("/chat/atlas/stream")
+    name, so_far = await next_event(stream)
+    assert name == "reply" and "Half of the answer" in so_far
+    stream.close()

@@ -137,7 +137,11 @@ async def chat_stream(request: web.Request) -> web.StreamResponse:
     )
     await response.prepare(request)
     await response.write(b"retry: 5000\n\n")
-    with dashboard.chat.subscribe(web_address(bot.name)) as queue:
+    address = web_address(bot.name)
+    with dashboard.chat.subscribe(address) as queue:
+        feed = dashboard.chat.feed(address)
+        if feed.partial or feed.tools:  # a tab opened mid-reply sees it so far
+            queue.put_nowait(ChatEvent("reply", feed.partial, tuple(feed.tools)))
         while not dashboard.chat.closed:
             try:
                 event = await asyncio.wait_for(queue.get(), dashboard.events.heartbeat)
