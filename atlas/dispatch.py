@@ -411,7 +411,13 @@ class Dispatcher:
         channel = self._channel(address)
 
         async def ask(question: str, choices: list[str]) -> str | None:
-            return await channel.ask(address, question, choices)
+            return await self.asks.approval(
+                address,
+                conversation_id,
+                question,
+                choices,
+                lambda: channel.ask(address, question, choices),
+            )
 
         result = await self.run_detached(
             bot.name,

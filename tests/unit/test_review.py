@@ -68,6 +68,8 @@ async def test_a_quiet_conversation_is_reviewed_into_memory(home_path: Path) -> 
     assert "Prefers tea." in user_md.read_text() and "Lives in Lyon." in user_md.read_text()
     assert len(channel.questions) == 1 and "Paris" in channel.questions[0]  # only the replace asked
     assert "every bot of this home" in channel.questions[0]  # the profile is shared: it says so
+    [asked] = dispatcher.asks.settled  # on the dashboard's Waiting page too, while it waited
+    assert "Paris" in asked.question and asked.outcome == "allow once (on test)"
     results = [m.content for m in model.requests[3].messages if m.role == "tool"]
     assert "a background review may use only" in results[2]
     assert "I moved to Lyon" in model.requests[2].messages[0].content  # the review read the chat
