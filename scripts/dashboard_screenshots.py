@@ -5,8 +5,9 @@
 Builds a small home like scripts/bench_dashboard.py's (3 bots, 3,000 messages, a routine, gate
 decisions, a channel up and one reconnecting, an approval waiting), serves the dashboard on a
 free loopback port, logs in through a one-time link as a person would, and saves each page at a
-desktop size (1200 x 800) as `dashboard-<page>.png`, and Home, a conversation and Usage at a
-phone's (390 x 844) as `dashboard-<page>-phone.png`.
+desktop size (1200 x 800) as `dashboard-<page>.png`, and Home, a conversation, Usage, Waiting
+(an approval and a question set waiting) and Chat (a reply being written) at a phone's (390 x
+844) as `dashboard-<page>-phone.png`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from aiohttp import web
 from atlas.channels.supervisor import ChannelHealth
 from atlas.dashboard.app import build_app
 from atlas.dashboard.auth import Signer, issue_login_token, read_secret
+from atlas.dashboard.chat_channel import web_address
 from atlas.dashboard.context import Dashboard
 from atlas.home import Bot
 from atlas.routines.store import RoutineStore
@@ -39,9 +41,11 @@ PAGES = {
     "conversation": "/conversations/atlas/5",
     "trust": "/trust",
     "usage": "/usage?days=30",
+    "waiting": "/waiting",
+    "chat": "/chat/atlas",
 }
 
-PHONE_PAGES = ("home", "conversation", "usage")
+PHONE_PAGES = ("home", "conversation", "usage", "waiting", "chat")
 
 
 async def shoot(out: Path, chrome: str, root: Path) -> list[Path]:
@@ -76,6 +80,7 @@ async def shoot(out: Path, chrome: str, root: Path) -> list[Path]:
         channel_health=lambda: healths,
         conversation_states=lambda: {("atlas", 3): waiting},
     )
+    asking = await put_questions(dashboard, stores["atlas"])
     runner = web.AppRunner(build_app(dashboard))
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -103,17 +108,67 @@ async def shoot(out: Path, chrome: str, root: Path) -> list[Path]:
                     await page.goto(base + path)
                     if name == "conversation":
                         await page.locator("details summary").first.click()
+                    if name == "chat":  # a reply being written, streamed into the open tab
+                        await page.wait_for_timeout(300)
+                        assert dashboard.chat is not None
+                        dashboard.chat.feed(web_address("atlas")).partial = ""  # each size anew
+                        await dashboard.chat.stream(web_address("atlas"), CHAT_PARTIAL)
+                        await page.get_by_text("writing").wait_for()
                     target = out / f"dashboard-{name}{suffix}.png"
                     await page.screenshot(path=str(target))
                     saved.append(target)
                 await context.close()
             await browser.close()
     finally:
+        for task in asking:
+            task.cancel()
         await runner.cleanup()
         for store in stores.values():
             await store.close()
         await audit.close()
     return saved
+
+
+CHAT_PARTIAL = "Here is the plan for Thursday: the train at 8:12, then the museum "
+
+
+async def put_questions(dashboard: Dashboard, store: ConversationStore) -> list[asyncio.Task]:  # type: ignore[type-arg]
+    """An approval and an ask_user set waiting (on channels that never answer), and a chat."""
+    from atlas.channels.base import Address, Question
+    from atlas.dashboard.chat_channel import WEB_CHANNEL, WEB_CHAT, BrowserChannel
+    from atlas.providers.base import Message
+
+    chat = await store.conversation(WEB_CHANNEL, WEB_CHAT, bot="atlas")
+    await store.append(chat.id, Message("user", "What should we do on Thursday?"))
+    await store.append(chat.id, Message("assistant", "Shall I look up the trains and museums?"))
+    await store.append(chat.id, Message("user", "Yes please, and keep it cheap."))
+    dashboard.chat = BrowserChannel()
+    never = asyncio.Event()
+
+    async def no_answer() -> object:
+        await never.wait()
+
+    telegram = Address("atlas", "telegram:atlas", "42")
+    approval = dashboard.asks.approval(
+        telegram,
+        3,
+        "run_command wants to run `git push origin main`. Allow?",
+        ["allow once", "allow for this conversation", "deny"],
+        no_answer,  # type: ignore[arg-type]
+    )
+    questions = [
+        Question("Which database for the new app?", ("PostgreSQL", "SQLite")),
+        Question("Which days can it run?", ("Mon", "Tue", "Wed", "Thu"), multi_select=True),
+    ]
+    asked = dashboard.asks.question_set(
+        Address("bot1", "slack:bot1", "C1"),
+        8,
+        questions,
+        no_answer,  # type: ignore[arg-type]
+    )
+    tasks = [asyncio.create_task(approval), asyncio.create_task(asked)]
+    await asyncio.sleep(0)
+    return tasks
 
 
 def main() -> int:
