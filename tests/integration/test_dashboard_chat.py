@@ -55,3 +55,48 @@ async def test_chat_with_a_bot_and_see_the_reply_stream(home_path: Path) -> None
             await expect(page.get_by_label("Message to atlas")).to_have_value("")
             assert problems == []
             await browser.close()
+
+
+async def test_the_daemon_serves_the_chat_over_a_streaming_model(home_path: Path) -> None:
+    """`atlas run` (serve) attaches the chat to its dispatcher: a message posted on the page is
+    answered by the model (the OpenAI fake, streaming) and the tab's stream gets the reply."""
+    import re
+
+    import aiohttp
+
+    from atlas.daemon import serve
+    from atlas.dashboard.server import running_url
+    from atlas.home import Home
+    from tests.fakes.model_servers import FakeOpenAIServer
+    from tests.helpers import make_home
+    from tests.unit.test_dashboard_chat import next_event
+
+    async with FakeOpenAIServer() as server:
+        home = make_home(home_path, base_url=server.base_url)
+        server.reply(text="Pier three, at five past two.")
+        stop = asyncio.Event()
+        task = asyncio.create_task(serve(Home(home_path), stop=stop))
+        try:
+            for _ in range(400):
+                if running_url(home_path) or task.done():
+                    break
+                await asyncio.sleep(0.05)
+            url = running_url(home_path)
+            assert url is not None
+            jar = aiohttp.CookieJar(unsafe=True)  # a cookie of 127.0.0.1 (an IP) kept
+            async with aiohttp.ClientSession(cookie_jar=jar) as client:
+                token = issue_login_token(home.root)
+                await client.post(f"{url}/login", data={"token": token})
+                page = await (await client.get(f"{url}/chat/atlas")).text()
+                csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)  # type: ignore[union-attr]
+                assert "needs the running daemon" not in page
+                async with client.get(f"{url}/chat/atlas/stream") as stream:
+                    await client.post(f"{url}/chat/atlas", data={"text": "Where?", "csrf": csrf})
+                    name, data = await next_event(stream)  # type: ignore[arg-type]
+                    while name != "message" or "assistant" not in data:
+                        name, data = await next_event(stream)  # type: ignore[arg-type]
+                    assert "Pier three, at five past two." in data
+            assert server.requests[0]["stream"] is True  # the reply was streamed
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 30)
