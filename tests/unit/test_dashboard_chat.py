@@ -184,3 +184,16 @@ async def test_a_tab_opened_mid_reply_sees_it_so_far(rig: ChatRig) -> None:
     name, so_far = await next_event(stream)
     assert name == "reply" and "Half of the answer" in so_far
     stream.close()
+
+
+async def test_without_a_dispatcher_the_chat_says_so_and_sends_nothing(home_path: Path) -> None:
+    from tests.dashboard_rig import dashboard_rig
+
+    async with dashboard_rig(home_path) as plain:
+        csrf = await plain.log_in()
+        page = await (await plain.client.get("/chat/atlas")).text()
+        assert "needs the running daemon" in page and 'id="chat-form"' not in page
+        sent = await plain.client.post("/chat/atlas", data={"text": "hi", "csrf": csrf})
+        assert sent.status == 503
+        missing = await plain.client.get("/chat/nobody")
+        assert missing.status == 404
