@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 from atlas.channels.health_file import HealthWriter, health_path
 from atlas.channels.manager import RunningChannels, start_channels, stop_channels
+from atlas.dashboard.chat_channel import WEB_CHANNEL, BrowserChannel
 from atlas.dashboard.server import DashboardServer, dashboard_listen, start_dashboard
 from atlas.executors.bridge import ExecutorBridge, serve_plugin
 from atlas.executors.record import DelegationRecord
@@ -50,6 +51,8 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
         # Each channel registers itself in the dispatcher; one that fails is retried alone.
         running = await start_channels(home, dispatcher)
         log.info("channels: %s", ", ".join(running) or "none configured")
+        if listen is not None:  # the dashboard's Chat, there before recovery resumes its turns
+            dispatcher.channels[WEB_CHANNEL] = BrowserChannel()
         # For `atlas doctor`, another process: each channel's health, rewritten as it changes.
         health = HealthWriter(health_path(home.root), running.health)
         # Turns a crash cut short: answered now, or the person is told (atlas/recovery.py).

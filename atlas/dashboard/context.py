@@ -61,7 +61,8 @@ class Dashboard:
         self.asks = dispatcher.asks
         self.asks.listen(lambda: self.events.publish("waiting"))
         self.dispatcher = dispatcher
-        self.chat = BrowserChannel()
+        registered = dispatcher.channels.get(WEB_CHANNEL)  # the daemon's, before recovery
+        self.chat = registered if isinstance(registered, BrowserChannel) else BrowserChannel()
         dispatcher.channels[WEB_CHANNEL] = self.chat
 
     def watch_channels(self) -> None:

@@ -100,3 +100,39 @@ async def test_the_daemon_serves_the_chat_over_a_streaming_model(home_path: Path
         finally:
             stop.set()
             await asyncio.wait_for(task, 30)
+
+
+async def test_a_chat_turn_cut_short_by_a_restart_is_resumed_by_the_daemon(
+    home_path: Path,
+) -> None:
+    """The Chat's channel is there before recovery runs: a message left unanswered in the
+    browser chat (the daemon stopped mid-turn) is answered at the next start."""
+    from atlas.daemon import serve
+    from atlas.dashboard.chat_channel import WEB_CHANNEL, WEB_CHAT
+    from atlas.dashboard.server import running_url
+    from atlas.home import Home
+    from atlas.providers.base import Message
+    from atlas.store.conversations import ConversationStore
+    from tests.fakes.model_servers import FakeOpenAIServer
+    from tests.helpers import make_home
+
+    async with FakeOpenAIServer() as server:
+        home = make_home(home_path, base_url=server.base_url)
+        async with ConversationStore(home.main_bot.db_path) as store:
+            chat = await store.conversation(WEB_CHANNEL, WEB_CHAT, bot="atlas")
+            await store.append(chat.id, Message("user", "Where does the zeppelin leave from?"))
+        server.reply(text="From pier three.")
+        stop = asyncio.Event()
+        task = asyncio.create_task(serve(Home(home_path), stop=stop))
+        try:
+            for _ in range(400):
+                if (running_url(home_path) and server.requests) or task.done():
+                    break
+                await asyncio.sleep(0.05)
+            assert server.requests, task.exception() if task.done() else "never resumed"
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 30)
+        async with ConversationStore(home.main_bot.db_path) as store:
+            said = [m.content for m in await store.history(chat.id)]
+        assert "From pier three." in said
