@@ -6,13 +6,14 @@ template's nav is built from it.
 from __future__ import annotations
 
 from atlas.dashboard.page import Page
-from atlas.dashboard.pages import chat, conversations, home, trust, usage, waiting
+from atlas.dashboard.pages import chat, conversations, home, routines, trust, usage, waiting
 
 PAGES: list[Page] = [
     home.PAGE,
     waiting.PAGE,
     chat.PAGE,
     conversations.PAGE,
+    routines.PAGE,
     trust.PAGE,
     usage.PAGE,
 ]
