@@ -54,6 +54,29 @@ def load_plugins(group: str) -> dict[str, LoadedPlugin]:
     return plugins
 
 
+def load_plugin(group: str, name: str) -> LoadedPlugin:
+    """The one plugin of `group` registered as `name`, loaded alone (a channel's module is
+    imported only when some bot configures it). PluginError says why it cannot be had."""
+    wanted = SDK_VERSIONS[group]
+    points = [p for p in entry_points(group=group) if p.name == name]
+    if not points:
+        known = ", ".join(sorted(p.name for p in entry_points(group=group))) or "none"
+        raise PluginError(f"no {group} plugin named {name!r} is installed (installed: {known})")
+    point = points[0]
+    source = _source(point)
+    try:
+        target = point.load()
+    except Exception as exc:  # a third-party import can raise anything; named, not fatal
+        raise PluginError(f"{group} {name} ({source}) did not load: {exc!r}") from exc
+    version = getattr(target, "sdk_version", None)
+    if version != wanted:
+        raise PluginError(
+            f"{group} {name} ({source}) is written for SDK version {version}, "
+            f"this Atlas speaks version {wanted}: update the package"
+        )
+    return LoadedPlugin(name, group, target, source)
+
+
 def load_plugins_with_errors(group: str) -> tuple[dict[str, LoadedPlugin], list[str]]:
     """As `load_plugins`, with the reason each one left out was refused (for `atlas doctor`)."""
     wanted = SDK_VERSIONS.get(group)

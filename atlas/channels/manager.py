@@ -1,9 +1,10 @@
 """Start every bot's chat channels together; one failing never stops the others.
 
-A channel module (`atlas.channels.telegram`, `atlas.channels.slack`) is imported only when some
-bot configures it, since aiogram and slack-bolt take seconds to import. Each exposes
-`create_channel(bot, dispatcher) -> Channel`; the channel is named `<platform>:<bot>`, which is
-the `Address.channel` of its conversations and its key in `dispatcher.channels`.
+A channel is a plugin (entry-point group `atlas.channels`, atlas/plugins.py), loaded only when
+some bot configures its platform, since aiogram and slack-bolt take seconds to import: Telegram
+(`atlas/channels/telegram/`) and Slack (`atlas/channels/slack/`) register the same way, in
+pyproject.toml. Each class has `create(bot, dispatcher) -> Channel`; the channel is named
+`<platform>:<bot>`, which is the `Address.channel` of its conversations and its key in `dispatcher.channels`.
 
 Each channel's health (atlas/channels/supervisor.py) starts here: a start that fails makes it
 "reconnecting since T (why)" until a retry succeeds; a ConfigError (a token that can never
@@ -13,7 +14,6 @@ work) makes it "stopped" with the error, and is not retried.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 from typing import TYPE_CHECKING
 
@@ -22,6 +22,7 @@ from atlas.channels.settings import configured_platforms
 from atlas.channels.supervisor import ChannelHealth, brief
 from atlas.errors import AtlasError, ConfigError
 from atlas.home import Bot, Home
+from atlas.plugins import CHANNELS_GROUP, PluginError, load_plugin
 
 if TYPE_CHECKING:
     from atlas.dispatch import Dispatcher
@@ -54,8 +55,14 @@ def health_of(name: str, channel: Channel) -> ChannelHealth:
 
 
 def create_channel(bot: Bot, platform: str, dispatcher: Dispatcher) -> Channel:
-    module = importlib.import_module(f"atlas.channels.{platform}")
-    return module.create_channel(bot, dispatcher)
+    """The platform's channel for the bot, from the channel plugin registered under that name
+    (entry-point group `atlas.channels`; Telegram and Slack register the same way)."""
+    try:
+        plugin = load_plugin(CHANNELS_GROUP, platform)
+    except PluginError as exc:
+        raise ConfigError(f"{bot.root / 'bot.toml'}: [channels.{platform}]: {exc}") from exc
+    channel: Channel = plugin.target.create(bot, dispatcher)
+    return channel
 
 
 async def _keep_started(

@@ -1,6 +1,6 @@
 """Why a call to a chat platform failed, in the three kinds the outbox acts on.
 
-Each platform's sender (telegram_delivery.Retrying, slack_delivery.SlackSender) retries what is
+Each platform's sender (telegram/delivery.py's Retrying, slack/delivery.py's SlackSender) retries what is
 worth retrying within one call, then raises one of these; the channel's `send` lets them reach
 the outbox (atlas/outbox/sender.py), which decides by kind, never by the platform's own
 exception types. The classes are the outbox's own (atlas/outbox/errors.py):

@@ -14,9 +14,9 @@ import pytest
 
 from atlas.channels.health_file import HealthWriter, health_path, read_health
 from atlas.channels.manager import RunningChannels, start_channels, stop_channels
-from atlas.channels.slack import SlackChannel, create_channel
+from atlas.channels.slack.channel import SlackChannel, create_channel
 from atlas.channels.supervisor import Health
-from atlas.channels.telegram import TelegramChannel
+from atlas.channels.telegram.channel import TelegramChannel
 from atlas.dispatch import Dispatcher
 from atlas.home import Home
 from atlas.providers.scripted import Reply, ScriptedModel

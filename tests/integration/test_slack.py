@@ -20,8 +20,8 @@ import pytest
 
 from atlas.channels.access import approve_pairing, list_pairings
 from atlas.channels.base import Address
-from atlas.channels.slack import SlackChannel, create_channel
-from atlas.channels.slack_format import SLACK_TEXT_LIMIT, markdown_to_mrkdwn
+from atlas.channels.slack.channel import SlackChannel, create_channel
+from atlas.channels.slack.format import SLACK_TEXT_LIMIT, markdown_to_mrkdwn
 from atlas.dispatch import Dispatcher
 from atlas.home import Home
 from atlas.providers.base import ToolCall

@@ -14,8 +14,8 @@ import pytest
 from atlas.channels.access import approve_pairing, list_pairings
 from atlas.channels.base import Address
 from atlas.channels.manager import RunningChannels, start_channels, stop_channels
-from atlas.channels.telegram import TelegramChannel
-from atlas.channels.telegram_delivery import Chunk, send_chunk
+from atlas.channels.telegram.channel import TelegramChannel
+from atlas.channels.telegram.delivery import Chunk, send_chunk
 from atlas.dispatch import Dispatcher
 from atlas.home import Home
 from atlas.providers.base import ToolCall

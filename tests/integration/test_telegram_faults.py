@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from atlas.channels import telegram_inbound
 from atlas.channels.base import Address
 from atlas.channels.send_errors import MAYBE_LOST
+from atlas.channels.telegram import inbound as telegram_inbound
 from atlas.outbox.rows import open_rows
 from atlas.providers.scripted import Reply
 from tests.integration.test_telegram import OWNER, Harness, _harness

@@ -14,7 +14,7 @@ import pytest
 
 from atlas.channels.base import Address, Question, QuestionOutcome
 from atlas.channels.manager import start_channels, stop_channels
-from atlas.channels.telegram import TelegramChannel
+from atlas.channels.telegram.channel import TelegramChannel
 from atlas.dispatch import Dispatcher
 from atlas.home import Home
 from atlas.providers.scripted import ScriptedModel

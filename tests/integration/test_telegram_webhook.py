@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from atlas.channels.telegram import create_channel
+from atlas.channels.telegram.channel import create_channel
 from atlas.errors import ConfigError
 from atlas.home import Home
 from atlas.providers.scripted import Reply

@@ -8,7 +8,7 @@ import sys
 
 PROBE = r"""
 import json, sys
-from atlas.channels.aiogram_import import import_aiogram
+from atlas.channels.telegram.aiogram_import import import_aiogram
 held = import_aiogram()
 from aiogram.types import Message, Update
 built_before = Message.__pydantic_complete__
@@ -50,9 +50,9 @@ def test_models_are_built_on_first_use_and_parse_a_whole_update() -> None:
 
 PIN_PROBE = r"""
 import json
-from atlas.channels.aiogram_import import import_aiogram
+from atlas.channels.telegram.aiogram_import import import_aiogram
 import_aiogram()
-from atlas.channels.telegram_models import pin_response_models
+from atlas.channels.telegram.models import pin_response_models
 pinned = pin_response_models()
 from aiogram.methods import EditMessageText, GetUpdates, Response
 from aiogram.types import Message, Update

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from atlas.channels.text import markdown_to_telegram_html, split_message, utf16_len
+from atlas.channels.telegram.text import markdown_to_telegram_html, split_message, utf16_len
 
 
 def test_utf16_counts_astral_characters_twice() -> None:
@@ -120,7 +120,7 @@ def test_a_bold_heading_is_bold_once_and_blank_lines_collapse() -> None:
 
 
 def test_mrkdwn_keeps_slack_references_and_links() -> None:
-    from atlas.channels.slack_format import markdown_to_mrkdwn
+    from atlas.channels.slack.format import markdown_to_mrkdwn
 
     assert markdown_to_mrkdwn("<!here> see <https://a.b> and [x|y](https://q.r/a|b)") == (
         "<!here> see <https://a.b> and <https://q.r/a%7Cb|x¦y>"

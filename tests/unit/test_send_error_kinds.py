@@ -8,7 +8,8 @@ import json
 import aiohttp
 import pytest
 
-from atlas.channels import slack_errors, telegram_errors
+from atlas.channels.slack import errors as slack_errors
+from atlas.channels.telegram import errors as telegram_errors
 
 
 def network_error(cause: BaseException) -> Exception:

@@ -21,10 +21,10 @@ from urllib.parse import urlparse
 from atlas.channels.base import Address
 from atlas.channels.chat_common import NEW_CONVERSATION, ChatGenerations, platform_chat
 from atlas.channels.inbox import FileTooLarge, check_size, name_files, save_stream
-from atlas.channels.telegram_asking import TelegramAsking
-from atlas.channels.telegram_delivery import DeliveryError
-from atlas.channels.telegram_errors import describe
-from atlas.channels.telegram_sending import target
+from atlas.channels.telegram.asking import TelegramAsking
+from atlas.channels.telegram.delivery import DeliveryError
+from atlas.channels.telegram.errors import describe
+from atlas.channels.telegram.sending import target
 from atlas.errors import AtlasError
 from atlas.home import Bot
 

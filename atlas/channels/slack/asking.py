@@ -31,14 +31,14 @@ from atlas.channels.questions import (
     describe_answer,
     parse_action,
 )
-from atlas.channels.slack_delivery import SlackDeliveryError
-from atlas.channels.slack_format import (
+from atlas.channels.slack.delivery import SlackDeliveryError
+from atlas.channels.slack.format import (
     answered_blocks,
     escape_mrkdwn,
     parse_ask_value,
     question_blocks,
 )
-from atlas.channels.slack_questions import (
+from atlas.channels.slack.questions import (
     QUESTION_ACTION_PREFIX,
     SlackQuestionSet,
     ask_user_blocks,
@@ -46,7 +46,7 @@ from atlas.channels.slack_questions import (
     question_heading,
     selection_in_state,
 )
-from atlas.channels.slack_sending import SlackSending, slack_channel
+from atlas.channels.slack.sending import SlackSending, slack_channel
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from atlas.channels.questions import (
     action_key,
     parse_action,
 )
-from atlas.channels.slack_format import markdown_to_mrkdwn
+from atlas.channels.slack.format import markdown_to_mrkdwn
 
 QUESTION_ACTION_PREFIX = "atlas_q"
 LABEL_CHARS = 75  # Slack's limit for a button's or an option's text

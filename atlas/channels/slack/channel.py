@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 from atlas.channels.access import Access
 from atlas.channels.chat_common import BackgroundTasks, ChatGenerations
 from atlas.channels.settings import SlackSettings, channel_settings, secret
-from atlas.channels.slack_asking import PendingAsk
-from atlas.channels.slack_delivery import SlackDeliveryError, SlackSender
-from atlas.channels.slack_format import ASK_ACTION_PREFIX
-from atlas.channels.slack_inbound import COMMANDS, SlackInbound
-from atlas.channels.slack_questions import QUESTION_ACTION_PREFIX
-from atlas.channels.slack_sending import slack_channel
+from atlas.channels.slack.asking import PendingAsk
+from atlas.channels.slack.delivery import SlackDeliveryError, SlackSender
+from atlas.channels.slack.format import ASK_ACTION_PREFIX
+from atlas.channels.slack.inbound import COMMANDS, SlackInbound
+from atlas.channels.slack.questions import QUESTION_ACTION_PREFIX
+from atlas.channels.slack.sending import slack_channel
 from atlas.channels.supervisor import ChannelHealth, Supervisor
 from atlas.errors import AtlasError
 from atlas.home import Bot
@@ -74,7 +74,12 @@ def create_channel(bot: Bot, dispatcher: Dispatcher) -> SlackChannel:
 
 
 class SlackChannel(SlackInbound):
+    sdk_version = 1  # the channel plugin SDK (atlas/plugins.py); registered in pyproject.toml
     streams = False
+
+    @classmethod
+    def create(cls, bot: Bot, dispatcher: Dispatcher) -> SlackChannel:
+        return create_channel(bot, dispatcher)
 
     def __init__(
         self,

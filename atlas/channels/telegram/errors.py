@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-if TYPE_CHECKING:  # aiogram is imported late, through atlas/channels/aiogram_import.py
+if TYPE_CHECKING:  # aiogram is imported late, through atlas/channels/telegram/aiogram_import.py
     from aiogram.client.session.aiohttp import AiohttpSession
     from aiogram.exceptions import ClientDecodeError
 

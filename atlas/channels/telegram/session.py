@@ -35,7 +35,7 @@ def shared_session(api_base: str | None) -> AiohttpSession:
     matched by one `release_session`."""
     from aiogram.client.telegram import PRODUCTION, TelegramAPIServer
 
-    from atlas.channels.telegram_errors import status_keeping_session
+    from atlas.channels.telegram.errors import status_keeping_session
 
     sessions = _BY_LOOP.setdefault(asyncio.get_running_loop(), {})
     key = api_base or ""

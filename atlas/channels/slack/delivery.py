@@ -30,7 +30,7 @@ import aiohttp
 
 from atlas.channels.chat_common import unsendable as shared_unsendable
 from atlas.channels.send_errors import MaybeDelivered, NeverRetry, RetryLater, SendError
-from atlas.channels.slack_errors import SlackVerdict, classify
+from atlas.channels.slack.errors import SlackVerdict, classify
 
 if TYPE_CHECKING:
     from slack_sdk.web.async_client import AsyncWebClient

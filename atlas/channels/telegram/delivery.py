@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from atlas.channels.chat_common import MB
 from atlas.channels.chat_common import unsendable as shared_unsendable
 from atlas.channels.send_errors import MaybeDelivered, NeverRetry, RetryLater, SendError
-from atlas.channels.telegram_errors import classify
-from atlas.channels.text import markdown_to_telegram_html, split_message, utf16_len
+from atlas.channels.telegram.errors import classify
+from atlas.channels.telegram.text import markdown_to_telegram_html, split_message, utf16_len
 
 if TYPE_CHECKING:
     from aiogram import Bot as TelegramBot

@@ -14,7 +14,7 @@ from atlas.channels.base import Address
 from atlas.channels.chat_common import BackgroundTasks, platform_chat, sort_attached
 from atlas.channels.send_errors import MAYBE_LOST, MaybeDelivered, RetryLater, SendError
 from atlas.channels.settings import TelegramSettings
-from atlas.channels.telegram_delivery import (
+from atlas.channels.telegram.delivery import (
     SELF_HOSTED_UPLOAD_LIMIT,
     UPLOAD_LIMIT,
     Chunk,

@@ -23,9 +23,9 @@ from atlas.channels.base import Address
 from atlas.channels.chat_common import NEW_CONVERSATION, ChatGenerations
 from atlas.channels.inbox import FileTooLarge, check_size, name_files, save_stream
 from atlas.channels.settings import SlackSettings
-from atlas.channels.slack_asking import SlackAsking
-from atlas.channels.slack_delivery import SlackDeliveryError
-from atlas.channels.slack_sending import slack_channel
+from atlas.channels.slack.asking import SlackAsking
+from atlas.channels.slack.delivery import SlackDeliveryError
+from atlas.channels.slack.sending import slack_channel
 from atlas.home import Bot
 
 if TYPE_CHECKING:

@@ -28,8 +28,8 @@ from atlas.channels.questions import (
     describe_answer,
     parse_action,
 )
-from atlas.channels.telegram_delivery import Chunk, DeliveryError, send_chunk
-from atlas.channels.telegram_questions import (
+from atlas.channels.telegram.delivery import Chunk, DeliveryError, send_chunk
+from atlas.channels.telegram.questions import (
     CALLBACK_KIND,
     TelegramQuestionSet,
     answered_html,
@@ -39,7 +39,7 @@ from atlas.channels.telegram_questions import (
     question_html,
     question_plain,
 )
-from atlas.channels.telegram_sending import TelegramSending, target
+from atlas.channels.telegram.sending import TelegramSending, target
 
 if TYPE_CHECKING:
     from aiogram.types import CallbackQuery, Message, User

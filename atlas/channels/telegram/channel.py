@@ -23,17 +23,17 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from atlas.channels.access import Access
-from atlas.channels.aiogram_import import import_aiogram
 from atlas.channels.base import Address
 from atlas.channels.chat_common import BackgroundTasks, ChatGenerations
 from atlas.channels.manager import channel_name
 from atlas.channels.settings import TelegramSettings, channel_settings, secret
 from atlas.channels.supervisor import ChannelHealth, Supervisor, brief, health_lines
-from atlas.channels.telegram_delivery import Retrying
-from atlas.channels.telegram_errors import describe
-from atlas.channels.telegram_inbound import TelegramInbound
-from atlas.channels.telegram_sending import target
-from atlas.channels.telegram_session import release_session, shared_session
+from atlas.channels.telegram.aiogram_import import import_aiogram
+from atlas.channels.telegram.delivery import Retrying
+from atlas.channels.telegram.errors import describe
+from atlas.channels.telegram.inbound import TelegramInbound
+from atlas.channels.telegram.sending import target
+from atlas.channels.telegram.session import release_session, shared_session
 from atlas.errors import AtlasError, ConfigError
 from atlas.home import Bot
 
@@ -69,7 +69,12 @@ def create_channel(bot: Bot, dispatcher: Dispatcher) -> TelegramChannel:
 
 
 class TelegramChannel(TelegramInbound):
+    sdk_version = 1  # the channel plugin SDK (atlas/plugins.py); registered in pyproject.toml
     streams = False
+
+    @classmethod
+    def create(cls, bot: Bot, dispatcher: Dispatcher) -> TelegramChannel:
+        return create_channel(bot, dispatcher)
 
     def __init__(
         self,
@@ -140,7 +145,7 @@ class TelegramChannel(TelegramInbound):
         """An aiogram Bot for the token, on Telegram's API or the configured one."""
         from aiogram.utils.token import TokenValidationError
 
-        from atlas.channels.telegram_models import pin_response_models
+        from atlas.channels.telegram.models import pin_response_models
 
         pin_response_models()  # aiogram would rebuild a pydantic model per API call otherwise
         session = shared_session(self.settings.api_base)

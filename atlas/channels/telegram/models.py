@@ -6,7 +6,7 @@ next call builds the model again: about 5 ms of CPU on the event loop per API ca
 (measured in docs/benchmarks.md). Holding one strong reference to each keeps the cache warm.
 
 The types those answers carry are completed first, innermost first: aiogram's models are
-left to build on first use (atlas/channels/aiogram_import.py), and a generic built over an
+left to build on first use (atlas/channels/telegram/aiogram_import.py), and a generic built over an
 incomplete model generates that model's whole schema inside itself, so `Response[Message]`,
 `Response[Message | bool]` and `Response[list[Update]]` would each build Message again
 (0.69 s of start-up on the benchmark VM; 0.29 s with Message built once).

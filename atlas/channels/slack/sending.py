@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 from atlas.channels.base import Address
 from atlas.channels.chat_common import BackgroundTasks, platform_chat, sort_attached
 from atlas.channels.send_errors import MAYBE_LOST, MaybeDelivered, RetryLater
-from atlas.channels.slack_delivery import SlackDeliveryError, SlackSender, unsendable
-from atlas.channels.slack_format import SLACK_TEXT_LIMIT, markdown_to_mrkdwn
-from atlas.channels.text import split_message
+from atlas.channels.slack.delivery import SlackDeliveryError, SlackSender, unsendable
+from atlas.channels.slack.format import SLACK_TEXT_LIMIT, markdown_to_mrkdwn
+from atlas.channels.telegram.text import split_message
 from atlas.errors import AtlasError
 from atlas.providers.base import ToolCall
 

@@ -1,0 +1,1 @@
+"""Telegram (aiogram): the channel (channel.py) and its layers, one module each."""
