@@ -205,6 +205,23 @@ def change_file(path: Path, spec: MemoryFile, operations: list[MemoryOperation])
     )
 
 
+def rewrite_file(path: Path, spec: MemoryFile, text: str) -> str:
+    """The person's own edit of a whole memory file (the dashboard): each entry (paragraph)
+    passes the scan the tool's entries pass, the file the joined scan and the limit, under the
+    same lock; ToolError says why it was refused and nothing is written then."""
+    wanted = [e.strip() for e in re.split(r"\n\s*\n", text) if e.strip()]
+    with held(path):
+        before = read_entries(path)
+        after = [_entry_content(e, f"entry {n}") for n, e in enumerate(wanted, 1)]
+        _refuse_joined_threat(spec.file_name, before, after)
+        if _size(after) > spec.limit and _size(after) > _size(before):
+            raise ToolError(_over_limit(spec.file_name, spec.limit, before, after))
+        if after != before:
+            _write_atomically(path, render(after))
+    size = _size(after)
+    return f"{spec.file_name} saved: {size:,}/{spec.limit:,} characters, {len(after)} entries."
+
+
 @tool(aliases={"new_text": "content"}, available=_not_for_subagents)
 async def memory(
     run: RunContext,

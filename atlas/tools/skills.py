@@ -342,9 +342,8 @@ class _Staged:
 
 
 def _stage(
-    run: RunContext, name: str, operations: list[tuple[int, SkillOperation]], skill: Skill | None
+    root: Path, name: str, operations: list[tuple[int, SkillOperation]], skill: Skill | None
 ) -> _Staged:
-    root = run.bot.skills_dir
     root.mkdir(parents=True, exist_ok=True)
     staged = _Staged(root, name, skill, Path(tempfile.mkdtemp(dir=root, prefix=".staging-")))
     work = staged.staging / name
@@ -389,6 +388,16 @@ def _check_order(name: str, group: list[tuple[int, SkillOperation]], library: Li
         raise ToolError(f"no skill named {name!r}; create it first (skills: {known})")
 
 
+def write_skill_file(root: Path, name: str, text: str, skill: Skill | None) -> str:
+    """The person's own edit of a skill's whole SKILL.md (the dashboard), or a new skill in
+    `root`: staged, scanned, validated and installed (the previous version kept) as
+    skill_manage's create and patch are; ToolError says why it was refused."""
+    op = _named(
+        SkillOperation(action="create" if skill is None else "patch", content=text), name, 1
+    )
+    return _stage(root, op.name, [(1, op)], skill).install()
+
+
 @tool()
 async def skill_manage(
     run: RunContext, operations: list[SkillOperation], name: SkipJsonSchema[str] = ""
@@ -422,7 +431,9 @@ async def skill_manage(
     staged: list[_Staged] = []
     try:
         for skill_name, group in groups.items():
-            staged.append(_stage(run, skill_name, group, library.skills.get(skill_name)))
+            staged.append(
+                _stage(run.bot.skills_dir, skill_name, group, library.skills.get(skill_name))
+            )
     except BaseException:
         for each in staged:
             each.discard()

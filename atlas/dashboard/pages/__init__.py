@@ -6,7 +6,16 @@ template's nav is built from it.
 from __future__ import annotations
 
 from atlas.dashboard.page import Page
-from atlas.dashboard.pages import chat, conversations, home, routines, trust, usage, waiting
+from atlas.dashboard.pages import (
+    chat,
+    conversations,
+    home,
+    memory,
+    routines,
+    trust,
+    usage,
+    waiting,
+)
 
 PAGES: list[Page] = [
     home.PAGE,
@@ -15,5 +24,6 @@ PAGES: list[Page] = [
     conversations.PAGE,
     routines.PAGE,
     trust.PAGE,
+    memory.PAGE,
     usage.PAGE,
 ]
