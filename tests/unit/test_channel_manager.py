@@ -84,3 +84,33 @@ async def test_a_bad_setting_names_bot_toml_and_the_key(home: Home) -> None:
     assert "bot.toml" in message
     assert "channels.telegram.token: unknown key; secrets never go in bot.toml" in message
     assert "channels.telegram.groups" in message
+
+
+def test_the_built_in_channels_are_plugins_of_the_channel_sdk() -> None:
+    """Telegram and Slack register under the atlas.channels entry points as a third-party
+    channel would, and are loaded one at a time by name."""
+    from atlas.channels.slack.channel import SlackChannel
+    from atlas.channels.telegram.channel import TelegramChannel
+    from atlas.plugins import CHANNELS_GROUP, PluginError, load_plugin
+
+    assert load_plugin(CHANNELS_GROUP, "telegram").target is TelegramChannel
+    assert load_plugin(CHANNELS_GROUP, "slack").target is SlackChannel
+    with pytest.raises(PluginError, match="no atlas.channels plugin named 'irc'.*slack, telegram"):
+        load_plugin(CHANNELS_GROUP, "irc")
+
+
+def test_a_plugin_of_another_sdk_version_is_refused_with_its_package(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from importlib.metadata import EntryPoint
+
+    from atlas import plugins
+
+    class OldChannel:
+        sdk_version = 0
+
+    point = EntryPoint("old", "somewhere:OldChannel", plugins.CHANNELS_GROUP)
+    monkeypatch.setattr(plugins, "entry_points", lambda group: [point])
+    monkeypatch.setattr(EntryPoint, "load", lambda self: OldChannel)
+    with pytest.raises(plugins.PluginError, match="SDK version 0.*speaks version 1"):
+        plugins.load_plugin(plugins.CHANNELS_GROUP, "old")
