@@ -11,9 +11,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from atlas.trust.interpreters import interpreter_of
-from atlas.trust.parse_types import SUBSTITUTION, Part
-from atlas.trust.parse_words import is_redirect
+from atlas.trust.parser.interpreters import interpreter_of
+from atlas.trust.parser.parse_types import SUBSTITUTION, Part
+from atlas.trust.parser.parse_words import is_redirect
 
 SYSTEM_DIRS = {
     "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media",

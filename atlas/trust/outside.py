@@ -15,7 +15,7 @@ import unicodedata
 import urllib.parse
 
 from atlas.trust.command_words import arguments
-from atlas.trust.normalise import SUBSTITUTION, Part
+from atlas.trust.parser.normalise import SUBSTITUTION, Part
 
 Found = tuple[str, str]
 

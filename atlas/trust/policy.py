@@ -32,7 +32,7 @@ from atlas.tools.paths import note_judged_path, note_refused_path, resolve_path
 from atlas.tools.registry import RunContext, Tool, effective_mode
 from atlas.trust.gate import Allow, Ask, BaseGate, Decision, Deny, never_remembered
 from atlas.trust.guardian import Guardian
-from atlas.trust.normalise import code_parts, normalise
+from atlas.trust.parser.normalise import code_parts, normalise
 from atlas.trust.rules import Verdict, classify
 
 log = logging.getLogger(__name__)

@@ -16,9 +16,9 @@ from atlas.trust.command_words import (
     short_flags,
 )
 from atlas.trust.home_paths import code_mentions_home, touches_home, works_through_trees
-from atlas.trust.interpreters import inline_code, language_of
-from atlas.trust.normalise import Part
 from atlas.trust.outside import code_sends, sends_out
+from atlas.trust.parser.interpreters import inline_code, language_of
+from atlas.trust.parser.normalise import Part
 from atlas.trust.subcommands import cloud_read_only, find_exec_deletes, gh_write
 from atlas.trust.verdict import Verdict
 

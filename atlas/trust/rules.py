@@ -28,8 +28,9 @@ from atlas.trust.command_words import (
     without_unknowns,
     written_paths,
 )
-from atlas.trust.interpreters import script_argument
-from atlas.trust.normalise import (
+from atlas.trust.outside import metadata_address
+from atlas.trust.parser.interpreters import script_argument
+from atlas.trust.parser.normalise import (
     SUBSTITUTION,
     Analysis,
     Part,
@@ -37,8 +38,7 @@ from atlas.trust.normalise import (
     inline_code,
     interpreter_of,
 )
-from atlas.trust.outside import metadata_address
-from atlas.trust.parse_words import is_redirect
+from atlas.trust.parser.parse_words import is_redirect
 from atlas.trust.reach import destroy_verdict, home_verdict, outside_verdict, raw_home_verdict
 from atlas.trust.scripts import Judges, judge_script, written_build_file
 from atlas.trust.subcommands import (

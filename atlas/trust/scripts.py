@@ -17,8 +17,9 @@ from atlas.trust.command_words import (
     shebang_language,
 )
 from atlas.trust.home_paths import code_mentions_home
-from atlas.trust.interpreters import script_argument
-from atlas.trust.normalise import (
+from atlas.trust.outside import code_sends, metadata_address
+from atlas.trust.parser.interpreters import script_argument
+from atlas.trust.parser.normalise import (
     MAX_COMMAND_CHARS,
     Analysis,
     Part,
@@ -26,8 +27,7 @@ from atlas.trust.normalise import (
     code_parts,
     interpreter_of,
 )
-from atlas.trust.outside import code_sends, metadata_address
-from atlas.trust.parse import Scope, Walker
+from atlas.trust.parser.parse import Scope, Walker
 from atlas.trust.verdict import Verdict, worst
 
 # Bytes of a script read through; a larger script cannot be judged, and is asked.

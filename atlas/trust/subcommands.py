@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 
 from atlas.trust.command_words import arguments, option_value
-from atlas.trust.interpreters import language_of
-from atlas.trust.normalise import Analysis, Part
+from atlas.trust.parser.interpreters import language_of
+from atlas.trust.parser.normalise import Analysis, Part
 from atlas.trust.verdict import Verdict
 
 GH_READS = {

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from atlas.trust.normalise import MAX_COMMAND_CHARS, Analysis, Part, analyse, normalise
-from atlas.trust.parse_words import MAX_BRACE_RESULTS
+from atlas.trust.parser.normalise import MAX_COMMAND_CHARS, Analysis, Part, analyse, normalise
+from atlas.trust.parser.parse_words import MAX_BRACE_RESULTS
 
 
 def deletes_home(analysis: Analysis) -> bool:

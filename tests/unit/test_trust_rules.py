@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from atlas.trust.check import check_main
-from atlas.trust.normalise import normalise
+from atlas.trust.parser.normalise import normalise
 from atlas.trust.rules import TrustSettings, Verdict, classify
 from tests.unit.trust_corpus import (
     DESTROYS,

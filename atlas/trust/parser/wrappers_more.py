@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from atlas.trust.parse_types import Word
+from atlas.trust.parser.parse_types import Word
 
 if TYPE_CHECKING:
-    from atlas.trust.wrappers import Unwrapped
+    from atlas.trust.parser.wrappers import Unwrapped
 
 XARGS_PLACEHOLDER = ("-I", "-i", "--replace", "-J")
 

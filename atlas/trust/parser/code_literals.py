@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from atlas.trust.parse_types import SUBSTITUTION
+from atlas.trust.parser.parse_types import SUBSTITUTION
 
 
 def string_literal(text: str, start: int) -> tuple[str, int] | None:

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
-from atlas.trust.interpreters import inline_code, language_of, script_argument
-from atlas.trust.parse_commands import CommandJudge
-from atlas.trust.parse_types import SUBSTITUTION, AnalyseLine, Analysis, Part, Upstream, Word
-from atlas.trust.parse_words import (
+from atlas.trust.parser.interpreters import inline_code, language_of, script_argument
+from atlas.trust.parser.parse_commands import CommandJudge
+from atlas.trust.parser.parse_types import SUBSTITUTION, AnalyseLine, Analysis, Part, Upstream, Word
+from atlas.trust.parser.parse_words import (
     ansi_c,
     brace_expand,
     double_quoted,
@@ -25,7 +25,7 @@ from atlas.trust.parse_words import (
     unescape,
     unquoted,
 )
-from atlas.trust.shell_grammar import PARSER
+from atlas.trust.parser.shell_grammar import PARSER
 
 MAX_DEPTH = 6  # nested `bash -c` / `$(…)` levels followed; deeper is judged as opaque
 MAX_PARTS = 2000  # simple commands judged on one line; more is judged as opaque

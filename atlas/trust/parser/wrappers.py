@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from atlas.trust.parse_types import Word
-from atlas.trust.wrappers_more import attached_code, bwrap, tmux, xargs
+from atlas.trust.parser.parse_types import Word
+from atlas.trust.parser.wrappers_more import attached_code, bwrap, tmux, xargs
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,17 @@ from __future__ import annotations
 
 import re
 
-from atlas.trust import interpreters
-from atlas.trust.interpreters import INLINE_FLAGS, INTERPRETERS, SHELLS, inline_code, interpreter_of
-from atlas.trust.parse import MAX_DEPTH, Scope, Walker
-from atlas.trust.parse_types import SUBSTITUTION, Analysis, Part, Word
-from atlas.trust.wrappers import WRAPPERS
+from atlas.trust.parser import interpreters
+from atlas.trust.parser.interpreters import (
+    INLINE_FLAGS,
+    INTERPRETERS,
+    SHELLS,
+    inline_code,
+    interpreter_of,
+)
+from atlas.trust.parser.parse import MAX_DEPTH, Scope, Walker
+from atlas.trust.parser.parse_types import SUBSTITUTION, Analysis, Part, Word
+from atlas.trust.parser.wrappers import WRAPPERS
 
 MAX_COMMAND_CHARS = 10_000  # longer lines are not parsed: they are asked
 

@@ -11,9 +11,14 @@ import re
 import shlex
 from collections.abc import Callable
 
-from atlas.trust.code_literals import comma_literals, string_list, string_literal, transformed
-from atlas.trust.parse_types import SUBSTITUTION, Part
-from atlas.trust.parse_words import is_redirect
+from atlas.trust.parser.code_literals import (
+    comma_literals,
+    string_list,
+    string_literal,
+    transformed,
+)
+from atlas.trust.parser.parse_types import SUBSTITUTION, Part
+from atlas.trust.parser.parse_words import is_redirect
 
 SHELLS = {"bash", "sh", "zsh", "dash", "ksh", "ash", "fish", "mksh", "yash", "rbash"}
 INTERPRETERS = {

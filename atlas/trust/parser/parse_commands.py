@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING
 
 from tree_sitter import Node
 
-from atlas.trust.interpreters import (
+from atlas.trust.parser.interpreters import (
     code_parts,
     inline_code,
     interpreter_of,
     language_of,
     opaque_reason,
 )
-from atlas.trust.parse_extras import (
+from atlas.trust.parser.parse_extras import (
     CODE_VARIABLES,
     CONFIG_VARIABLES,
     FETCHERS,
@@ -32,12 +32,12 @@ from atlas.trust.parse_extras import (
     foreign_code,
     is_decoder,
 )
-from atlas.trust.parse_types import SUBSTITUTION, Part, Upstream, Word
-from atlas.trust.parse_words import named_binary, operands_of, rejoined
-from atlas.trust.wrappers import name_of, unwrap
+from atlas.trust.parser.parse_types import SUBSTITUTION, Part, Upstream, Word
+from atlas.trust.parser.parse_words import named_binary, operands_of, rejoined
+from atlas.trust.parser.wrappers import name_of, unwrap
 
 if TYPE_CHECKING:
-    from atlas.trust.parse import Walker
+    from atlas.trust.parser.parse import Walker
 
 REASONS = {
     "fetched": "fetched-code: {who} runs code downloaded from the network",

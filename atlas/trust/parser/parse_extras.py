@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 import shlex
 
-from atlas.trust.parse_types import Word
-from atlas.trust.wrappers import name_of
+from atlas.trust.parser.parse_types import Word
+from atlas.trust.parser.wrappers import name_of
 
 FETCHERS = {"curl", "wget", "fetch", "aria2c", "http", "https", "xh", "lwp-request", "GET",
             "nc", "ncat", "netcat", "socat", "ftp", "tftp"}  # fmt: skip

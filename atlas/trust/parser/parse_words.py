@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from atlas.trust.shell_grammar import PARSER
+from atlas.trust.parser.shell_grammar import PARSER
 
 if TYPE_CHECKING:
     from tree_sitter import Node
