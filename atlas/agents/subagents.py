@@ -314,6 +314,14 @@ class SubagentManager:
                 row["status"] = live.status
         return rows
 
+    def running(self) -> list[Subagent]:
+        """Every subagent this daemon runs now, whoever started it (the dashboard's Workbench)."""
+        return list(self._subagents.values())
+
+    def get(self, subagent_id: str) -> Subagent | None:
+        """A running subagent by id, whoever started it (the person steers or stops it)."""
+        return self._subagents.get(subagent_id.strip())
+
     def steer(self, sub: Subagent, message: str) -> None:
         sub.steering.append(message)
         if sub.current is not None and not sub.current.done():

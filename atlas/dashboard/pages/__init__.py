@@ -15,6 +15,7 @@ from atlas.dashboard.pages import (
     trust,
     usage,
     waiting,
+    workbench,
 )
 
 PAGES: list[Page] = [
@@ -23,6 +24,7 @@ PAGES: list[Page] = [
     chat.PAGE,
     conversations.PAGE,
     routines.PAGE,
+    workbench.PAGE,
     trust.PAGE,
     memory.PAGE,
     usage.PAGE,

@@ -1,0 +1,141 @@
+"""Workbench: the home's executor instances (services.workbench: Atlas's delegate tasks and the
+person's own sessions the Claude Code plugin reports) with state, folder and account, and the
+subagents (running ones live, ended ones from atlas.db's delegations, paged); steer and stop
+each. On this page the person acts themselves: no approval is asked (the gate's `workbench:`
+rule is for a bot acting on the person's sessions), and each act is recorded in the gate's log
+(run_kind dashboard)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlite_utils
+from aiohttp import web
+
+from atlas.agents.services import HomeServices
+from atlas.agents.subagents import Subagent
+from atlas.dashboard.actions import record_action
+from atlas.dashboard.context import Dashboard, dashboard_of
+from atlas.dashboard.page import Page
+from atlas.dashboard.render import render, see_other
+from atlas.errors import AtlasError
+from atlas.executors.workbench import Instance
+
+ENDED_PER_PAGE = 25  # ended subagents on one page
+STOPPED_BY_PERSON = "stopped by the person on the dashboard"
+
+
+def services_of(dashboard: Dashboard) -> HomeServices | None:
+    """The running daemon's services (None when no daemon serves this page)."""
+    services = dashboard.dispatcher.services if dashboard.dispatcher is not None else None
+    return services if isinstance(services, HomeServices) else None
+
+
+def _ended_subagents(offset: int) -> Any:
+    def select(db: sqlite_utils.Database) -> list[dict[str, Any]]:
+        if "delegations" not in db.table_names():
+            return []
+        return list(
+            db.query(
+                "SELECT id, bot, parent_conversation_id, goal, status, reason, rounds, "
+                "input_tokens, output_tokens, created_at, ended_at FROM delegations "
+                "WHERE status IN ('done', 'failed', 'stopped') "
+                "ORDER BY created_at DESC, id LIMIT ? OFFSET ?",
+                [ENDED_PER_PAGE + 1, offset],
+            )
+        )
+
+    return select
+
+
+async def workbench_page(request: web.Request) -> web.Response:
+    dashboard = dashboard_of(request)
+    services = services_of(dashboard)
+    instances: list[Instance] = services.workbench.list() if services is not None else []
+    running: list[Subagent] = services.subagents.running() if services is not None else []
+    text = request.query.get("page", "1")
+    page = max(1, int(text)) if text.isdigit() else 1
+    ended = await dashboard.audit.call(_ended_subagents((page - 1) * ENDED_PER_PAGE))
+    return render(
+        request,
+        "workbench.html",
+        daemon=services is not None,
+        instances=instances,
+        running=running,
+        ended=ended[:ENDED_PER_PAGE],
+        page=page,
+        more=len(ended) > ENDED_PER_PAGE,
+        done=request.query.get("done", ""),
+    )
+
+
+def _services(dashboard: Dashboard) -> HomeServices:
+    services = services_of(dashboard)
+    if services is None:
+        raise web.HTTPConflict(text="the workbench lives in the daemon (`atlas run`), not here")
+    return services
+
+
+async def act_on_instance(request: web.Request) -> web.Response:
+    """POST message (steer) or nothing (stop), on an executor instance."""
+    dashboard = dashboard_of(request)
+    action = request.match_info["action"]
+    instance = _services(dashboard).workbench.get(request.match_info["id"])
+    if instance is None or instance.ended or instance.control is None:
+        raise web.HTTPConflict(text=f"instance {request.match_info['id']!r} is not running")
+    form = await request.post()
+    message = str(form.get("message", "")).strip()
+    try:
+        if action == "steer":
+            if not message:
+                raise web.HTTPBadRequest(text="steer needs a message")
+            how = await instance.control.steer(message)
+        else:
+            await instance.control.stop(STOPPED_BY_PERSON)
+            how = "stopped"
+    except AtlasError as exc:  # ended meanwhile, a harness that refuses
+        raise web.HTTPConflict(text=str(exc)) from None
+    await record_action(
+        dashboard.audit,
+        instance.bot or dashboard.home.main_bot.name,
+        "delegate",
+        f"{action} {instance.id} ({instance.account}, {instance.folder})"
+        + (f": {message}" if message else ""),
+        f"the person did it on the dashboard: {how}",
+    )
+    return see_other(f"/workbench?done={action}+{instance.id}")
+
+
+async def act_on_subagent(request: web.Request) -> web.Response:
+    """POST message (steer) or nothing (stop), on a running subagent."""
+    dashboard = dashboard_of(request)
+    action = request.match_info["action"]
+    manager = _services(dashboard).subagents
+    sub = manager.get(request.match_info["id"])
+    if sub is None:
+        raise web.HTTPConflict(text=f"subagent {request.match_info['id']!r} is not running")
+    form = await request.post()
+    message = str(form.get("message", "")).strip()
+    if action == "steer":
+        if not message:
+            raise web.HTTPBadRequest(text="steer needs a message")
+        manager.steer(sub, message)
+    else:
+        manager.stop(sub, STOPPED_BY_PERSON)
+    await record_action(
+        dashboard.audit,
+        sub.bot,
+        "delegate",
+        f"{action} subagent {sub.id}" + (f": {message}" if message else ""),
+        "the person did it on the dashboard",
+    )
+    return see_other(f"/workbench?done={action}+{sub.id}")
+
+
+def setup(router: web.UrlDispatcher) -> None:
+    router.add_get("/workbench", workbench_page)
+    router.add_post("/workbench/instance/{id}/{action:steer|stop}", act_on_instance)
+    router.add_post("/workbench/subagent/{id}/{action:steer|stop}", act_on_subagent)
+
+
+PAGE = Page("Workbench", "/workbench", setup)
