@@ -6,8 +6,8 @@ Builds a small home like scripts/bench_dashboard.py's (3 bots, 3,000 messages, a
 decisions, a channel up and one reconnecting, an approval waiting), serves the dashboard on a
 free loopback port, logs in through a one-time link as a person would, and saves each page at a
 desktop size (1200 x 800) as `dashboard-<page>.png`, and Home, a conversation, Usage, Waiting
-(an approval and a question set waiting) and Chat (a reply being written) at a phone's (390 x
-844) as `dashboard-<page>-phone.png`.
+(an approval and a question set waiting), Chat (a reply being written), Routines and Workbench
+at a phone's (390 x 844) as `dashboard-<page>-phone.png`.
 """
 
 from __future__ import annotations
@@ -43,9 +43,13 @@ PAGES = {
     "usage": "/usage?days=30",
     "waiting": "/waiting",
     "chat": "/chat/atlas",
+    "routines": "/routines",
+    "routine": "/routines/1",
+    "workbench": "/workbench",
+    "memory": "/memory/user",
 }
 
-PHONE_PAGES = ("home", "conversation", "usage", "waiting", "chat")
+PHONE_PAGES = ("home", "conversation", "usage", "waiting", "chat", "routines", "workbench")
 
 
 async def shoot(out: Path, chrome: str, root: Path) -> list[Path]:
@@ -81,6 +85,7 @@ async def shoot(out: Path, chrome: str, root: Path) -> list[Path]:
         conversation_states=lambda: {("atlas", 3): waiting},
     )
     asking = await put_questions(dashboard, stores["atlas"])
+    await fill_routines_workbench_memory(dashboard)
     runner = web.AppRunner(build_app(dashboard))
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -127,6 +132,59 @@ async def shoot(out: Path, chrome: str, root: Path) -> list[Path]:
             await store.close()
         await audit.close()
     return saved
+
+
+async def fill_routines_workbench_memory(dashboard: Dashboard) -> None:
+    """Runs of the morning brief, an executor instance and ended subagents on the workbench
+    (the daemon's services over a stand-in dispatcher), and a USER.md."""
+    from types import SimpleNamespace
+
+    from atlas.agents.services import HomeServices
+    from atlas.executors.workbench import Instance
+    from atlas.routines.store import RunResult
+
+    home, audit = dashboard.home, dashboard.audit
+    routines = RoutineStore(audit)
+    brief = await routines.find("atlas", "morning-brief")
+    assert brief is not None
+    for status, text in (
+        ("ok", "Three meetings; rain after 4pm."),
+        ("silent", ""),
+        ("ok", "A quiet day."),
+    ):
+        run_id = await routines.start_run(brief, "schedule", None)
+        await routines.finish_run(
+            run_id, RunResult(status, text=text, input_tokens=900, output_tokens=60)
+        )  # type: ignore[arg-type]
+    dispatcher = SimpleNamespace(runtime=SimpleNamespace(home=home, audit=audit))
+    services = HomeServices(dispatcher)  # type: ignore[arg-type]
+    dispatcher.services = services  # type: ignore[attr-defined]
+    dashboard.dispatcher = dispatcher  # type: ignore[assignment]
+
+    class Idle:
+        async def steer(self, message: str) -> str:
+            return "queued"
+
+        async def stop(self, reason: str) -> None: ...
+
+    services.workbench.add(Instance("ex-4f2a91", "claude-code", "claude-code@work", Path("/home/you/projects/shop"),
+                                    title="Add the invoice export", bot="atlas", conversation_id=3, control=Idle()))  # fmt: skip
+    services.workbench.add(Instance("ex-77c0de", "claude-code", "claude-code@personal", Path("/home/you/projects/blog"),
+                                    owner="person", title="Your session", control=Idle(), state="asking",
+                                    detail="waits for you: allow `npm publish`?"))  # fmt: skip
+
+    def ended(db) -> None:  # type: ignore[no-untyped-def]
+        db["delegations"].insert_all(
+            {"id": f"sa-{n}", "bot": "atlas", "parent_conversation_id": 3, "goal": goal,
+             "status": "done", "input_tokens": 4000, "output_tokens": 300,
+             "created_at": f"2026-01-0{n}T09:00:00", "ended_at": f"2026-01-0{n}T09:04:00"}
+            for n, goal in enumerate(("Compare three train fares", "Summarise the museum hours"), 1)
+        )  # fmt: skip
+
+    await audit.call(ended)
+    home.user_profile_path.write_text(
+        "Prefers short answers.\n\nLives in Lyon; works 9-17 on weekdays.\n", encoding="utf-8"
+    )
 
 
 CHAT_PARTIAL = "Here is the plan for Thursday: the train at 8:12, then the museum "
