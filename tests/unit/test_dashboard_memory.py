@@ -125,3 +125,19 @@ async def test_edits_without_the_csrf_token_are_refused(rig: Rig) -> None:
         answer = await rig.client.post(path, data={"text": "Sneaky."})
         assert answer.status == 403
     assert not rig.home.user_profile_path.exists()
+
+
+async def test_a_secret_in_a_file_is_masked_and_never_overwritten_by_the_mask(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "tvly-zeppelin-0123456789"
+    monkeypatch.setenv("TAVILY_API_KEY", secret)
+    rig.home.user_profile_path.write_text(f"Search key: {secret}\n", encoding="utf-8")
+    csrf = await rig.log_in()
+    page = await (await rig.client.get("/memory/user")).text()
+    assert secret not in page and "Search key: [secret]" in page
+    answer = await rig.client.post(
+        "/memory/user", data={"csrf": csrf, "text": "Search key: [secret]\n\nLikes tea."}
+    )
+    assert answer.status == 400 and "holds a secret" in await answer.text()
+    assert secret in rig.home.user_profile_path.read_text()  # kept

@@ -19,6 +19,7 @@ from atlas.dashboard.page import Page
 from atlas.dashboard.render import render, see_other
 from atlas.errors import AtlasError, ToolError
 from atlas.home import Home
+from atlas.secrets import MASK
 from atlas.skills.library import Library, Skill, discover
 from atlas.tools.memory import MEMORY_FILES, rewrite_file
 from atlas.tools.skills import write_skill_file
@@ -146,6 +147,13 @@ async def save(request: web.Request) -> web.Response:
     target = editable(dashboard, request)
     form = await request.post()
     text = str(form.get("text", "")).replace("\r\n", "\n")
+    if MASK in text and MASK not in await asyncio.to_thread(_read, target.path):
+        # The file holds a secret the page showed masked: saving would write the mask over it.
+        why = (
+            f"the file holds a secret, shown here as {MASK}; saving would replace it with that "
+            f"text. Edit {target.path} in a text editor instead."
+        )
+        return _form(request, target, text, error=why, status=400)
     try:
         # In a thread: USER.md's lock may wait for another process.
         summary = await asyncio.to_thread(target.save, text)
