@@ -153,3 +153,15 @@ async def test_the_history_is_paged(rig: Rig) -> None:
 def test_schedules_in_words() -> None:
     assert in_words("every day at 18:30") == "every day at 18:30"
     assert in_words("2026-07-01T09:00") == "once, at 2026-07-01 09:00"
+
+
+async def test_the_history_polls_itself_only_while_a_run_goes_on(rig: Rig) -> None:
+    store = RoutineStore(rig.audit)
+    routine = await store.create("atlas", "slow", "Think", "every 2h", None)
+    run_id = await store.start_run(routine, "manual", None)
+    await rig.log_in()
+    page = await (await rig.client.get(f"/routines/{routine.id}")).text()
+    assert f'hx-get="/routines/{routine.id}/runs?page=1"' in page
+    await store.finish_run(run_id, RunResult("ok", text="Thought it through."))
+    part = await (await rig.client.get(f"/routines/{routine.id}/runs")).text()
+    assert "Thought it through." in part and "hx-get" not in part and "<html" not in part

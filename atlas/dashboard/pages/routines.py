@@ -126,6 +126,15 @@ async def _routine(request: web.Request) -> tuple[Dashboard, RoutineStore, Routi
 
 
 async def routine_page(request: web.Request) -> web.Response:
+    return await _routine_view(request, "routine.html")
+
+
+async def routine_runs(request: web.Request) -> web.Response:
+    """The run history alone: what the page polls while a run goes on."""
+    return await _routine_view(request, "routine_runs.html")
+
+
+async def _routine_view(request: web.Request, template: str) -> web.Response:
     dashboard, store, routine = await _routine(request)
     page = _page_number(request)
     runs = await store.runs(routine.id, limit=page * RUNS_PER_PAGE + 1)
@@ -133,7 +142,7 @@ async def routine_page(request: web.Request) -> web.Response:
     scheduler = scheduler_of(dashboard)
     return render(
         request,
-        "routine.html",
+        template,
         view=RoutineView(
             routine,
             in_words(routine.schedule),
@@ -142,6 +151,7 @@ async def routine_page(request: web.Request) -> web.Response:
             _running(scheduler, routine),
         ),
         page=page,
+        running_now=any(run.status == "running" for run in shown),
         more=len(runs) > page * RUNS_PER_PAGE,
         daemon=scheduler is not None,
         done=request.query.get("done", ""),
@@ -203,6 +213,7 @@ async def resume(request: web.Request) -> web.Response:
 def setup(router: web.UrlDispatcher) -> None:
     router.add_get("/routines", routines_page)
     router.add_get("/routines/{id}", routine_page)
+    router.add_get("/routines/{id}/runs", routine_runs)
     router.add_post("/routines/{id}/run", run_now)
     router.add_post("/routines/{id}/pause", pause)
     router.add_post("/routines/{id}/resume", resume)
