@@ -72,6 +72,7 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
             lambda bot: runtime.store(home.bot(bot)),
             lambda: services.workbench,  # the home's, delegate's tasks on it too
             DelegationRecord(runtime.audit, home=home),  # the person's turns, recorded
+            dispatcher.asks,  # their prompts wait on the dashboard's Waiting page too
         )
         freeze_long_lived_objects()
         log.info("ready; stop with Ctrl-C or SIGTERM")

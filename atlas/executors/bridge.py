@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from atlas.executors.desk_approvals import StoreOf
     from atlas.executors.record import DelegationRecord
     from atlas.home import Home
+    from atlas.pending_asks import PendingAsks
     from atlas.tools.registry import Asker
 
 log = logging.getLogger(__name__)
@@ -269,6 +270,7 @@ async def serve_plugin(
     store_of: StoreOf,
     workbench: WorkbenchSource,
     record: DelegationRecord | None = None,
+    asks: PendingAsks | None = None,
 ) -> ExecutorBridge | None:
     """`atlas run`'s bridge, while `[executors.claude-code]` is on; None when it is off or its
     socket cannot be served (logged: the daemon runs on, the hooks fall back to the desk). With
@@ -278,7 +280,7 @@ async def serve_plugin(
     settings = home.settings.executors.get(EXECUTOR)
     if settings is None or not settings.enabled:
         return None
-    approvals = DeskApprovals(settings, home.settings.main, channels, store_of)
+    approvals = DeskApprovals(settings, home.settings.main, channels, store_of, asks)
     desk_record = DeskRecord(record, home) if record is not None else None
     bridge = ExecutorBridge(home, workbench, approvals.asker, desk_record=desk_record)
     try:

@@ -18,6 +18,7 @@ from atlas.channels.base import Address
 if TYPE_CHECKING:
     from atlas.channels.base import Channel
     from atlas.config import ExecutorSettings
+    from atlas.pending_asks import PendingAsks
     from atlas.store.conversations import ConversationStore
     from atlas.tools.registry import Asker
 
@@ -37,7 +38,9 @@ class DeskApprovals:
         main_bot: str,
         channels: Mapping[str, Channel],
         store_of: StoreOf,
+        asks: PendingAsks | None = None,
     ) -> None:
+        self.asks = asks  # the home's waiting questions: the dashboard's Waiting page answers too
         self.settings = settings
         self.main_bot = main_bot
         self.channels = channels
@@ -83,6 +86,11 @@ class DeskApprovals:
         channel = self.channels[where.channel]
 
         async def ask(question: str, choices: list[str]) -> str | None:
-            return await channel.ask(where, question, choices)
+            if self.asks is None:
+                return await channel.ask(where, question, choices)
+            # No conversation of Atlas's waits on it (id 0): it is a session at the desk.
+            return await self.asks.approval(
+                where, 0, question, choices, lambda: channel.ask(where, question, choices)
+            )
 
         return ask, where

@@ -460,6 +460,51 @@ async def test_the_daemons_bridge_asks_through_the_channel(home: Home, talked: o
     assert not socket_path(home).exists()  # gone with the daemon: the hooks fall back
 
 
+class SilentChannel(AskingChannel):
+    """A chat nobody answers in: its ask waits until cancelled."""
+
+    async def ask(self, address: Address, question: str, choices: list[str]) -> str | None:
+        self.asked.append((address, question))
+        await asyncio.Event().wait()
+        return None
+
+
+async def test_a_desk_prompt_waits_on_the_dashboard_too_and_its_answer_wins(
+    home: Home, talked: object
+) -> None:
+    """The person's Claude Code prompt is listed with every other question a turn waits on
+    (the dashboard's Waiting page): answered there, the chat's wait ends and the hook allows."""
+    from atlas.executors.bridge import serve_plugin
+    from atlas.pending_asks import PendingAsks
+
+    telegram = SilentChannel("telegram:atlas")
+    asks = PendingAsks()
+    workbench = Workbench()
+    bridge = await serve_plugin(
+        home,
+        {"telegram:atlas": telegram},
+        talked,  # type: ignore[arg-type]
+        lambda: workbench,
+        None,
+        asks,
+    )
+    assert bridge is not None
+    try:
+        hook = asyncio.create_task(run_hook(home, bash("make deploy")))
+        for _ in range(500):
+            if asks.open():
+                break
+            await asyncio.sleep(0.01)
+        [waiting] = asks.open()
+        assert "make deploy" in waiting.question and waiting.conversation_id == 0
+        assert asks.answer_approval(waiting.id, "allow once")
+        code, out, _, _ = await hook
+    finally:
+        await bridge.stop()
+    assert code == 0 and decision(out) == {"behavior": "allow"}
+    assert not asks.open() and telegram.asked
+
+
 async def test_no_bridge_while_claude_code_is_off(home: Home) -> None:
     from atlas.executors.bridge import serve_plugin
 
