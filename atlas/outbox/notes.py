@@ -22,6 +22,8 @@ CONNECTION_BROKE = (
     "(The connection broke while I was sending that reply, so part of it may not have "
     "reached you. Ask again if something is missing.)"
 )
+# The key of the note about a row that may not have arrived: + the row's id (atlas/outbox/rows.py).
+MAYBE_KEY = "maybe:"
 # Ahead of a message kept through an outage, when it finally goes out.
 EARLIER_REPLY = "_(An earlier reply could not be delivered; here it is:)_"
 
@@ -31,6 +33,8 @@ def unsure_note(row: OutboxRow, *, restarted: bool) -> str | None:
     notice that stands as a conversation's answer (a turn cut short, or such a note itself:
     the person is told until one surely went). None for rows nobody needs told about (a line
     about a turn, a routine's notice, a question: the turn's own recovery tells)."""
+    if row.key is not None and row.key.startswith(MAYBE_KEY):
+        return row.text  # a note that may not have arrived either: said again, as it was
     stands_as_answer = row.kind == "notice" and row.message_id is not None
     if row.kind not in TOLD_WHEN_UNSURE and not stands_as_answer:
         return None

@@ -423,3 +423,31 @@ async def test_answers_the_old_bookkeeping_owed_become_rows(tmp_path: Path) -> N
     adapter = FakeAdapter()
     await restart(path, adapter, 2)
     assert sorted(adapter.texts()) == sorted(["never sent", RESTARTED_WHILE_SENDING])
+
+
+async def test_a_report_and_then_its_note_caught_tell_again_with_the_same_note(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "c.db"
+    for step in range(2):  # the report caught at a kill, then the note about it at the next
+        adapter = FakeAdapter()
+        adapter.hold = asyncio.Event()
+        async with opened(path) as store:
+            outbox = outbox_over(store, adapter)
+            if step == 0:
+                outbox.queue([])
+                await outbox.enqueue(HERE, "the report", kind="report", key="routine-run:5:daily")
+            else:
+                await resume_outbox(outbox, ["atlas"], started_at=datetime.now(UTC) + timedelta(1))
+            await adapter.entered.wait()
+            await outbox.shutdown()
+    later = FakeAdapter()
+    await restart(path, later, 1)
+    await restart(path, later, 1)
+    [note] = later.texts()  # told once more, never the report again
+    assert 'Routine "daily"' in note and "may not have reached you" in note
+    assert [s[:2] for s in states(path)] == [
+        ("report", "maybe"),
+        ("notice", "maybe"),
+        ("notice", "delivered"),
+    ]
