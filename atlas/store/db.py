@@ -78,15 +78,32 @@ def apply_migrations(
         if name in applied:
             continue
         try:
-            with db.atomic():
-                migrate(db)
-                db[MIGRATIONS_TABLE].insert({"name": name, "applied_at": utc_now_iso()})
+            if _apply_one(db, name, migrate):
+                done.append(name)
         except sqlite3.Error as exc:
             if is_damage(exc):
                 raise  # the file's fault, not the migration's: named as damage by the opener
             raise AtlasError(f"{where}: migration {name!r} failed: {exc}") from exc
-        done.append(name)
     return done
+
+
+def _apply_one(db: sqlite_utils.Database, name: str, migrate: MigrationFn) -> bool:
+    """Apply one migration unless another process did meanwhile; False if it had. The write
+    lock is taken first (BEGIN IMMEDIATE), so two processes opening a new file at once (the
+    daemon and an `atlas` command on a fresh home) wait for each other within the busy timeout;
+    a deferred transaction would fail at once with "database is locked" when it came to write."""
+    db.conn.execute("BEGIN IMMEDIATE")
+    try:
+        taken = db.execute(f"SELECT 1 FROM {MIGRATIONS_TABLE} WHERE name = ?", [name]).fetchone()
+        if taken is None:
+            migrate(db)
+            db[MIGRATIONS_TABLE].insert({"name": name, "applied_at": utc_now_iso()})
+        db.conn.execute("COMMIT")
+    except BaseException:
+        if db.conn.in_transaction:
+            db.conn.execute("ROLLBACK")
+        raise
+    return taken is None
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:

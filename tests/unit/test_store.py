@@ -774,3 +774,49 @@ def test_history_cache_stays_within_its_limit_and_refuses_a_stale_read() -> None
     # Newer rows made against another compaction than the one kept: not merged.
     assert cache.apply(3, Read((7, "summary"), [], whole=False)) is None
     assert cache.known(3) is None
+
+
+def test_two_processes_migrating_a_new_file_at_once_both_open_it(tmp_path: Path) -> None:
+    """The daemon and an `atlas` command opening a fresh home's atlas.db together: the second
+    waits for the first's migration and finds it applied (a deferred transaction had failed
+    with "database is locked" when it came to write)."""
+    import sqlite3
+    import threading
+    import time
+
+    import sqlite_utils
+
+    from atlas.store.db import apply_migrations
+
+    path = tmp_path / "atlas.db"
+    ran: list[str] = []
+
+    def slow(db: sqlite_utils.Database) -> None:
+        db.execute("SELECT count(*) FROM sqlite_master").fetchone()  # read first, then write
+        time.sleep(0.2)
+        db.execute("CREATE TABLE IF NOT EXISTS t (x)")
+        ran.append(threading.current_thread().name)
+
+    migrations = [("001_slow", slow)]
+    results: dict[str, object] = {}
+    start = threading.Barrier(2)
+
+    def open_it(name: str) -> None:
+        conn = sqlite3.connect(path, timeout=5, check_same_thread=False)
+        db = sqlite_utils.Database(conn)
+        db.execute("PRAGMA journal_mode=wal")
+        start.wait()
+        try:
+            results[name] = apply_migrations(db, migrations, path)
+        except Exception as exc:  # the assertion below names it
+            results[name] = exc
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=open_it, args=(n,), name=n) for n in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(map(str, results.values())) == ["['001_slow']", "[]"], results
+    assert len(ran) == 1
