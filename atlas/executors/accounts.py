@@ -81,7 +81,9 @@ def hand_over(executor: Executor, account: Account) -> list[str]:
     return [a.target for a in executor.accounts() if a != account]
 
 
-def _parse_time(value: object) -> datetime | None:
+def parse_time(value: object) -> datetime | None:
+    """A time the harnesses write (an ISO string, "Z" or an offset, or epoch seconds), aware;
+    None for anything else."""
     if isinstance(value, int | float):
         return datetime.fromtimestamp(value, UTC)
     if isinstance(value, str):
@@ -102,7 +104,7 @@ def observed_windows(observed: dict) -> list[LimitWindow]:  # type: ignore[type-
             LimitWindow(
                 name=name,
                 used_percent=float(used) if isinstance(used, int | float) else None,
-                resets_at=_parse_time(info.get("resets_at")),
+                resets_at=parse_time(info.get("resets_at")),
                 status=str(info.get("status") or "unknown"),
             )
         )
@@ -118,11 +120,11 @@ def limit_state(
     now = now or datetime.now(UTC)
     limit = observed.get("limit")
     if limit:
-        resets = _parse_time(limit.get("resets_at"))
+        resets = parse_time(limit.get("resets_at"))
         if resets is not None and resets > now:
             return True, resets
         if resets is None:
-            seen = _parse_time(limit.get("at"))
+            seen = parse_time(limit.get("at"))
             # No reset time told: assume the shortest window (five hours) still holds it.
             if seen is not None and (now - seen).total_seconds() < 5 * 3600:
                 return True, None

@@ -17,11 +17,11 @@ import os
 import re
 import shutil
 from collections.abc import Iterator, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from atlas.executors.accounts import folders_of, limit_state, observed_windows
+from atlas.executors.accounts import folders_of, limit_state, observed_windows, parse_time
 from atlas.executors.base import (
     UNKNOWN,
     Account,
@@ -95,16 +95,6 @@ def copy_session(source: Path, target: Path, session_id: str, folder: Path) -> P
     return copy
 
 
-def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def _entries(lines: Iterator[str]) -> Iterator[tuple[str, str, str | None, datetime | None]]:
     for raw in lines:
         try:
@@ -115,7 +105,7 @@ def _entries(lines: Iterator[str]) -> Iterator[tuple[str, str, str | None, datet
             continue  # queue operations, attachments, summaries
         if line.get("isMeta"):
             continue  # what Claude Code adds itself (caveats, command output)
-        at = _time(line.get("timestamp"))
+        at = parse_time(line.get("timestamp"))
         content = (line.get("message") or {}).get("content")
         role = line["type"]
         if isinstance(content, str):

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from atlas.executors.accounts import folders_of, limit_state, observed_windows
+from atlas.executors.accounts import folders_of, limit_state, observed_windows, parse_time
 from atlas.executors.base import (
     UNKNOWN,
     Account,
@@ -60,16 +60,6 @@ def copy_session(source: Path, target: Path, session_id: str) -> Path:
     return copy
 
 
-def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def _message_text(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -86,7 +76,7 @@ def _entries(lines: Iterator[str]) -> Iterator[tuple[str, str, str | None, datet
             continue
         if not isinstance(line, dict) or line.get("type") != "response_item":
             continue
-        payload, at = line.get("payload") or {}, _time(line.get("timestamp"))
+        payload, at = line.get("payload") or {}, parse_time(line.get("timestamp"))
         kind = payload.get("type")
         if kind == "message" and payload.get("role") in ("user", "assistant"):
             text = _message_text(payload.get("content"))
