@@ -102,6 +102,26 @@ def _start_checks(home) -> list[Check]:  # type: ignore[no-untyped-def]
     return checks
 
 
+def _skills_check(home) -> Check:  # type: ignore[no-untyped-def]
+    """Each skill that fails to load, and why. A warning: the bot runs without it and its
+    other skills work, but nothing else would tell the person it is missing."""
+    from atlas.skills.library import discover
+
+    problems: dict[str, None] = {}  # a library skill several bots list is named once
+    loaded: set[str] = set()
+    for bot in home.bots.values():
+        library = discover(home.skills_dir, bot.skills_dir, bot.listed_skills)
+        loaded.update(str(skill.folder) for skill in library.skills.values())
+        problems.update(dict.fromkeys(library.problems))
+    if not problems:
+        return Check("skills", True, f"{len(loaded)} skill(s) load")
+    detail = f"{len(problems)} skill(s) not loaded:\n" + "\n".join(
+        f"         - {problem}" for problem in problems
+    )
+    fix = "correct each SKILL.md named above (YAML frontmatter with name and description)"
+    return Check("skills", False, detail, fix, optional=True)
+
+
 async def run_checks(root: Path, *, offline: bool = False) -> list[Check]:
     from atlas.home import Home
 
@@ -121,6 +141,7 @@ async def run_checks(root: Path, *, offline: bool = False) -> list[Check]:
             )
         )
         checks.extend(await asyncio.to_thread(_start_checks, home))
+        checks.append(await asyncio.to_thread(_skills_check, home))
         if offline:
             checks.append(Check("provider", True, "skipped (--offline)"))
         else:

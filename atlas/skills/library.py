@@ -10,6 +10,7 @@ Atlas's tools (see atlas/skills/claude_code.py).
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
@@ -25,9 +26,16 @@ SUBFOLDERS = ("references", "templates", "scripts", "assets")
 SKILL_NAME = re.compile(SKILL_NAME_PATTERN)
 INDEX_DESCRIPTION_CHARS = 60
 MAX_LISTED_FILES = 100
+# A shared opening shorter than this is left in: stripping it would save little and lose context.
+MIN_SHARED_OPENING = 16
 _FRONTMATTER = re.compile(r"\A\ufeff?---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
 
 Origin = Literal["home", "bot"]
+
+log = logging.getLogger(__name__)
+# The problem last logged for each skill folder with its SKILL.md's modification time: the
+# library is read every round, and a broken skill is logged once per change, not each time.
+_logged_problems: dict[Path, tuple[int, str]] = {}
 
 
 class SkillError(AtlasError):
@@ -185,10 +193,18 @@ def discover(home_skills: Path, bot_skills: Path, listed: Collection[str] | None
                 skill = load_skill(folder, origin)
             except SkillError as exc:
                 library.problems.append(str(exc))
+                _log_problem_once(folder, str(exc))
                 continue
             library.skills[skill.name] = skill  # the bot's folder comes second: it wins
     library.skills = dict(sorted(library.skills.items()))
     return library
+
+
+def _log_problem_once(folder: Path, problem: str) -> None:
+    seen = (_mtime(folder / SKILL_FILE), problem)
+    if _logged_problems.get(folder) != seen:
+        _logged_problems[folder] = seen
+        log.warning("skill %s is not loaded: %s", folder, problem)
 
 
 # ---- the index in use_skill's description ----------------------------------------------------
@@ -198,16 +214,43 @@ def _cut(text: str, limit: int = INDEX_DESCRIPTION_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
+def _common_prefix(a: str, b: str) -> int:
+    length = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        length += 1
+    return length
+
+
+def _distinct_parts(descriptions: list[str]) -> list[str]:
+    """Each description without the opening it shares with another (cut back to a word's
+    start), marked "…": twenty skills that all begin "Use this skill when the user asks about"
+    would otherwise read alike once cut at 60 characters. The longest opening a description
+    shares with any other is the one it shares with a neighbour in sorted order."""
+    order = sorted(range(len(descriptions)), key=lambda i: descriptions[i])
+    shared = [0] * len(descriptions)
+    for left, right in zip(order, order[1:], strict=False):
+        common = _common_prefix(descriptions[left], descriptions[right])
+        shared[left] = max(shared[left], common)
+        shared[right] = max(shared[right], common)
+    parts: list[str] = []
+    for text, common in zip(descriptions, shared, strict=True):
+        cut = text.rfind(" ", 0, common + 1) + 1 if common < len(text) else 0
+        rest = text[cut:].strip()
+        parts.append("…" + rest if cut >= MIN_SHARED_OPENING and rest else text)
+    return parts
+
+
 def skill_index(skills: Iterable[Skill], budget_tokens: int) -> str:
-    """One line per skill (name: description cut at 60 characters) within `budget_tokens`;
-    skills that do not fit are named, or counted, on a last line."""
+    """One line per skill (name: the distinct part of its description, cut at 60 characters)
+    within `budget_tokens`; skills that do not fit are named, or counted, on a last line."""
     skills = list(skills)
+    descriptions = _distinct_parts([skill.description for skill in skills])
     lines: list[str] = []
     used = 0
-    for position, skill in enumerate(skills):
-        line = (
-            f"- {skill.name}: {_cut(skill.description)}" if skill.description else f"- {skill.name}"
-        )
+    for position, (skill, description) in enumerate(zip(skills, descriptions, strict=True)):
+        line = f"- {skill.name}: {_cut(description)}" if description else f"- {skill.name}"
         cost = count_tokens(line + "\n")
         if used + cost > budget_tokens - 12:  # leave room for the "more" line
             rest = skills[position:]
