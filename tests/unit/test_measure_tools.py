@@ -107,3 +107,40 @@ def test_a_provider_or_model_that_does_not_fit_is_named(
     other = make_home(tmp_path / "other", config=config)
     with pytest.raises(AtlasError, match="is not on provider 'fake': name the model"):
         asyncio.run(measure_provider(other, "fake"))
+
+
+def test_the_per_bot_report_counts_what_the_request_carries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from atlas.agent.context import build_system_prompt
+    from atlas.tools.registry import RunContext
+    from scripts.request_report import request_report
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "cache"))  # no o200k file: said so
+    home = make_home(tmp_path / "home")
+    for number in range(20):
+        folder = home.skills_dir / f"client{number:02d}"
+        folder.mkdir(parents=True)
+        (folder / "SKILL.md").write_text(
+            f"---\nname: client{number:02d}\ndescription: Use this skill for the figures of "
+            f"client {number:02d}\n---\nBody.\n"
+        )
+    report = request_report(home, home.settings.main)
+    run = RunContext(home=home, bot=home.main_bot, conversation_id=0, channel="telegram")
+    offered = {t.name: t.spec(run) for t in default_registry().for_run(run)}
+    assert list(report["tools"]) == list(offered)  # the run's tools, not every built-in
+    assert {"use_skill", "tool_search"} <= set(report["run_time_descriptions"])
+    description = offered["use_skill"].description
+    listed = description.split("\nSkills:\n", 1)[1]
+    assert report["skill_list"] == {"skills": 20, "tokens": {"cl100k": count_tokens(listed)}}
+    assert report["run_time_descriptions"]["use_skill"] == {"cl100k": count_tokens(description)}
+    assert report["system_prompt_total"] == {"cl100k": count_tokens(build_system_prompt(run))}
+    assert report["total"]["cl100k"] == (
+        report["tools_total"]["cl100k"] + report["system_prompt_total"]["cl100k"]
+    )
+    assert "not available offline" in report["encodings"]["o200k"]
+    assert main(["--bot", home.settings.main, "--home", str(home.root)]) == 0
+    out = capsys.readouterr().out
+    assert "o200k: not available offline" in out and "skill list (20 lines" in out
+    assert main(["--bot", "nobody", "--home", str(home.root)]) == 1
+    assert "no bot named 'nobody'" in capsys.readouterr().err
