@@ -1,10 +1,14 @@
-"""Start-up figures: `atlas --help`, `atlas run` until every bot polls, idle RSS.
+"""Start-up figures: `atlas --help`, `atlas run` until a message sent at start is answered, idle RSS.
 
     uv run python scripts/bench_startup.py [--bots 10] [--runs 5] [--idle-seconds 60] [--json]
 
 - help_s: wall time of `atlas --help` (the console script of this environment), median of runs;
 - ready_s: `atlas run` (through scripts/loadkit.py's probe child, which adds nothing before
-  `serve`) from spawn until every bot's fake Telegram has received a getUpdates call, median;
+  `serve`) from spawn until a message sent to every bot at that moment has been answered by
+  each (the fake model answers at once), median: ready as a person sees it;
+- its phases, medians, each from spawn: polling_s (every bot's fake Telegram has received a
+  getUpdates call), daemon_ready_s (the daemon logs "ready", after the routine scheduler,
+  the dashboard and the plugin socket have started), first_answer_s (the first bot's answer);
 - idle_rss_mb: the daemon's RSS after `--idle-seconds` with every bot polling and no traffic
   (measured in the last run), and its peak.
 Everything listens on 127.0.0.1 only.
@@ -24,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scripts.loadkit import Daemon, Fakes, machine, print_result
+from scripts.loadkit import FIRST_CHAT, Daemon, Fakes, machine, print_result
 
 ATLAS = Path(sys.executable).parent / "atlas"
 
@@ -38,8 +42,35 @@ def time_help(runs: int) -> list[float]:
     return times
 
 
+READY_LOG = "ready; stop with"  # atlas/daemon.py's line once everything has started
+PHASES = ("polling", "daemon_ready", "first_answer", "ready")
+
+
+async def one_start(fakes: Fakes, daemon: Daemon, run: int) -> dict[str, float]:
+    """Seconds from spawn to each phase of one start. A message is pushed to every bot's fake
+    Bot API right after the spawn, as a person writing at that moment would."""
+    before = fakes.polls()
+    started = time.monotonic()
+    daemon.start()
+    answers = []
+    for bot, telegram in enumerate(fakes.telegrams):
+        tag = f"T{bot}-{FIRST_CHAT}-{run}"
+        answers.append(telegram.expect(tag))
+        await telegram.push(telegram.message(f"{tag} please answer", user_id=FIRST_CHAT))
+    polling, logged = await asyncio.gather(
+        fakes.wait_polling(before, 60), daemon.wait_logged(READY_LOG, 60)
+    )
+    arrived = await asyncio.wait_for(asyncio.gather(*answers), 60)
+    return {
+        "polling": polling,
+        "daemon_ready": logged,
+        "first_answer": min(arrived) - started,
+        "ready": max(arrived) - started,
+    }
+
+
 async def time_ready(args: argparse.Namespace) -> dict[str, Any]:
-    ready: list[float] = []
+    phases: dict[str, list[float]] = {phase: [] for phase in PHASES}
     idle: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="atlas-start-") as tmp:
         home = Path(tmp) / "home"
@@ -47,18 +78,15 @@ async def time_ready(args: argparse.Namespace) -> dict[str, Any]:
             fakes.write_home(home, conversations=1, concurrent_turns=8)
             for run in range(args.runs):
                 daemon = Daemon(home, fakes.env(home), Path(tmp) / f"daemon-{run}.log")
-                before = fakes.polls()
-                started = time.monotonic()
-                daemon.start()
                 try:
-                    await fakes.wait_polling(before, 60)
-                    ready.append(time.monotonic() - started)
+                    for phase, seconds in (await one_start(fakes, daemon, run)).items():
+                        phases[phase].append(seconds)
                     if run == args.runs - 1:
                         await asyncio.sleep(args.idle_seconds)
                         idle = daemon.memory_kb()
                 finally:
                     daemon.stop()
-    return {"ready": ready, "idle": idle}
+    return {"phases": phases, "idle": idle}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,8 +103,12 @@ def main(argv: list[str] | None = None) -> int:
         "runs": args.runs,
         "help_s": round(statistics.median(helps), 3),
         "help_min_s": round(min(helps), 3),
-        "ready_s": round(statistics.median(measured["ready"]), 3),
-        "ready_min_s": round(min(measured["ready"]), 3),
+        "ready_s": round(statistics.median(measured["phases"]["ready"]), 3),
+        "ready_min_s": round(min(measured["phases"]["ready"]), 3),
+        **{
+            f"{phase}_s": round(statistics.median(measured["phases"][phase]), 3)
+            for phase in PHASES[:-1]
+        },
         "idle_seconds": args.idle_seconds,
         "idle_rss_mb": round(measured["idle"].get("VmRSS", 0) / 1024, 1),
         "idle_peak_rss_mb": round(measured["idle"].get("VmHWM", 0) / 1024, 1),

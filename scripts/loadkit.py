@@ -328,6 +328,19 @@ class Daemon:
         assert self.process is not None
         return self.process.pid
 
+    async def wait_logged(self, text: str, timeout: float) -> float:
+        """Seconds until `text` shows in the daemon's log (read every 5 ms from where it was)."""
+        started = time.monotonic()
+        size = self.log_path.stat().st_size if self.log_path.exists() else 0
+        while True:
+            with self.log_path.open("rb") as log:
+                log.seek(max(0, size - len(text)))
+                if text.encode() in log.read():
+                    return time.monotonic() - started
+            if time.monotonic() - started > timeout:
+                raise TimeoutError(f"{text!r} not in {self.log_path} within {timeout:.0f} s")
+            await asyncio.sleep(0.005)
+
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
