@@ -16,11 +16,15 @@ left, so all C are busy throughout. Everything listens on 127.0.0.1 only.
 
 Printed as `name: value` lines (or one JSON object with `--json`):
 - turns_per_s, and its ratio to C/L and to the set-up's real limit C/(L x model calls per turn);
-- overhead per turn p50/p95/p99: from the update being handed to the bot by getUpdates to the
-  reply arriving at sendMessage, minus the time the fake model spent on that turn's calls;
+- overhead per turn p50/p95/p99: from the update entering the fake Bot API (the person's
+  message sent) to the reply arriving at sendMessage, minus the time the fake model spent on
+  that turn's calls; the wait for the bot's next getUpdates is part of it;
 - event-loop lag p99 (a task sleeping 20 ms: how late it wakes), garbage collections and
   their pauses, peak RSS, and the daemon's CPU time per turn, all over the window;
-- where the overhead sits: p50 of the time before the first model call and after the last;
+- where the overhead sits (the breakdown): p50/p99 of the wait until getUpdates hands the
+  update out (poll_wait), p50 of the overhead from that moment (overhead_from_served, the
+  figure this script reported as overhead before), of the time from there to the first model
+  call and from the last model answer to the reply;
 - the harness's own CPU share (the fakes and the drivers run in this process).
 """
 
@@ -56,8 +60,10 @@ TURN_TIMEOUT = 120.0
 @dataclass
 class Turn:
     tool: bool
-    overhead: float  # seconds: served -> replied, minus the model's time
+    overhead: float  # seconds: pushed (entered the fake Bot API) -> replied, minus the model's
     end_to_end: float  # pushed -> replied
+    poll_wait: float  # pushed -> handed to the bot by getUpdates
+    from_served: float  # served -> replied, minus the model's time
     model: float
     replied: float  # monotonic time the reply arrived
     before_model: float  # served -> the first model request arrived
@@ -146,8 +152,10 @@ async def converse(
             turns.append(
                 Turn(
                     tool,
-                    overhead=replied - served - model,
+                    overhead=replied - pushed - model,
                     end_to_end=replied - pushed,
+                    poll_wait=served - pushed,
+                    from_served=replied - served - model,
                     model=model,
                     replied=replied,
                     before_model=first_request - served,
@@ -249,8 +257,17 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "overhead_p50_ms_other_turns": round(
             percentile([t.overhead for t in turns if not t.tool] or [0.0], 0.5) * 1000, 2
         ),
-        # Where the overhead sits: before the first model call (inbound, store, context),
-        # after the last (store, render, send); a tool turn's rest is between its calls.
+        # Where the overhead sits: the wait for the next getUpdates, then before the first
+        # model call (inbound, store, context), after the last (store, render, send); a tool
+        # turn's rest is between its calls.
+        "poll_wait_p50_ms": round(percentile([t.poll_wait for t in turns], 0.5) * 1000, 2),
+        "poll_wait_p99_ms": round(percentile([t.poll_wait for t in turns], 0.99) * 1000, 2),
+        "overhead_from_served_p50_ms": round(
+            percentile([t.from_served for t in turns], 0.5) * 1000, 2
+        ),
+        "overhead_from_served_p99_ms": round(
+            percentile([t.from_served for t in turns], 0.99) * 1000, 2
+        ),
         "overhead_before_model_p50_ms": round(
             percentile([t.before_model for t in turns], 0.5) * 1000, 2
         ),
