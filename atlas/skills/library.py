@@ -75,6 +75,7 @@ class Skill:
 class Library:
     skills: dict[str, Skill] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # skills that could not be read, and why
+    unreadable: list[str] = field(default_factory=list)  # those skills' folder names
 
 
 def check_skill_name(name: str) -> str:
@@ -193,6 +194,7 @@ def discover(home_skills: Path, bot_skills: Path, listed: Collection[str] | None
                 skill = load_skill(folder, origin)
             except SkillError as exc:
                 library.problems.append(str(exc))
+                library.unreadable.append(folder.name)
                 _log_problem_once(folder, str(exc))
                 continue
             library.skills[skill.name] = skill  # the bot's folder comes second: it wins

@@ -111,10 +111,16 @@ def describe_use_skill(run: RunContext) -> str:
     conversation so the tool list (and the provider's cached prefix) does not change midway."""
     state = run.state.tool_state
     if _DESCRIPTION_KEY not in state:
+        library = library_for(run)
         base = f"{use_skill.description}\nSkills:\n"
-        budget = int(context_window(run) * INDEX_SHARE) - count_tokens(base)
-        index = skill_index(library_for(run).skills.values(), max(budget, 0))
-        state[_DESCRIPTION_KEY] = base + index
+        # A skill that fails to load is named (the log and `atlas doctor` say why), so an
+        # empty or short list is not a mystery; within the same budget.
+        note = ""
+        if library.unreadable:
+            note = f"Not loaded (SKILL.md unreadable): {', '.join(library.unreadable)}"
+        budget = int(context_window(run) * INDEX_SHARE) - count_tokens(base + note + "\n")
+        index = skill_index(library.skills.values(), max(budget, 0))
+        state[_DESCRIPTION_KEY] = base + "\n".join(part for part in (index, note) if part)
     return state[_DESCRIPTION_KEY]
 
 

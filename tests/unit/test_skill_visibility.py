@@ -71,3 +71,14 @@ def test_doctor_says_the_skills_load(home: Home) -> None:
     write_skill(home.skills_dir, "good")
     check = _skills_check(home)
     assert check.ok and "1 skill(s) load" in check.detail
+
+
+def test_use_skill_names_a_skill_that_did_not_load(home: Home) -> None:
+    write_skill(home.skills_dir, "broken", "no frontmatter\n")
+    description = use_skill.spec(run_context(home)).description
+    assert description.endswith("Skills:\nNot loaded (SKILL.md unreadable): broken")
+    other = run_context(home, conversation_id=2)
+    write_skill(home.skills_dir, "good")
+    assert "- good: Does a thing.\nNot loaded (SKILL.md unreadable): broken" in (
+        use_skill.spec(other).description
+    )
