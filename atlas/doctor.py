@@ -225,6 +225,6 @@ async def doctor(root: Path, *, offline: bool = False) -> int:
     warned = [c for c in checks if not c.ok and c.optional]
     summary = "all good" if not failed else f"{len(failed)} problem(s) found"
     if warned:
-        summary += f" ({len(warned)} optional part(s) missing: {', '.join(c.name for c in warned)})"
+        summary += f" ({len(warned)} warning(s): {', '.join(c.name for c in warned)})"
     print(summary)
     return 1 if failed else 0

@@ -59,7 +59,7 @@ async def test_offline_doctor_exits_0_without_the_optional_parts(
     assert "network" in lines[socat]
     assert "apt-get install socat" in lines[socat + 1]
     assert "FAIL" not in out
-    assert lines[-1] == "all good (2 optional part(s) missing: browser, socat)"
+    assert lines[-1] == "all good (2 warning(s): browser, socat)"
 
 
 async def test_a_required_failure_still_exits_1(
