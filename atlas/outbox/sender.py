@@ -364,10 +364,5 @@ class Outbox:
         await asyncio.gather(*workers, return_exceptions=True)
         self._queues.clear()
 
-    def busy(self, address: Address) -> bool:
-        """Whether rows to this address are queued (kept ones included)."""
-        queue = self._queues.get(address)
-        return bool(queue and queue.rows)
-
 
 __all__ = ["RETRY_CAP", "RETRY_FIRST", "Delivery", "Outbox", "Posted"]

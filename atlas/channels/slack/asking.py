@@ -31,7 +31,7 @@ from atlas.channels.questions import (
     describe_answer,
     parse_action,
 )
-from atlas.channels.slack.delivery import SlackDeliveryError
+from atlas.channels.send_errors import SendError
 from atlas.channels.slack.format import (
     answered_blocks,
     escape_mrkdwn,
@@ -109,7 +109,7 @@ class SlackAsking(SlackSending):
                     blocks=question_blocks(request_id, question, choices),
                 )
                 posted.platform_id = ts
-        except SlackDeliveryError as exc:
+        except SendError as exc:
             log.error("%s: could not ask %r in %s: %s", self.name, question, address, exc)
             return None
         future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
@@ -204,7 +204,7 @@ class SlackAsking(SlackSending):
             self._question_sets,
             post=post,
             close=close,
-            undeliverable=SlackDeliveryError,
+            undeliverable=SendError,
             in_background=self._background.spawn,
             where=f"{self.name} to {address}",
         )

@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from atlas.channels.access import Access
 from atlas.channels.chat_common import BackgroundTasks, ChatGenerations
+from atlas.channels.send_errors import SendError
 from atlas.channels.settings import SlackSettings, channel_settings, secret
 from atlas.channels.slack.asking import PendingAsk
-from atlas.channels.slack.delivery import SlackDeliveryError, SlackSender
+from atlas.channels.slack.delivery import SlackSender
 from atlas.channels.slack.format import ASK_ACTION_PREFIX
 from atlas.channels.slack.inbound import COMMANDS, SlackInbound
 from atlas.channels.slack.questions import QUESTION_ACTION_PREFIX
@@ -152,7 +153,7 @@ class SlackChannel(SlackInbound):
         self._sender = SlackSender(client, base_delay=self._retry_base_delay)
         try:
             identity = await self.sender.call("auth.test")
-        except SlackDeliveryError as exc:
+        except SendError as exc:
             raise AtlasError(f"{self.name}: the bot token was refused: {exc}") from exc
         self.bot_user_id = str(identity.get("user_id", ""))
         self._bot_id = str(identity.get("bot_id", ""))

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import aiohttp
 
 from atlas.channels.chat_common import unsendable as shared_unsendable
-from atlas.channels.send_errors import MaybeDelivered, NeverRetry, RetryLater, SendError
+from atlas.channels.send_errors import MaybeDelivered, NeverRetry, RetryLater
 from atlas.channels.slack.errors import SlackVerdict, classify
 
 if TYPE_CHECKING:
@@ -43,11 +43,6 @@ LOOKBACK = 50
 # Slack takes files up to 1 GB.
 UPLOAD_LIMIT = 1024 * 1024 * 1024
 T = TypeVar("T")
-
-
-# A Slack call that failed for good: one of the kinds in send_errors.py (RetryLater after the
-# retries, NeverRetry when Slack refused, MaybeDelivered when it may have been carried out).
-SlackDeliveryError = SendError
 
 
 class SlackSender:
@@ -274,4 +269,4 @@ def unsendable(path: Path, limit: int = UPLOAD_LIMIT) -> str | None:
     return shared_unsendable(path, limit, "Slack")
 
 
-__all__ = ["METADATA_EVENT", "UPLOAD_LIMIT", "SlackDeliveryError", "SlackSender", "unsendable"]
+__all__ = ["METADATA_EVENT", "UPLOAD_LIMIT", "SlackSender", "unsendable"]

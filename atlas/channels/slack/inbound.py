@@ -22,9 +22,9 @@ import aiohttp
 from atlas.channels.base import Address
 from atlas.channels.chat_common import NEW_CONVERSATION, ChatGenerations
 from atlas.channels.inbox import FileTooLarge, check_size, name_files, save_stream
+from atlas.channels.send_errors import SendError
 from atlas.channels.settings import SlackSettings
 from atlas.channels.slack.asking import SlackAsking
-from atlas.channels.slack.delivery import SlackDeliveryError
 from atlas.channels.slack.sending import slack_channel
 from atlas.home import Bot
 
@@ -87,7 +87,7 @@ class SlackInbound(SlackAsking):
             return
         try:
             files = await self._download_files(event)
-        except (FileTooLarge, SlackDeliveryError, aiohttp.ClientError) as exc:
+        except (FileTooLarge, SendError, aiohttp.ClientError) as exc:
             await self._send_quietly(address, f"I could not take that file: {exc}")
             return
         from atlas.dispatch import Inbound
@@ -183,9 +183,7 @@ class SlackInbound(SlackAsking):
             response.raise_for_status()
             if response.content_type == "text/html":
                 # Slack answers a download it will not give with its login page, status 200.
-                raise SlackDeliveryError(
-                    f"Slack would not hand over {url} (is files:read granted?)"
-                )
+                raise SendError(f"Slack would not hand over {url} (is files:read granted?)")
             async for chunk in response.content.iter_chunked(64 * 1024):
                 yield chunk
 

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from atlas.channels.base import Address
 from atlas.channels.chat_common import BackgroundTasks, platform_chat, sort_attached
-from atlas.channels.send_errors import MAYBE_LOST, MaybeDelivered, RetryLater
-from atlas.channels.slack.delivery import SlackDeliveryError, SlackSender, unsendable
+from atlas.channels.send_errors import MAYBE_LOST, MaybeDelivered, RetryLater, SendError
+from atlas.channels.slack.delivery import SlackSender, unsendable
 from atlas.channels.slack.format import SLACK_TEXT_LIMIT, markdown_to_mrkdwn
 from atlas.channels.telegram.text import split_message
 from atlas.errors import AtlasError
@@ -148,9 +148,9 @@ class SlackSending:
                     f"(The connection broke while I was sending the file {path.name}, so it "
                     "may not have reached you. Ask again if it did not.)"
                 )
-            except (SlackDeliveryError, OSError) as exc:
+            except (SendError, OSError) as exc:
                 log.warning("%s: file %s not sent to %s: %s", self.name, path, address, exc)
-                why = exc if isinstance(exc, SlackDeliveryError) else exc.strerror or exc
+                why = exc if isinstance(exc, SendError) else exc.strerror or exc
                 failed.append(f"(I could not send the file {path.name}: {why})")
         return failed
 
@@ -164,7 +164,7 @@ class SlackSending:
             )
         except RetryLater as exc:
             raise RetryLater(str(exc), after=exc.after, unsent=note) from exc
-        except SlackDeliveryError as exc:  # refused, or it may have arrived: the reply went
+        except SendError as exc:  # refused, or it may have arrived: the reply went
             log.warning("%s: the note on files to %s: %s", self.name, address, exc)
 
     async def _send_quietly(self, address: Address, text: str) -> None:
@@ -176,7 +176,7 @@ class SlackSending:
         """A call whose failure must not end what it decorates (a reaction, an edit)."""
         try:
             await self.sender.call(method, **params)
-        except SlackDeliveryError as exc:
+        except SendError as exc:
             log.warning("%s: %s", self.name, exc)
 
 

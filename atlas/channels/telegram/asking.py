@@ -28,7 +28,8 @@ from atlas.channels.questions import (
     describe_answer,
     parse_action,
 )
-from atlas.channels.telegram.delivery import Chunk, DeliveryError, send_chunk
+from atlas.channels.send_errors import SendError
+from atlas.channels.telegram.delivery import Chunk, send_chunk
 from atlas.channels.telegram.questions import (
     CALLBACK_KIND,
     TelegramQuestionSet,
@@ -117,7 +118,7 @@ class TelegramAsking(TelegramSending):
                     reply_markup=buttons,
                 )
                 posted.platform_id = str(message_id)
-        except DeliveryError as exc:
+        except SendError as exc:
             log.warning("%s: could not put a question to %s: %s", self.name, address, exc)
             return None
         future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
@@ -222,7 +223,7 @@ class TelegramAsking(TelegramSending):
                 self._question_sets,
                 post=post,
                 close=close,
-                undeliverable=DeliveryError,
+                undeliverable=SendError,
                 in_background=self._background.spawn,
                 where=f"{self.name} to {address}",
             )

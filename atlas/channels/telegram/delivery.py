@@ -36,11 +36,6 @@ SELF_HOSTED_UPLOAD_LIMIT = 2000 * MB
 T = TypeVar("T")
 
 
-# Telegram would not (certainly) take a message, even after retries: one of the kinds in
-# send_errors.py (RetryLater, NeverRetry, MaybeDelivered).
-DeliveryError = SendError
-
-
 @dataclass(frozen=True)
 class Chunk:
     html: str | None  # None: send as plain text (no markup fitted)
@@ -160,7 +155,7 @@ def unsendable(path: Path, limit: int) -> str | None:
 
 __all__ = [
     "Chunk",
-    "DeliveryError",
+    "SendError",
     "Retrying",
     "SELF_HOSTED_UPLOAD_LIMIT",
     "TELEGRAM_LIMIT",

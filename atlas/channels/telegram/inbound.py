@@ -21,8 +21,8 @@ from urllib.parse import urlparse
 from atlas.channels.base import Address
 from atlas.channels.chat_common import NEW_CONVERSATION, ChatGenerations, platform_chat
 from atlas.channels.inbox import FileTooLarge, check_size, name_files, save_stream
+from atlas.channels.send_errors import SendError
 from atlas.channels.telegram.asking import TelegramAsking
-from atlas.channels.telegram.delivery import DeliveryError
 from atlas.channels.telegram.errors import describe
 from atlas.channels.telegram.sending import target
 from atlas.errors import AtlasError
@@ -317,7 +317,7 @@ class TelegramInbound(TelegramAsking):
         tg = self._connected()
         try:
             info = await self.retrying.call("getFile", lambda: tg.get_file(file_id))
-        except DeliveryError as exc:
+        except SendError as exc:
             raise AtlasError(f"Telegram would not give the file: {exc}") from exc
         check_size(info.file_size, limit, name)
         if not info.file_path:

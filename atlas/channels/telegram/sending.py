@@ -18,7 +18,6 @@ from atlas.channels.telegram.delivery import (
     SELF_HOSTED_UPLOAD_LIMIT,
     UPLOAD_LIMIT,
     Chunk,
-    DeliveryError,
     Retrying,
     send_chunk,
     telegram_chunks,
@@ -61,7 +60,7 @@ class TelegramSending:
 
     def _connected(self) -> TelegramBot:
         if self.tg is None:
-            raise DeliveryError(f"{self.name} is not connected to Telegram")
+            raise SendError(f"{self.name} is not connected to Telegram")
         return self.tg
 
     # ------------------------------------------------------------ typing
@@ -173,7 +172,7 @@ class TelegramSending:
                     f"(The connection broke while I was sending the file {path.name}, so it "
                     "may not have reached you. Ask again if it did not.)"
                 )
-            except DeliveryError as exc:
+            except SendError as exc:
                 log.warning("%s: file %s not sent to chat %s: %s", self.name, path, chat_id, exc)
                 failed.append(f"(I could not send the file {path.name}: {exc})")
         return failed
@@ -202,7 +201,7 @@ class TelegramSending:
                 lambda: tg.send_document(chat_id, FSInputFile(path), message_thread_id=thread_id),
             )
         except OSError as exc:  # removed or unreadable since the tool attached it
-            raise DeliveryError(f"it could not be read ({exc.strerror or exc})") from exc
+            raise SendError(f"it could not be read ({exc.strerror or exc})") from exc
 
     # ------------------------------------------------------------ buttons' messages
 
