@@ -39,6 +39,19 @@ poll_timeout = 5
 """
 
 
+async def telegram_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake: FakeTelegram
+) -> Path:
+    """A home whose main bot polls `fake` (started here), its token in the environment."""
+    base = await fake.start()
+    monkeypatch.setenv("ATLAS_TEST_TELEGRAM_TOKEN", TOKEN)
+    root = tmp_path / "home"
+    make_home(root)
+    bot_toml = root / "bots" / "atlas" / "bot.toml"
+    bot_toml.write_text(bot_toml.read_text() + TELEGRAM_TOML.format(base=base, owner=OWNER))
+    return root
+
+
 def watch(health_owner: TelegramChannel | SlackChannel) -> list[Health]:
     """Every health change of the channel from now on."""
     seen: list[Health] = []
@@ -71,12 +84,7 @@ async def test_a_poller_that_dies_is_logged_restarted_and_answers_again(
 
     monkeypatch.setattr(TelegramChannel, "_poll", dies_once)
     fake = FakeTelegram()
-    base = await fake.start()
-    monkeypatch.setenv("ATLAS_TEST_TELEGRAM_TOKEN", TOKEN)
-    root = tmp_path / "home"
-    make_home(root)
-    bot_toml = root / "bots" / "atlas" / "bot.toml"
-    bot_toml.write_text(bot_toml.read_text() + TELEGRAM_TOML.format(base=base, owner=OWNER))
+    root = await telegram_home(tmp_path, monkeypatch, fake)
     home = Home(root)
     model = ScriptedModel()
     runtime = Runtime(home, model=model, registry=ToolRegistry())
@@ -136,12 +144,7 @@ async def test_a_failing_get_updates_shows_reconnecting_until_telegram_answers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = FakeTelegram()
-    base = await fake.start()
-    monkeypatch.setenv("ATLAS_TEST_TELEGRAM_TOKEN", TOKEN)
-    root = tmp_path / "home"
-    make_home(root)
-    bot_toml = root / "bots" / "atlas" / "bot.toml"
-    bot_toml.write_text(bot_toml.read_text() + TELEGRAM_TOML.format(base=base, owner=OWNER))
+    root = await telegram_home(tmp_path, monkeypatch, fake)
     home = Home(root)
     runtime = Runtime(home, model=ScriptedModel(), registry=ToolRegistry())
     dispatcher = Dispatcher(runtime, {})
@@ -248,12 +251,7 @@ async def test_the_daemon_records_channel_health_for_doctor(
     from atlas.daemon import serve
 
     fake = FakeTelegram()
-    base = await fake.start()
-    monkeypatch.setenv("ATLAS_TEST_TELEGRAM_TOKEN", TOKEN)
-    root = tmp_path / "home"
-    make_home(root)
-    bot_toml = root / "bots" / "atlas" / "bot.toml"
-    bot_toml.write_text(bot_toml.read_text() + TELEGRAM_TOML.format(base=base, owner=OWNER))
+    root = await telegram_home(tmp_path, monkeypatch, fake)
     stop = asyncio.Event()
     daemon = asyncio.create_task(serve(Home(root), stop=stop))
     try:
@@ -276,12 +274,7 @@ async def test_an_html_502_at_start_is_logged_in_one_line_and_the_start_retried(
     ClientDecodeError (not a TelegramAPIError). The start fails with the page's title, not a
     traceback, and the next attempt connects."""
     fake = FakeTelegram()
-    base = await fake.start()
-    monkeypatch.setenv("ATLAS_TEST_TELEGRAM_TOKEN", TOKEN)
-    root = tmp_path / "home"
-    make_home(root)
-    bot_toml = root / "bots" / "atlas" / "bot.toml"
-    bot_toml.write_text(bot_toml.read_text() + TELEGRAM_TOML.format(base=base, owner=OWNER))
+    root = await telegram_home(tmp_path, monkeypatch, fake)
     home = Home(root)
     runtime = Runtime(home, model=ScriptedModel(), registry=ToolRegistry())
     dispatcher = Dispatcher(runtime, {})
