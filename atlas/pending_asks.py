@@ -1,5 +1,7 @@
 """Every question a turn is waiting on, home-wide: approvals (the gate's `run.ask`) and ask_user's
-question sets (`run.ask_questions`), from every bot and channel.
+question sets (`run.ask_questions`), from every bot and channel, and a subagent's `ask_parent`
+question to the agent that started it (`parent_question`: the parent agent's answer through
+`delegate action=answer`, or the person's on the page, whichever comes first).
 
 The dispatcher puts each one to its channel (Telegram buttons, Slack blocks, the terminal) as
 before, and also lists it here, where the dashboard's Waiting page can answer it. The first
@@ -45,8 +47,8 @@ class PendingAsk:
     id: str
     address: Address
     conversation_id: int
-    kind: Literal["approval", "questions"]
-    question: str = ""  # an approval's question
+    kind: Literal["approval", "questions", "subagent"]
+    question: str = ""  # an approval's question, or a subagent's
     choices: tuple[str, ...] = ()  # an approval's choices
     questions: tuple[Question, ...] = ()  # ask_user's
     asked_at: datetime = field(default_factory=lambda: datetime.now(UTC))
@@ -54,10 +56,11 @@ class PendingAsk:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     outcome: str = ""  # once settled: what answered it, and where
+    asker: str = ""  # a subagent's question: which subagent asks (`subagent sa-1a2b3c`)
 
     @property
     def title(self) -> str:
-        return self.question if self.kind == "approval" else self.questions[0].text
+        return self.questions[0].text if self.kind == "questions" else self.question
 
 
 class PendingAsks:
@@ -134,6 +137,33 @@ class PendingAsks:
         assert isinstance(outcome, QuestionOutcome)
         return outcome
 
+    async def parent_question(
+        self,
+        address: Address,
+        conversation_id: int,
+        asker: str,
+        question: str,
+        parent_answer: asyncio.Future[str],
+    ) -> tuple[str, bool]:
+        """A subagent's question to the agent that started it (`address`, `conversation_id`:
+        that agent's conversation). `parent_answer` is what `delegate action=answer` resolves;
+        the person may answer on the page first. (the answer, whether the person gave it).
+        When the person's comes first, `parent_answer` is cancelled: a later answer from the
+        agent finds the question closed."""
+        pending = PendingAsk(
+            secrets.token_hex(8), address, conversation_id, "subagent", question, asker=asker
+        )
+
+        def elsewhere(answer: object) -> AnsweredElsewhere:
+            return AnsweredElsewhere((str(answer),), DASHBOARD)
+
+        def said(answer: str) -> str:
+            return f"{answer} (by the agent, in #{conversation_id})"
+
+        answer = await self._race(pending, parent_answer, elsewhere, said)
+        by_person = pending.answer.done() and not pending.answer.cancelled()
+        return str(answer), by_person
+
     def answer_approval(self, ask_id: str, choice: str) -> bool:
         """Answer an approval from the dashboard. False when it is answered or gone already;
         AtlasError for a choice it does not offer."""
@@ -158,6 +188,19 @@ class PendingAsks:
         pending.answer.set_result(QuestionOutcome("submitted", tuple(answers)))
         shown = "; ".join(describe_answer(a) for a in answers)
         self._settle(pending, f"{shown} ({DASHBOARD})")
+        return True
+
+    def answer_text(self, ask_id: str, text: str) -> bool:
+        """Answer a subagent's question from the dashboard, in words."""
+        pending = self._open.get(ask_id)
+        if pending is None or pending.answer.done():
+            return False
+        if pending.kind != "subagent":
+            raise AtlasError("this question is answered with its choices, not in words")
+        if not text.strip():
+            raise AtlasError("the answer is empty: write what the subagent should know")
+        pending.answer.set_result(text.strip())
+        self._settle(pending, f"{text.strip()} ({DASHBOARD})")
         return True
 
     async def _race(

@@ -13,7 +13,9 @@ not at the end of a round: the loop has no hook between rounds.
 
 Questions: a subagent's ask_parent puts its question into the parent conversation as a notice
 (a turn there), and waits on a future that the parent's `delegate action=answer` resolves, up
-to `[agents] ask_parent_seconds`. While it waits, its run lends its turn slot back
+to `[agents] ask_parent_seconds`. The question is also listed on the dashboard's Waiting page
+(Dispatcher.asks, atlas/pending_asks.py): the first answer wins, the parent's or the person's;
+the person's is told to the parent as a notice. While it waits, its run lends its turn slot back
 (Dispatcher.slot_lent), so the parent's turn can run even when every slot is taken. A parent
 that waits for its subagents (a routine's delegate) cannot answer: the question ends at once.
 """
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from atlas.agent.spill import spill
+from atlas.channels.base import Address
 from atlas.errors import ToolError
 from atlas.providers.base import Usage
 from atlas.store.db import utc_now_iso
@@ -62,6 +65,11 @@ Its task: {goal}
 Its question: {text}
 Answer with delegate action=answer, subagent_id={sub} and your answer as message. If only the
 user knows, ask them with ask_user first. Without an answer in time it goes on without one."""
+
+
+PERSON_ANSWERED = """\
+The person answered subagent {sub}'s question {question} on the dashboard; it goes on with that
+answer, so do not answer it yourself. Their answer: {answer}"""
 
 
 def new_id(prefix: str) -> str:
@@ -363,18 +371,50 @@ class SubagentManager:
                 )
                 how = f"your question could not reach the agent that started you ({exc})"
                 return ParentAnswer(None, how, asked.id)
+            where = await self._parent_address(sub)
             try:
                 async with self.dispatcher.slot_lent(), asyncio.timeout(seconds):
-                    answer = await asked.answer
+                    # Listed on the dashboard's Waiting page too: the person may answer first.
+                    answer, by_person = await self.dispatcher.asks.parent_question(
+                        where,
+                        sub.parent_conversation_id,
+                        f"subagent {sub.id}",
+                        question,
+                        asked.answer,
+                    )
             except TimeoutError:
                 how = f"nobody answered within {seconds:g} s"
                 return ParentAnswer(None, how, asked.id)
-            how = "answered"
-            return ParentAnswer(answer, "", asked.id)
+            if not by_person:
+                how = "answered"
+                return ParentAnswer(answer, "", asked.id)
+            how = f"the person answered it on the dashboard: {answer}"
+            await self._tell_parent(
+                sub, PERSON_ANSWERED.format(sub=sub.id, question=asked.id, answer=answer)
+            )
+            return ParentAnswer(answer, "", asked.id, by="the person")
         finally:
             sub.question, sub.last_question = None, f"{asked.id} ended: {how}"
             if sub.status == "asking":
                 sub.status = "running"
+
+    async def _parent_address(self, sub: Subagent) -> Address:
+        """Where the parent conversation is, for the Waiting page (its bot, channel, chat)."""
+        store = await self.dispatcher.runtime.store(self.dispatcher.runtime.home.bot(sub.bot))
+        c = await store.get_conversation(sub.parent_conversation_id)
+        if c is None:  # gone meanwhile: the page still names the bot and the subagent
+            return Address(sub.bot, "subagent", f"subagent:{sub.id}")
+        return Address(c.bot, c.channel, c.chat, c.thread, c.user)
+
+    async def _tell_parent(self, sub: Subagent, text: str) -> None:
+        """A notice to the parent conversation; one that cannot be delivered is only logged
+        (the subagent has its answer already)."""
+        if sub.ask_parent_via is None:
+            return
+        try:
+            await sub.ask_parent_via(text)
+        except Exception:
+            log.warning("subagent %s: could not tell its parent", sub.id, exc_info=True)
 
     def answer(self, sub: Subagent, message: str) -> str:
         asked = sub.question

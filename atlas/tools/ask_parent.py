@@ -3,7 +3,8 @@ conversation (atlas/agents/subagents.py, reached through run.services).
 
 The question goes into the parent conversation as a notice and starts a turn there; the
 parent answers with `delegate action=answer`, itself or after asking the person with
-ask_user. The subagent waits up to `[agents] ask_parent_seconds`; every other ending (a
+ask_user, unless the person answers on the dashboard's Waiting page first. The subagent waits
+up to `[agents] ask_parent_seconds`; every other ending (a
 timeout, a parent that waits for its subagents, a conversation that cannot be reached) is
 "no answer", and the subagent goes on with what it knows.
 """
@@ -45,6 +46,8 @@ async def ask_parent(
     if not text:
         raise ToolError("the question is empty")
     outcome = await run.services.subagents.ask_parent(run, text)
+    if outcome.answer is not None and outcome.by:
+        return f"{outcome.by.capitalize()} answered (question {outcome.question_id}):\n{outcome.answer}"
     if outcome.answer is not None:
         return f"The agent that started you answered (question {outcome.question_id}):\n{outcome.answer}"
     return (

@@ -51,6 +51,7 @@ class ParentAnswer:
     answer: str | None
     why: str = ""
     question_id: str = ""
+    by: str = ""  # "the person" when they answered on the dashboard before the agent did
 
 
 BatchT = TypeVar("BatchT", bound=BatchView)

@@ -107,10 +107,19 @@ async def test_the_parent_answers_and_the_subagent_goes_on(tmp_path: Path) -> No
         }
     )
     s = Setup(home_with(tmp_path), model, RecordingChannel("test"))
+    listed: list[tuple[str, str, Address, str]] = []  # what the Waiting page lists, each change
+    asks = s.dispatcher.asks
+    asks.listen(lambda: listed.extend((p.kind, p.asker, p.address, p.title) for p in asks.open()))
     try:
         await s.dispatcher.submit(Inbound(ADDRESS, "plan the offsite"))
         await eventually(lambda: len(s.channel.texts(ADDRESS)) == 3, what="the result's turn")
         await s.dispatcher.wait_idle(ADDRESS)
+        # The question was on the Waiting page while it waited, and closed with who answered.
+        question = "Which city, and for how many people?"
+        assert listed == [("subagent", f"subagent {SUB}", ADDRESS, question)]
+        assert (
+            not asks.open() and asks.settled[0].outcome == "Lisbon, 40 people (by the agent, in #1)"
+        )
         assert s.channel.texts(ADDRESS) == [
             "A subagent is looking.",
             "I answered the subagent.",
@@ -161,6 +170,68 @@ async def test_the_parent_asks_the_person_first(tmp_path: Path) -> None:
         assert "The user answered" in last_message(model, "plan the offsite", 3)
         got = last_message(model, "find a venue", 1)
         assert got.endswith("Porto, the user says")
+        assert "Casa do Rio, Porto." in last_message(model, "plan the offsite", 5)
+        model.assert_complete()
+    finally:
+        await s.close()
+
+
+async def test_the_person_answers_on_the_dashboard_first_and_the_parent_is_told(
+    tmp_path: Path,
+) -> None:
+    """The question is on the Waiting page (PendingAsks); the person answers there while the
+    parent's turn is still thinking: the subagent goes on with the person's answer, the
+    parent's own answer afterwards is refused saying so, and a notice tells the parent."""
+    parent_answers, went_on = asyncio.Event(), asyncio.Event()
+    model = ConversationModel(
+        {
+            "plan the offsite": [
+                spawn("find a venue"),
+                Reply("A subagent is looking."),
+                Reply(calls=answer("Lisbon").calls, wait_for=parent_answers),  # the question's turn
+                Reply("The person had answered already."),
+                Reply("Noted: Porto."),  # the notice that the person answered
+                Reply("Casa do Rio in Porto is booked."),  # the batch's result
+            ],
+            "find a venue": [
+                ask("Which city?"),
+                Reply("Casa do Rio, Porto.", wait_for=went_on),
+            ],
+        }
+    )
+    s = Setup(home_with(tmp_path, turns=2), model, RecordingChannel("test"))
+    asks = s.dispatcher.asks
+    try:
+        await s.dispatcher.submit(Inbound(ADDRESS, "plan the offsite"))
+        await eventually(lambda: bool(asks.open()), what="the question on the Waiting page")
+        [pending] = asks.open()
+        assert (pending.kind, pending.asker, pending.question) == (
+            "subagent",
+            f"subagent {SUB}",
+            "Which city?",
+        )
+        assert pending.address == ADDRESS and pending.conversation_id == 1
+        assert asks.answer_text(pending.id, "  Porto, 30 people ") is True
+        assert asks.answer_text(pending.id, "Faro") is False  # the first answer won
+        await eventually(lambda: len(model.requests("find a venue")) == 2, what="the answer")
+        got = last_message(model, "find a venue", 1)
+        assert got == f"The person answered (question {QUESTION}):\nPorto, 30 people"
+        assert asks.settled[0].outcome == "Porto, 30 people (on the dashboard)"
+        # The parent's answer, given after the person's, is refused and says why.
+        parent_answers.set()
+        await eventually(lambda: len(model.requests("plan the offsite")) >= 4, what="refusal")
+        refused = last_message(model, "plan the offsite", 3)
+        assert refused.startswith(f"Error: subagent {SUB} has no open question")
+        assert "the person answered it on the dashboard: Porto, 30 people" in refused
+        # And the parent is told, in a notice of its own.
+        await eventually(lambda: len(model.requests("plan the offsite")) >= 5, what="notice")
+        # (Stored while the question's turn ran: it sits before that turn's last answer.)
+        history = model.requests("plan the offsite")[4].messages
+        [told] = [m.content for m in history if "The person answered subagent" in m.content]
+        assert told.startswith(f"[notice] The person answered subagent {SUB}'s question")
+        assert "do not answer it yourself" in told and told.endswith("Porto, 30 people")
+        went_on.set()
+        await eventually(lambda: len(s.channel.texts(ADDRESS)) == 4, what="the result's turn")
         assert "Casa do Rio, Porto." in last_message(model, "plan the offsite", 5)
         model.assert_complete()
     finally:

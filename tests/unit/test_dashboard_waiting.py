@@ -112,3 +112,44 @@ async def test_waiting_changes_publish_the_event_pages_listen_to(rig: Rig) -> No
         tap.set_result("deny")
         await turn
         assert await asyncio.wait_for(queue.get(), 5) == "waiting"
+
+
+async def test_a_subagents_question_is_listed_and_answered_here(rig: Rig) -> None:
+    """A subagent's ask_parent question (PendingAsks.parent_question, as SubagentManager puts
+    it) shows on Waiting with who asks; the person's answer wins over the parent agent's."""
+    csrf = await rig.log_in()
+    asks = asks_of(rig)
+    parent: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    asking = asyncio.create_task(
+        asks.parent_question(WHERE, 4, "subagent sa-1a2b3c", "Which city?", parent)
+    )
+    ask_id = await open_id(asks)
+    page = await (await rig.client.get("/waiting")).text()
+    assert "subagent&#39;s question" in page and "Subagent sa-1a2b3c asks the agent" in page
+    assert "Which city?" in page and f'action="/waiting/{ask_id}/subagent"' in page
+    refused = await rig.client.post(f"/waiting/{ask_id}/subagent", data={"answer": "Porto"})
+    assert refused.status == 403 and not asking.done()  # no CSRF token
+    empty = await rig.client.post(f"/waiting/{ask_id}/subagent", data={"answer": " ", "csrf": csrf})
+    assert empty.status == 400 and "the answer is empty" in await empty.text()
+    answer = await rig.client.post(
+        f"/waiting/{ask_id}/subagent",
+        data={"answer": "Porto", "csrf": csrf},
+        headers={"HX-Request": "true"},
+    )
+    body = await answer.text()
+    assert answer.status == 200 and "Answered subagent sa-1a2b3c." in body
+    assert "subagent sa-1a2b3c asked: Which city?" in body and "Porto (on the dashboard)" in body
+    assert await asking == ("Porto", True)
+    assert parent.cancelled()  # the parent agent's answer now finds the question closed
+
+
+async def test_the_parent_agent_answers_first_and_the_page_says_so(rig: Rig) -> None:
+    await rig.log_in()
+    asks = asks_of(rig)
+    parent: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    asking = asyncio.create_task(asks.parent_question(WHERE, 4, "subagent sa-9", "Q?", parent))
+    await open_id(asks)
+    parent.set_result("Lisbon")
+    assert await asking == ("Lisbon", False)
+    live = await (await rig.client.get("/waiting/live", headers={"HX-Request": "true"})).text()
+    assert "Lisbon (by the agent, in #4)" in live and "/subagent" not in live

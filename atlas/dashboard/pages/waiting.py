@@ -1,5 +1,6 @@
 """Waiting: every approval and ask_user question a turn waits on, from every bot and channel,
-answered here (atlas/pending_asks.py). The first answer wins wherever it is given: an answer
+and every subagent's ask_parent question to the agent that started it, answered here
+(atlas/pending_asks.py). The first answer wins wherever it is given: an answer
 here closes the channel's question, which shows it; one given on the channel first removes the
 question here. The list is fetched again (`/waiting/live`) on each `waiting` event."""
 
@@ -79,11 +80,29 @@ async def answer_questions(request: web.Request) -> web.Response:
     return _answered(request, "Answered.")
 
 
+async def answer_subagent(request: web.Request) -> web.Response:
+    """POST answer (words): the person answers a subagent's question before its parent does."""
+    asks = dashboard_of(request).asks
+    ask_id = request.match_info["ask_id"]
+    text = str((await request.post()).get("answer", ""))
+    pending = asks.get(ask_id)
+    try:
+        answered = asks.answer_text(ask_id, text)
+    except AtlasError as exc:
+        raise web.HTTPBadRequest(text=str(exc)) from None
+    if not answered:
+        return _answered(request, f"That question was {CLOSED}.")
+    assert pending is not None
+    log.info("dashboard: answered %s's question %r", pending.asker, pending.question[:60])
+    return _answered(request, f"Answered {pending.asker}.")
+
+
 def setup(router: web.UrlDispatcher) -> None:
     router.add_get("/waiting", waiting_page)
     router.add_get("/waiting/live", waiting_live)
     router.add_post("/waiting/{ask_id}/approval", answer_approval)
     router.add_post("/waiting/{ask_id}/questions", answer_questions)
+    router.add_post("/waiting/{ask_id}/subagent", answer_subagent)
 
 
 PAGE = Page("Waiting", "/waiting", setup)
