@@ -55,7 +55,7 @@ class Dashboard:
 
     def attach(self, dispatcher: Dispatcher) -> None:
         """Serve the running dispatcher's questions (and, on every change, the `waiting`
-        event), and register the Chat page's channel in it."""
+        event), register the Chat page's channel in it, and hear of its routines' runs."""
         from atlas.dashboard.chat_channel import WEB_CHANNEL, BrowserChannel
 
         self.asks = dispatcher.asks
@@ -64,6 +64,20 @@ class Dashboard:
         registered = dispatcher.channels.get(WEB_CHANNEL)  # the daemon's, before recovery
         self.chat = registered if isinstance(registered, BrowserChannel) else BrowserChannel()
         dispatcher.channels[WEB_CHANNEL] = self.chat
+        services = dispatcher.services
+        if services is not None and services.routines is not None:
+            self.watch_routines(services.routines)
+
+    def watch_routines(self, scheduler: object) -> None:
+        """Publish `routines` whenever the daemon's scheduler changes something the Routines
+        page shows (a run started or ended, a pause or resume). Called at attach and again by
+        the page (a scheduler started after the dashboard); the scheduler keeps one callback."""
+        listen = getattr(scheduler, "listen", None)  # RoutineScheduler's, not the protocol's
+        if listen is not None:
+            listen(self._routines_changed)
+
+    def _routines_changed(self) -> None:
+        self.events.publish("routines")
 
     def watch_channels(self) -> None:
         """Publish `home` whenever a channel's health changes (call once its channels exist)."""

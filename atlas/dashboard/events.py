@@ -4,7 +4,8 @@
 htmx SSE extension (`hx-ext="sse" sse-connect="/events"`) and refetches its live part on
 `hx-trigger="sse:<name>"`. Today: `home` when a channel's health changes, and every
 `heartbeat` seconds (turns, tokens and approvals have no hook yet). Waiting and Chat publish
-their own names on the same hub.
+their own names on the same hub, and the daemon's routine scheduler `routines` (a run started
+or ended, routines synced: Dashboard.watch_routines).
 
 A stream ends when the dashboard stops (`close`), so the daemon's shutdown never waits on an
 open browser tab.

@@ -79,6 +79,9 @@ class RoutineScheduler:
         # From a successful start until stop begins: only then may cronjob_manage use it
         # (HomeServices.routines, atlas/agents/services.py).
         self.running = False
+        # Told of every change a page shows: a run started or ended, routines synced (added,
+        # changed, paused, resumed, removed). The dashboard's Routines page listens.
+        self._listeners: list[Callable[[], None]] = []
 
     @property
     def lock_path(self) -> Path:
@@ -203,6 +206,20 @@ class RoutineScheduler:
                 max_instances=1,
             )
             self._jobs[routine_id] = key
+        self._changed()
+
+    def listen(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (no arguments, on the loop) after each change: a run started or
+        ended, a sync (routines added, changed, paused, resumed or removed), a missed run."""
+        if callback not in self._listeners:
+            self._listeners.append(callback)
+
+    def _changed(self) -> None:
+        for callback in self._listeners:
+            try:
+                callback()
+            except Exception:  # a listener's bug must not stop a run
+                log.exception("routines: a listener failed")
 
     def next_fire_time(self, routine_id: int) -> datetime | None:
         if self._aps is None:
@@ -249,10 +266,12 @@ class RoutineScheduler:
             return None
         self._running.add(routine.id)
         try:
-            return await self.store.start_run(routine, trigger, due)
+            run_id = await self.store.start_run(routine, trigger, due)
         except BaseException:
             self._running.discard(routine.id)
             raise
+        self._changed()
+        return run_id
 
     async def _finish(self, routine: Routine, run_id: int, due: datetime | None) -> None:
         try:
@@ -267,6 +286,7 @@ class RoutineScheduler:
             )
         finally:
             self._running.discard(routine.id)
+            self._changed()  # the run's end is recorded (or it was cut short)
 
     async def _catch_up(self) -> None:
         """After downtime: each routine that missed slots runs once (within grace) or has one
@@ -329,6 +349,7 @@ class RoutineScheduler:
             await self.store.record_missed(
                 routine, due, "missed: the machine was asleep or busy past the routine's grace"
             )
+            self._changed()
 
     async def _watch(self) -> None:
         """Pick up routines changed by another process (the CLI, `atlas chat`)."""

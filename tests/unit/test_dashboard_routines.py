@@ -155,13 +155,88 @@ def test_schedules_in_words() -> None:
     assert in_words("2026-07-01T09:00") == "once, at 2026-07-01 09:00"
 
 
-async def test_the_history_polls_itself_only_while_a_run_goes_on(rig: Rig) -> None:
+async def test_the_pages_refetch_their_live_parts_on_the_routines_event(rig: Rig) -> None:
+    """No polling: the list, a routine's head and its history listen to `routines` on the
+    event stream (and refetch once when it opens); each live part is served alone."""
     store = RoutineStore(rig.audit)
     routine = await store.create("atlas", "slow", "Think", "every 2h", None)
     run_id = await store.start_run(routine, "manual", None)
     await rig.log_in()
+    trigger = 'hx-trigger="sse:routines, htmx:sseOpen from:#routines-stream"'
+    listing = await (await rig.client.get("/routines?bot=atlas")).text()
+    assert 'sse-connect="/events" id="routines-stream"' in listing
+    assert f'hx-get="/routines/live?bot=atlas&amp;page=1" {trigger}' in listing
     page = await (await rig.client.get(f"/routines/{routine.id}")).text()
-    assert f'hx-get="/routines/{routine.id}/runs?page=1"' in page
+    assert 'sse-connect="/events" id="routines-stream"' in page and "every 2s" not in page
+    assert f'hx-get="/routines/{routine.id}/runs?page=1" {trigger}' in page
+    assert f'hx-get="/routines/{routine.id}/head" {trigger}' in page
     await store.finish_run(run_id, RunResult("ok", text="Thought it through."))
     part = await (await rig.client.get(f"/routines/{routine.id}/runs")).text()
-    assert "Thought it through." in part and "hx-get" not in part and "<html" not in part
+    assert "Thought it through." in part and "<html" not in part
+    await store.update(routine.id, paused=True)
+    head = await (await rig.client.get(f"/routines/{routine.id}/head")).text()
+    assert '<span class="tag">paused</span>' in head and "Resume slow" in head
+    assert "<html" not in head
+    live = await (await rig.client.get("/routines/live")).text()
+    assert "none while paused" in live and "<html" not in live and "<ul" in live
+
+
+async def test_a_pause_without_the_daemon_publishes_the_event_itself(rig: Rig) -> None:
+    routine = await RoutineStore(rig.audit).create("atlas", "pier", "Check", "every 2h", None)
+    csrf = await rig.log_in()
+    assert rig.dashboard is not None
+    with rig.dashboard.events.subscribe() as queue:
+        await rig.client.post(f"/routines/{routine.id}/pause", data={"csrf": csrf})
+        names = [queue.get_nowait() for _ in range(queue.qsize())]
+    assert "routines" in names
+
+
+async def test_the_daemons_scheduler_publishes_routines_on_a_runs_start_and_end_and_a_pause(
+    home_path: Path,
+) -> None:
+    """The real scheduler and dispatcher (a scripted model): the dashboard attached to them
+    hears `routines` when a run starts, when it has ended (recorded), and on a pause."""
+    import asyncio
+
+    from atlas.dashboard.auth import Signer
+    from atlas.dashboard.context import Dashboard
+    from atlas.providers.scripted import Reply, ScriptedModel
+    from tests.helpers import close_test_stores, open_store_for_tests
+    from tests.unit.test_routines import home_with, rig_for
+
+    made = rig_for(home_with(home_path), ScriptedModel())
+    dashboard = Dashboard(
+        made.home, open_store_for_tests, made.runtime.audit, Signer.for_home(made.home.root)
+    )
+
+    async def next_routines_event(queue: asyncio.Queue[str]) -> None:
+        while await asyncio.wait_for(queue.get(), 5) != "routines":
+            pass
+
+    try:
+        await made.scheduler.start()
+        dashboard.attach(made.dispatcher)  # as the daemon's start_dashboard does
+        routine = await made.routine("pier")
+        answer = asyncio.Event()
+        made.model.add(Reply("The pier is calm.", wait_for=answer))
+        with dashboard.events.subscribe() as queue:
+            run_id = await made.scheduler.run_now(routine)
+            await next_routines_event(queue)  # started
+            [run] = await made.scheduler.store.runs(routine.id, limit=1)
+            assert run.id == run_id and run.status == "running"
+            answer.set()
+            await next_routines_event(queue)  # ended, and recorded before the event
+            [run] = await made.scheduler.store.runs(routine.id, limit=1)
+            assert run.status == "ok" and run.text == "The pier is calm."
+            await made.scheduler.store.update(routine.id, paused=True)
+            await made.scheduler.sync()  # what cronjob_manage and the page do
+            await next_routines_event(queue)
+        dashboard.attach(made.dispatcher)  # again: still one listener, one event per change
+        with dashboard.events.subscribe() as queue:
+            await made.scheduler.sync()
+            assert [queue.get_nowait() for _ in range(queue.qsize())] == ["routines"]
+    finally:
+        await made.scheduler.stop()
+        await made.dispatcher.shutdown()
+        await made.runtime.close()
+        await close_test_stores()

@@ -1,7 +1,12 @@
 """Routines: each routine with its schedule in words, its next fire times (the computation of
 `atlas routines next`), its last outcomes and its run history; run now, pause and resume go
 through the running daemon's scheduler as cronjob_manage does (without a daemon, pause and
-resume change atlas.db and the daemon picks them up at its next poll; run now is refused)."""
+resume change atlas.db and the daemon picks them up at its next poll; run now is refused).
+
+Live over the dashboard's event stream: the scheduler publishes `routines` when a run starts or
+ends and when routines are synced (a pause or resume, from here or anywhere), and the pages
+fetch their live parts again (`/routines/live`, `/routines/<id>/head`, `/routines/<id>/runs`);
+also once each time the stream (re)opens, so nothing that changed meanwhile is missed."""
 
 from __future__ import annotations
 
@@ -37,10 +42,14 @@ class RoutineView:
 
 
 def scheduler_of(dashboard: Dashboard) -> Routines | None:
-    """The daemon's running scheduler, through the dispatcher's services (cronjob_manage's)."""
+    """The daemon's running scheduler, through the dispatcher's services (cronjob_manage's);
+    the dashboard listens to it (once) so the pages are live."""
     dispatcher = dashboard.dispatcher
     services = dispatcher.services if dispatcher is not None else None
-    return services.routines if services is not None else None
+    scheduler = services.routines if services is not None else None
+    if scheduler is not None:
+        dashboard.watch_routines(scheduler)
+    return scheduler
 
 
 def _running(scheduler: Routines | None, routine: Routine) -> bool:
@@ -85,6 +94,15 @@ def _page_number(request: web.Request) -> int:
 
 
 async def routines_page(request: web.Request) -> web.Response:
+    return render(request, "routines.html", **await _list_values(request))
+
+
+async def routines_live(request: web.Request) -> web.Response:
+    """The list alone, fetched again on each `routines` event."""
+    return render(request, "routines_live.html", **await _list_values(request))
+
+
+async def _list_values(request: web.Request) -> dict[str, object]:
     dashboard = dashboard_of(request)
     store = store_of(dashboard)
     bot = request.query.get("bot", "")
@@ -102,9 +120,7 @@ async def routines_page(request: web.Request) -> web.Response:
         )
         for routine in shown
     ]
-    return render(
-        request,
-        "routines.html",
+    return dict(
         views=views,
         bots=list(dashboard.home.bots.values()),
         bot=bot,
@@ -130,8 +146,13 @@ async def routine_page(request: web.Request) -> web.Response:
 
 
 async def routine_runs(request: web.Request) -> web.Response:
-    """The run history alone: what the page polls while a run goes on."""
+    """The run history alone, fetched again on each `routines` event."""
     return await _routine_view(request, "routine_runs.html")
+
+
+async def routine_head(request: web.Request) -> web.Response:
+    """The title (paused, running), schedule, next times and buttons, fetched again likewise."""
+    return await _routine_view(request, "routine_head.html")
 
 
 async def _routine_view(request: web.Request, template: str) -> web.Response:
@@ -151,7 +172,6 @@ async def _routine_view(request: web.Request, template: str) -> web.Response:
             _running(scheduler, routine),
         ),
         page=page,
-        running_now=any(run.status == "running" for run in shown),
         more=len(runs) > page * RUNS_PER_PAGE,
         daemon=scheduler is not None,
         done=request.query.get("done", ""),
@@ -189,6 +209,8 @@ async def _set_paused(request: web.Request, paused: bool) -> web.Response:
     scheduler = scheduler_of(dashboard)
     if scheduler is not None:
         await scheduler.sync()  # as cronjob_manage: the job goes (or comes back) now
+    else:  # no scheduler to publish it: the open pages hear of it from here
+        dashboard.events.publish("routines")
     await record_action(
         dashboard.audit,
         routine.bot,
@@ -212,7 +234,9 @@ async def resume(request: web.Request) -> web.Response:
 
 def setup(router: web.UrlDispatcher) -> None:
     router.add_get("/routines", routines_page)
+    router.add_get("/routines/live", routines_live)  # before /routines/{id}
     router.add_get("/routines/{id}", routine_page)
+    router.add_get("/routines/{id}/head", routine_head)
     router.add_get("/routines/{id}/runs", routine_runs)
     router.add_post("/routines/{id}/run", run_now)
     router.add_post("/routines/{id}/pause", pause)
