@@ -5,11 +5,14 @@ skill_manage works on the bot's own skills: the main bot's are the home's librar
 skill it lists, it gets its own copy first (its own wins on a name clash), so it never rewrites
 what other bots use. Each operation names its skill; a call's operations are applied to staged
 copies and installed only when all of them succeeded; the previous version is kept
-(atlas/skills/versions.py).
+(atlas/skills/versions.py). A change holds the skills folder's lock (atlas/locks.py) from the
+existence check to the install, so the dashboard's changes (write_skill_file, delete_skill) and
+other processes' calls never interleave with it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -20,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.json_schema import SkipJsonSchema
 
 from atlas.errors import ToolError
+from atlas.locks import held
 from atlas.skills import versions
 from atlas.skills.claude_code import describe_mapping, map_allowed_tools
 from atlas.skills.library import (
@@ -312,6 +316,10 @@ def _delete_or_restore(run: RunContext, name: str, op: SkillOperation, library: 
             return message[:1].upper() + message[1:] + "."
         except SkillError as exc:
             raise ToolError(str(exc)) from None
+    return _delete(name, library)
+
+
+def _delete(name: str, library: Library) -> str:
     skill = library.skills.get(name)
     if skill is None or skill.origin == "home":
         where = "is in the home's library; only its owner removes it" if skill else "does not exist"
@@ -397,11 +405,23 @@ def _check_order(name: str, group: list[tuple[int, SkillOperation]], library: Li
 def write_skill_file(root: Path, name: str, text: str, skill: Skill | None) -> str:
     """The person's own edit of a skill's whole SKILL.md (the dashboard), or a new skill in
     `root`: staged, scanned, validated and installed (the previous version kept) as
-    skill_manage's create and patch are; ToolError says why it was refused."""
+    skill_manage's create and patch are, under the skills folder's lock; ToolError says why it
+    was refused. Blocking (the lock): call it in a thread."""
     op = _named(
         SkillOperation(action="create" if skill is None else "patch", content=text), name, 1
     )
-    return _stage(root, op.name, [(1, op)], skill).install()
+    with held(root):
+        if skill is None:  # a create: refused for a name taken meanwhile, as skill_manage's is
+            _check_order(op.name, [(1, op)], discover(root, root))
+        return _stage(root, op.name, [(1, op)], skill).install()
+
+
+def delete_skill(root: Path, name: str) -> str:
+    """The person deletes a skill of `root` (the dashboard), as skill_manage's delete does: the
+    folder goes to the archive (restore brings it back), under the skills folder's lock.
+    Blocking: call it in a thread."""
+    with held(root):
+        return _delete(name, discover(root, root))
 
 
 @tool()
@@ -421,6 +441,17 @@ async def skill_manage(
         _named(SkillOperation.model_validate(op), name, number)
         for number, op in enumerate(operations, 1)
     ]
+    # Under the skills folder's lock (in a thread: it may wait), so that the person's change on
+    # the dashboard, or another process's call, never interleaves with this one.
+    return await asyncio.to_thread(_manage_locked, run, ops)
+
+
+def _manage_locked(run: RunContext, ops: list[SkillOperation]) -> str:
+    with held(run.bot.skills_dir):
+        return _manage(run, ops)
+
+
+def _manage(run: RunContext, ops: list[SkillOperation]) -> str:
     library = library_for(run)
     actions = [op.action for op in ops]
     if {"delete", "restore"} & set(actions):

@@ -141,3 +141,107 @@ async def test_a_secret_in_a_file_is_masked_and_never_overwritten_by_the_mask(
     )
     assert answer.status == 400 and "holds a secret" in await answer.text()
     assert secret in rig.home.user_profile_path.read_text()  # kept
+
+
+async def test_a_skill_is_created_and_deleted_from_the_page(rig: Rig) -> None:
+    """skill_manage's create and delete: staged, scanned, installed; archived on delete (the
+    tool's restore brings it back); both recorded; neither without the CSRF token."""
+    csrf = await rig.log_in()
+    listing = await (await rig.client.get("/memory")).text()
+    assert 'href="/memory/skills/new"' in listing
+    form = await (await rig.client.get("/memory/skills/new")).text()
+    assert 'action="/memory/skills/new"' in form and "description:" in form
+    no_token = await rig.client.post("/memory/skills/new", data={"name": "x", "text": SKILL})
+    assert no_token.status == 403
+    made = await rig.client.post(
+        "/memory/skills/new",
+        data={"csrf": csrf, "name": "pier-report", "text": SKILL.replace("\n", "\r\n")},
+        allow_redirects=False,
+    )
+    assert made.status == 303 and made.headers["Location"] == "/memory/skill/pier-report?saved=1"
+    folder = rig.home.skills_dir / "pier-report"
+    assert (folder / "SKILL.md").read_text() == SKILL
+    listing = await (await rig.client.get("/memory")).text()
+    assert "How to report on the pier" in listing
+    again = await rig.client.post(
+        "/memory/skills/new", data={"csrf": csrf, "name": "pier-report", "text": SKILL}
+    )
+    assert again.status == 400 and "already exists" in await again.text()
+    page = await (await rig.client.get("/memory/skill/pier-report")).text()
+    assert 'action="/memory/skill/pier-report/delete"' in page
+    no_token = await rig.client.post("/memory/skill/pier-report/delete", data={})
+    assert no_token.status == 403 and folder.is_dir()
+    gone = await rig.client.post(
+        "/memory/skill/pier-report/delete", data={"csrf": csrf}, allow_redirects=False
+    )
+    assert gone.status == 303 and gone.headers["Location"] == "/memory?deleted=pier-report"
+    assert not folder.exists()
+    [archived] = list((rig.home.skills_dir / ".archive").glob("pier-report-*"))
+    assert (archived / "SKILL.md").read_text() == SKILL  # skill_manage restore brings it back
+    listing = await (await rig.client.get("/memory?deleted=pier-report")).text()
+    assert "Skill pier-report deleted" in listing and "/memory/skill/pier-report" not in listing
+    missing = await rig.client.post("/memory/skill/pier-report/delete", data={"csrf": csrf})
+    assert missing.status == 404 and "does not exist" in await missing.text()
+    summaries = [d["summary"] for d in await rig.audit.recent_decisions()]
+    assert summaries == ["deleted skill pier-report", "created skill pier-report"]
+    decisions = await rig.audit.recent_decisions()
+    assert {(d["tool"], d["run_kind"], d["answered_by"]) for d in decisions} == {
+        ("skill_manage", "dashboard", "user")
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "why"),
+    [
+        ("pier-report", SKILL + INJECTED, "skills are followed as instructions"),  # the scan
+        ("Pier Report!", SKILL, "skill name 'Pier Report!' is not allowed"),
+        ("pier-log", SKILL, "frontmatter name 'pier-report' differs from its folder"),
+        ("pier-report", "no frontmatter at all", "nothing was changed"),
+    ],
+)
+async def test_a_refused_new_skill_says_why_and_keeps_the_text(
+    rig: Rig, name: str, text: str, why: str
+) -> None:
+    csrf = await rig.log_in()
+    answer = await rig.client.post(
+        "/memory/skills/new", data={"csrf": csrf, "name": name, "text": text}
+    )
+    page = await answer.text()
+    assert answer.status == 400 and 'role="alert"' in page and "Not created:" in page
+    shown = html.unescape(page)
+    assert why in shown
+    assert text in shown and f'value="{name}"' in shown  # kept in the form
+    skills = rig.home.skills_dir
+    assert not skills.exists() or not [p for p in skills.iterdir() if not p.name.startswith(".")]
+    assert await rig.audit.recent_decisions() == []
+
+
+async def test_a_new_skill_waits_for_the_skills_lock_skill_manage_holds(rig: Rig) -> None:
+    """The skills folder's lock (atlas/tools/skills.py, taken by skill_manage too): the page
+    waits while another bot or process changes the library."""
+    import asyncio
+
+    csrf = await rig.log_in()
+    root = rig.home.skills_dir
+    locked, release = asyncio.Event(), asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def hold() -> None:
+        with held(root):
+            loop.call_soon_threadsafe(locked.set)
+            asyncio.run_coroutine_threadsafe(release.wait(), loop).result()
+
+    holder = asyncio.create_task(asyncio.to_thread(hold))
+    await locked.wait()
+    post = asyncio.create_task(
+        rig.client.post(
+            "/memory/skills/new",
+            data={"csrf": csrf, "name": "pier-report", "text": SKILL},
+            allow_redirects=False,
+        )
+    )
+    await asyncio.sleep(0.3)
+    assert not post.done() and not (root / "pier-report").exists()  # waiting for the lock
+    release.set()
+    await holder
+    assert (await post).status == 303 and (root / "pier-report" / "SKILL.md").is_file()

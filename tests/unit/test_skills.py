@@ -423,3 +423,30 @@ async def test_create_reports_how_many_files_the_skill_has(home) -> None:
     )
     assert not result.is_error, result.text
     assert "and 2 other files" in result.text
+
+
+async def test_skill_manage_waits_for_the_skills_folders_lock(run: RunContext) -> None:
+    """The lock the dashboard's skill changes take too (atlas/locks.py): a create waits while
+    another process or the page holds it, then goes ahead."""
+    import asyncio
+
+    from atlas.locks import held
+
+    locked, release = asyncio.Event(), asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def hold() -> None:
+        with held(run.bot.skills_dir):
+            loop.call_soon_threadsafe(locked.set)
+            asyncio.run_coroutine_threadsafe(release.wait(), loop).result()
+
+    holder = asyncio.create_task(asyncio.to_thread(hold))
+    await locked.wait()
+    call = asyncio.create_task(
+        manage(run, "tide", {"action": "create", "content": skill_md("tide")})
+    )
+    await asyncio.sleep(0.3)
+    assert not call.done() and not (run.bot.skills_dir / "tide").exists()
+    release.set()
+    await holder
+    assert not (await call).is_error and (run.bot.skills_dir / "tide" / "SKILL.md").is_file()

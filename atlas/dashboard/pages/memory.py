@@ -1,5 +1,6 @@
 """Memory and skills: the home's USER.md, each bot's MEMORY.md and the skills library
-(<home>/skills/<name>/SKILL.md), viewed and edited by the person. An edit goes through the
+(<home>/skills/<name>/SKILL.md), viewed and edited by the person (a skill made or deleted too:
+atlas/dashboard/pages/skills.py). An edit goes through the
 tools' own checks (atlas/tools/memory.py rewrite_file, atlas/tools/skills.py write_skill_file:
 the threat scan, the size limits, USER.md's lock, a skill's kept previous version); a refused
 edit is shown again with why, the text still in the form. Each saved edit is recorded in the
@@ -16,6 +17,7 @@ from aiohttp import web
 from atlas.dashboard.actions import record_action
 from atlas.dashboard.context import Dashboard, dashboard_of
 from atlas.dashboard.page import Page
+from atlas.dashboard.pages import skills
 from atlas.dashboard.render import render, see_other
 from atlas.errors import AtlasError, ToolError
 from atlas.home import Home
@@ -60,6 +62,7 @@ async def memory_page(request: web.Request) -> web.Response:
         page=page,
         more=len(skills) > page * SKILLS_PER_PAGE,
         saved=request.query.get("saved", ""),
+        deleted=request.query.get("deleted", ""),
     )
 
 
@@ -78,6 +81,7 @@ class Editable:
     ) -> None:
         self.title, self.path, self.action, self.bot, self.tool = title, path, action, bot, tool
         self.save, self.limit = save, limit
+        self.deletable = tool == "skill_manage"  # a skill has a Delete button; the notes do not
 
 
 def editable(dashboard: Dashboard, request: web.Request) -> Editable:
@@ -170,6 +174,7 @@ async def save(request: web.Request) -> web.Response:
 
 
 def setup(router: web.UrlDispatcher) -> None:
+    skills.setup(router)  # a new skill, a deleted one (before the edit routes)
     router.add_get("/memory", memory_page)
     router.add_get("/memory/{kind:user}", edit_page)
     router.add_post("/memory/{kind:user}", save)
