@@ -197,6 +197,14 @@ class ExecutorSettings(Strict):
         return self
 
 
+class DaemonSettings(Strict):
+    """How `atlas run` spreads the home over processes (docs/ARCHITECTURE.md, "Workers")."""
+
+    # Worker processes; each bot lives in exactly one. None: one per core (one on a one-core
+    # machine), never more than there are bots.
+    workers: int | None = Field(None, ge=1, le=64)
+
+
 class DashboardSettings(Strict):
     """The web dashboard `atlas run` serves (docs/dashboard.md)."""
 
@@ -249,6 +257,7 @@ class Settings(Strict):
     mcp: McpSettings = McpSettings()
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     dashboard: DashboardSettings = DashboardSettings()
+    daemon: DaemonSettings = DaemonSettings()
     # Outside coding harnesses by executor name (docs/executors.md).
     executors: dict[Annotated[str, Field(pattern=NAME_PATTERN)], ExecutorSettings] = Field(
         default_factory=dict

@@ -8,10 +8,13 @@ import logging
 import signal
 from datetime import UTC, datetime
 
+from atlas.channels.base import Channel
 from atlas.channels.health_file import HealthWriter, health_path
 from atlas.channels.manager import RunningChannels, start_channels, stop_channels
+from atlas.channels.supervisor import ChannelHealth
 from atlas.dashboard.chat_channel import WEB_CHANNEL, BrowserChannel
 from atlas.dashboard.server import DashboardServer, dashboard_listen, start_dashboard
+from atlas.errors import AtlasError
 from atlas.executors.bridge import ExecutorBridge, serve_plugin
 from atlas.executors.record import DelegationRecord
 from atlas.home import Home
@@ -21,8 +24,23 @@ from atlas.routines.scheduler import RoutineScheduler
 from atlas.sandbox.proxy import stop_proxies
 from atlas.services import home_services, start_core, stop_turns
 from atlas.start_checks import check_before_start
+from atlas.store.home_db import HomeStore
+from atlas.workers.forwarded_channel import serve_channels
+from atlas.workers.home_db import serve_home_db
+from atlas.workers.link import Link
+from atlas.workers.plan import Placement, worker_count
+from atlas.workers.pool import WorkerPool
+from atlas.workers.routing import HOME_SHARE, Elsewhere, RoutedRuns
 
 log = logging.getLogger("atlas.daemon")
+
+WORKERS_READY_WAIT = 60.0  # seconds; a worker still starting is logged, and joins when it can
+
+
+def _pool(pool: WorkerPool | None) -> WorkerPool:
+    if pool is None:
+        raise AtlasError("this home runs in one process: no worker serves another share")
+    return pool
 
 
 async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
@@ -36,16 +54,45 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    dispatcher = await start_core(home, {})
+    # The bots spread over worker processes ([daemon] workers); this process serves share 0
+    # and the home's shared duties (atlas/workers/).
+    placement = Placement.of(home, worker_count(home))
+    home.served = frozenset(placement.shares[HOME_SHARE])
+    audit = HomeStore(home.db_path)  # the one writer of atlas.db, for the workers too
+    channels: dict[str, Channel] = {}
+    pool: WorkerPool | None = None
+    elsewhere = Elsewhere(placement, HOME_SHARE, lambda share: _pool(pool).link(share))
+
+    def serve_worker(link: Link) -> None:
+        serve_home_db(link, audit)
+        serve_channels(link, channels)
+        elsewhere.handle_on(link)
+
+    if placement.count > 1:  # started first: their start-up overlaps this one's
+        pool = WorkerPool(home, placement, on_link=serve_worker, log_level=log.getEffectiveLevel())
+        await pool.start()
+    try:
+        dispatcher = await start_core(home, channels, audit=audit)
+    except BaseException:
+        if pool is not None:
+            await pool.stop()
+        raise
+    if pool is not None:
+        elsewhere.serve(dispatcher)
+        dispatcher.elsewhere = elsewhere
     runtime = dispatcher.runtime
     running = RunningChannels()
     health: HealthWriter | None = None
     routines: RoutineScheduler | None = None
     dashboard: DashboardServer | None = None
     bridge: ExecutorBridge | None = None
+
+    def every_health() -> dict[str, ChannelHealth]:
+        return {**running.health, **(pool.health if pool is not None else {})}
+
     try:
         log.info("home %s: %d bot(s), main %s", home.root, len(home.bots), home.settings.main)
-        for bot in home.bots.values():
+        for bot in home.served_bots():
             store = await runtime.store(bot)
             log.info("serving bot %s (model %s, store %s)", bot.name, bot.model, store.path)
         # Each channel registers itself in the dispatcher; one that fails is retried alone.
@@ -53,17 +100,21 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
         log.info("channels: %s", ", ".join(running) or "none configured")
         if listen is not None:  # the dashboard's Chat, there before recovery resumes its turns
             dispatcher.channels[WEB_CHANNEL] = BrowserChannel()
-        # For `atlas doctor`, another process: each channel's health, rewritten as it changes.
-        health = HealthWriter(health_path(home.root), running.health)
         # Turns a crash cut short: answered now, or the person is told (atlas/recovery.py).
         recovered = await resume_interrupted_turns(dispatcher, started_at=started_at)
         log.info("interrupted turns: %s", recovered.summary())
+        if pool is not None:  # each has started its channels and recovered its turns
+            ready = await pool.wait_ready(WORKERS_READY_WAIT)
+            log.info("workers ready: %d of %d", len(ready), placement.count - 1)
+        # For `atlas doctor`, another process: each channel's health, rewritten as it changes.
+        health = HealthWriter(health_path(home.root), every_health())
         # After the channels, so that catch-up runs of missed routines can be delivered.
-        routines = RoutineScheduler(home, runtime.audit, dispatcher)
+        runs = RoutedRuns(dispatcher, elsewhere) if pool is not None else dispatcher
+        routines = RoutineScheduler(home, runtime.audit, runs)
         home_services(dispatcher).serve_routines(routines)  # cronjob_manage's, once started
         log.info("routine files: %s", (await routines.start()).summary())
         if listen is not None:  # the web dashboard (docs/dashboard.md), over this runtime
-            dashboard = await start_dashboard(runtime, listen, lambda: running.health, dispatcher)
+            dashboard = await start_dashboard(runtime, listen, every_health, dispatcher)
         # The Claude Code plugin's socket: the person's own sessions (docs/executors.md).
         services = home_services(dispatcher)
         bridge = await serve_plugin(
@@ -88,6 +139,8 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
         if routines is not None:
             await routines.stop()  # cancels and records runs still going
         await stop_turns(dispatcher)
+        if pool is not None:
+            await pool.stop()  # each stops its own turns, channels and stores
         await stop_proxies()  # after the turns: no command needs the network any more
         await stop_channels(running)
         if health is not None:

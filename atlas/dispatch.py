@@ -13,7 +13,7 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from atlas.agent.compaction import request_tokens
 from atlas.agent.context import build_system_prompt
@@ -77,6 +77,16 @@ class Lane:
     answered_upto: int | None = None  # the newest message the last finished turn saw
 
 
+class OtherProcesses(Protocol):
+    """The bots served by other worker processes (atlas/workers/routing.py's Elsewhere)."""
+
+    def is_local(self, bot: str) -> bool: ...
+
+    async def submit(self, inbound: Inbound) -> bool: ...
+
+    async def stop_turn(self, address: Address) -> bool: ...
+
+
 class Dispatcher:
     def __init__(self, runtime: Runtime, channels: dict[str, Channel]) -> None:
         self.runtime = runtime
@@ -94,11 +104,16 @@ class Dispatcher:
         self.services: AgentServices | None = None
         # Every question a turn waits on, answerable on the dashboard too (first answer wins).
         self.asks = PendingAsks()
+        # Set when `atlas run` spread the home over worker processes: a message for a bot
+        # served elsewhere is stored and answered there.
+        self.elsewhere: OtherProcesses | None = None
 
     async def submit(self, inbound: Inbound) -> bool:
         """Store the message and wake its conversation. False when it was a duplicate event
         (or a person's message overtook it, see `Inbound.unless_newer_than`)."""
         address = inbound.address
+        if self.elsewhere is not None and not self.elsewhere.is_local(address.bot):
+            return await self.elsewhere.submit(inbound)
         if inbound.kind == "message" and inbound.text.strip() == STOP_COMMAND:
             stopped = self.stop_turn(address)
             await self._send(address, "Stopped." if stopped else "Nothing is running.")

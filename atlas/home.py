@@ -99,6 +99,9 @@ class Home:
             )
         self.settings: Settings = load_settings(self.config_path)
         self.bots: dict[str, Bot] = self._load_bots()
+        # The bots this process serves (its channels, stores, lanes): all of them, unless
+        # `atlas run` spread them over worker processes (atlas/workers/).
+        self.served: frozenset[str] = frozenset(self.bots)
         if self.settings.main not in self.bots:
             raise ConfigError(
                 f"{self.config_path}: main = {self.settings.main!r}, but there is no "
@@ -205,6 +208,9 @@ class Home:
     @cached_property
     def main_bot(self) -> Bot:
         return self.bots[self.settings.main]
+
+    def served_bots(self) -> list[Bot]:
+        return [bot for name, bot in self.bots.items() if name in self.served]
 
     def bot(self, name: str | None) -> Bot:
         if name is None:

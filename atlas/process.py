@@ -14,8 +14,11 @@ T = TypeVar("T")
 CHATTY_LIBRARIES = ("httpx", "httpx2", "httpcore", "httpcore2", "openai", "anthropic")
 
 
-def setup_logging(level: int) -> None:
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def setup_logging(level: int, *, prefix: str = "") -> None:
+    """`prefix` marks a worker process's lines (they share the daemon's terminal)."""
+    logging.basicConfig(
+        level=level, format=f"%(asctime)s {prefix}%(levelname)s %(name)s: %(message)s"
+    )
     for name in CHATTY_LIBRARIES:
         logging.getLogger(name).setLevel(max(level, logging.WARNING))
 

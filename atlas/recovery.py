@@ -159,14 +159,14 @@ async def resume_interrupted_turns(
     runtime = dispatcher.runtime
     report = RecoveryReport()
     found: list[tuple[ConversationStore, list[Unfinished]]] = []
-    for bot in runtime.home.bots.values():
+    for bot in runtime.home.served_bots():
         store = await runtime.store(bot)
         # Found before the outbox resumes, which may store a note after an answer.
         found.append((store, await find_unfinished(store, bot.name, since=now - look_back)))
     # What the last process left going out, sent or settled first: ahead of anything new.
     report.outbox = await resume_outbox(
         dispatcher.outbox,
-        runtime.home.bots,
+        runtime.home.served,
         started_at=started_at,
         now=now,
         look_back=look_back,

@@ -31,6 +31,7 @@ class Runtime:
         gate: BaseGate | None = None,
         registry: ToolRegistry | None = None,
         mcp: McpManager | None = None,
+        audit: HomeStore | None = None,
     ) -> None:
         self._owned_router: ModelRouter | None = None
         if model is None:
@@ -39,7 +40,8 @@ class Runtime:
             model = self._owned_router = ModelRouter(home.settings)
         self.home = home
         self.model = model
-        self.audit = HomeStore(home.db_path)
+        # atlas.db; a worker process's runs its work in the home's process (atlas/workers/).
+        self.audit = HomeStore(home.db_path) if audit is None else audit
         self.gate = RuleGate(home, Guardian(model), self.audit) if gate is None else gate
         self._base_registry = default_registry() if registry is None else registry
         self.mcp = mcp

@@ -14,18 +14,23 @@ from atlas.mcp.manager import McpManager
 from atlas.providers.base import ModelClient
 from atlas.runtime import Runtime
 from atlas.secrets import redact_logs
+from atlas.store.home_db import HomeStore
 
 log = logging.getLogger(__name__)
 
 
 async def start_core(
-    home: Home, channels: dict[str, Channel], *, model: ModelClient | None = None
+    home: Home,
+    channels: dict[str, Channel],
+    *,
+    model: ModelClient | None = None,
+    audit: HomeStore | None = None,
 ) -> Dispatcher:
     """Runtime + dispatcher + agents channel, MCP servers started. A malformed mcp.json fails
     here, before anything runs."""
     redact_logs(home)
     mcp = McpManager(home)
-    runtime = Runtime(home, model=model, mcp=mcp)
+    runtime = Runtime(home, model=model, mcp=mcp, audit=audit)
     channels[AGENTS_CHANNEL] = AgentChannel(home.settings.agents.reply_seconds)
     dispatcher = Dispatcher(runtime, channels)
     provide_services(dispatcher)  # what delegate, message_agent, cronjob_manage... reach

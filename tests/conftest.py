@@ -77,6 +77,8 @@ def _hermetic_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     monkeypatch.setenv("ATLAS_HOME", str(tmp_path / "home"))
+    # One process per daemon unless a test is about worker processes (it unsets this).
+    monkeypatch.setenv("ATLAS_WORKERS", "1")
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from atlas.executors.workbench import Workbench
 from atlas.home import Bot
 from atlas.routines.scheduler import RoutineScheduler
 from atlas.tools.registry import RunContext, ToolRegistry
+from atlas.workers.routing import Elsewhere
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,16 @@ class HomeServices:
         self._routines = scheduler
 
     async def message_bot(self, run: RunContext, target: str, message: str) -> str:
+        def framed(delivery_id: str) -> str:
+            return f"[Message from bot {run.bot.name!r}, delivery {delivery_id}]\n{message}"
+
+        elsewhere = self.dispatcher.elsewhere
+        if isinstance(elsewhere, Elsewhere) and not elsewhere.is_local(target):
+            delivery_id = new_id("msg")  # served by another worker: delivered there
+            await elsewhere.deliver(
+                delivery_id, run.bot.name, target, framed(delivery_id), run.notify
+            )
+            return delivery_id
         channel = self.dispatcher.channels.get(AGENTS_CHANNEL)
         if not isinstance(channel, AgentChannel):
             raise ToolError(f"the {AGENTS_CHANNEL!r} channel is not running in this process")
@@ -83,8 +94,7 @@ class HomeServices:
             address=Address(target, AGENTS_CHANNEL, run.bot.name),
             notify=run.notify,
         )
-        text = f"[Message from bot {run.bot.name!r}, delivery {delivery.id}]\n{message}"
-        await channel.deliver(self.dispatcher, delivery, text)
+        await channel.deliver(self.dispatcher, delivery, framed(delivery.id))
         return delivery.id
 
     async def close(self) -> None:

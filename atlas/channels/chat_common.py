@@ -33,12 +33,13 @@ class ChatGenerations:
     async def current(self, chat: str, thread: str = "", user: str = "") -> int:
         key = (chat, thread, user)
         if key not in self._known:
+            channel = self.channel  # the function may run in another process: no `self` in it
 
             def find(db: sqlite_utils.Database) -> int:
                 rows = db.query(
                     "SELECT generation FROM chat_generations "
                     "WHERE channel = ? AND chat = ? AND thread = ? AND user = ?",
-                    [self.channel, chat, thread, user],
+                    [channel, chat, thread, user],
                 )
                 row = next(iter(rows), None)
                 return int(row["generation"]) if row else 0

@@ -96,6 +96,11 @@ class ChannelHealth:
     def stopped(self, reason: str) -> None:
         self._set("stopped", reason=reason)
 
+    def become(self, health: Health) -> None:
+        """Take on a health reported from elsewhere (a channel in a worker process)."""
+        self.current = health
+        self._tell()
+
     def _set(self, state: HealthState, *, reason: str = "", activity: str = "") -> None:
         now = self.current
         if now.state == state and now.reason == reason and now.activity == activity:
@@ -105,6 +110,9 @@ class ChannelHealth:
             self.current = replace(now, reason=reason, activity=activity)
         else:
             self.current = Health(state, utc_now(), reason, activity)
+        self._tell()
+
+    def _tell(self) -> None:
         for listener in self._listeners:
             try:
                 listener(self.name, self.current)

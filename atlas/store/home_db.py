@@ -278,7 +278,7 @@ class HomeStore:
         def select(db: sqlite_utils.Database) -> list[dict[str, Any]]:
             return list(db.query("SELECT * FROM gate_decisions ORDER BY id DESC LIMIT ?", [limit]))
 
-        return await (await self._ready()).call(select)
+        return await self.call(select)
 
     async def record_delegation(self, row: dict[str, Any]) -> None:
         """A new subagent's row (see the `delegations` table)."""
@@ -309,4 +309,4 @@ class HomeStore:
                 )
             )
 
-        return await (await self._ready()).call(select)
+        return await self.call(select)

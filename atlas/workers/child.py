@@ -1,0 +1,135 @@
+"""A worker process: `python -m atlas.workers.child HOME INDEX FD BOTS...`, started by the
+home's process (atlas/workers/pool.py), never by hand.
+
+It serves its share of the home's bots as `atlas run` serves all of them in one process: their
+channels, conversation stores, lanes and outbox; recovery of their interrupted turns at start.
+What belongs to the home (atlas.db, the scheduler, the dashboard, pairing decisions) it reaches
+through its one link to the home's process, which it never outlives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import os
+import signal
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from atlas.home import Home
+from atlas.workers.link import Link, adopt_fd
+from atlas.workers.plan import Placement
+
+log = logging.getLogger("atlas.worker")
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+async def serve_share(home: Home, index: int, placement: Placement, link: Link) -> None:
+    from atlas.channels.manager import start_channels, stop_channels
+    from atlas.dashboard.chat_channel import WEB_CHANNEL
+    from atlas.process import freeze_long_lived_objects
+    from atlas.recovery import resume_interrupted_turns
+    from atlas.sandbox.proxy import stop_proxies
+    from atlas.services import start_core, stop_turns
+    from atlas.workers.forwarded_channel import ForwardedChannel
+    from atlas.workers.home_db import RemoteHomeStore
+    from atlas.workers.routing import Elsewhere
+
+    started_at = datetime.now(UTC)  # before anything is stored: older messages are a crash's
+    stop = asyncio.Event()
+    ready = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+    async def wait_ready() -> int:
+        await ready.wait()
+        return index
+
+    async def stop_now() -> None:
+        stop.set()
+
+    link.on("wait_ready", wait_ready)
+    link.on("stop", stop_now)
+    home.served = frozenset(placement.shares[index])
+    dispatcher = await start_core(home, {}, audit=RemoteHomeStore(home.db_path, link))
+    elsewhere = Elsewhere(placement, index, lambda _share: link)
+    elsewhere.serve(dispatcher)
+    elsewhere.handle_on(link)
+    dispatcher.elsewhere = elsewhere
+    if home.settings.dashboard.enabled:  # its chat's turns with this worker's bots
+        dispatcher.channels[WEB_CHANNEL] = ForwardedChannel(WEB_CHANNEL, link, streams=True)
+    running = await start_channels(home, dispatcher)
+    try:
+        for name, health in running.health.items():
+            health.listen(lambda name, current: _tell_health(link, name, current))
+            await link.tell("health", name, health.current)
+        recovered = await resume_interrupted_turns(dispatcher, started_at=started_at)
+        log.info(
+            "bots %s; interrupted turns: %s", ", ".join(sorted(home.served)), recovered.summary()
+        )
+        freeze_long_lived_objects()
+        ready.set()
+        link_gone = asyncio.create_task(link.closed.wait())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait([link_gone, stopping], return_when=asyncio.FIRST_COMPLETED)
+        link_gone.cancel()
+        stopping.cancel()
+        if link.closed.is_set():
+            log.warning("the home's process is gone; stopping")
+    finally:
+        await stop_turns(dispatcher)
+        await stop_proxies()
+        await stop_channels(running)
+        await dispatcher.runtime.close()
+        await link.close()
+
+
+def _tell_health(link: Link, name: str, current: object) -> None:
+    if link.closed.is_set():
+        return
+    task = asyncio.ensure_future(link.tell("health", name, current))
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+
+def die_with_parent() -> None:
+    """A worker never outlives the home's process: if that one is killed, the worker is killed
+    with it (as one process would have been), not left polling beside the next start's worker.
+    Its turns are recovered by that start, as after any crash. Linux only; elsewhere the
+    closed link stops the worker instead."""
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the line above took effect
+        os._exit(1)
+
+
+def main(argv: list[str]) -> int:
+    from atlas.process import run, setup_logging
+    from atlas.secrets import redact_logs
+
+    root, index, fd = Path(argv[0]), int(argv[1]), int(argv[2])
+    die_with_parent()
+    level = int(argv[3])
+    setup_logging(level, prefix=f"w{index} ")
+    home = Home(root)
+    redact_logs(home)
+    placement = Placement(tuple(tuple(share.split(",")) for share in argv[4:]))
+    link = Link(f"link to the home's process (worker {index})")
+
+    async def go() -> None:
+        await link.open(adopt_fd(fd))
+        await serve_share(home, index, placement, link)
+
+    run(go())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

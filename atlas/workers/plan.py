@@ -1,0 +1,59 @@
+"""Which process serves which bot.
+
+Share 0 is the home's own process (`atlas run` itself): it also runs the home's shared duties
+(scheduler, pairing, atlas.db, dashboard, the executor bridge), so it takes the main bot, the one
+the person talks to most and whose chat the dashboard and the executors' prompts use, and the
+other bots go round the shares starting at 1, which leaves share 0 no more bots than the others.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from atlas.errors import ConfigError
+from atlas.home import Home
+
+WORKERS_ENV = "ATLAS_WORKERS"  # overrides [daemon] workers (a service manager's core limit)
+
+
+def worker_count(home: Home, *, cores: int | None = None) -> int:
+    """$ATLAS_WORKERS, else `[daemon] workers`, else one per core; never more than there are
+    bots, at least one."""
+    wanted = _from_env() or home.settings.daemon.workers or cores or os.cpu_count() or 1
+    return max(1, min(wanted, len(home.bots)))
+
+
+def _from_env() -> int | None:
+    value = os.environ.get(WORKERS_ENV, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or not 1 <= int(value) <= 64:
+        raise ConfigError(f"{WORKERS_ENV}={value!r}: give a number of worker processes, 1 to 64")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Each bot's share (the index of the process that serves it)."""
+
+    shares: tuple[tuple[str, ...], ...]
+
+    @classmethod
+    def of(cls, home: Home, count: int) -> Placement:
+        main = home.settings.main
+        shares: list[list[str]] = [[main]] + [[] for _ in range(count - 1)]
+        others = sorted(name for name in home.bots if name != main)
+        for position, name in enumerate(others):
+            shares[(position + 1) % count].append(name)
+        return cls(tuple(tuple(share) for share in shares))
+
+    @property
+    def count(self) -> int:
+        return len(self.shares)
+
+    def owner(self, bot: str) -> int:
+        for index, share in enumerate(self.shares):
+            if bot in share:
+                return index
+        raise KeyError(bot)

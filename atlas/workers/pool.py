@@ -1,0 +1,169 @@
+"""The home's process's worker processes: started, watched, restarted, stopped.
+
+Share 0 is served by the home's process itself; shares 1..N-1 each by a child process
+(atlas/workers/child.py) with one link (atlas/workers/link.py). A worker that dies is
+started again with backoff; at its start it recovers its bots' interrupted turns as any
+start does after a crash (atlas/recovery.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from subprocess import DEVNULL
+
+from atlas.channels.supervisor import ChannelHealth, Health
+from atlas.home import Home
+from atlas.workers.link import Link, LinkClosed, socket_pair
+from atlas.workers.plan import Placement
+
+log = logging.getLogger("atlas.workers")
+
+FIRST_DELAY = 0.5  # seconds before a dead worker's first restart, doubled up to MAX_DELAY
+MAX_DELAY = 30.0
+STEADY = 60.0  # a worker up this long has its backoff reset
+STOP_WAIT = 15.0  # a worker's own clean stop (its turns, channels, stores), then it is killed
+
+
+@dataclass
+class Worker:
+    share: int
+    link: Link
+    process: asyncio.subprocess.Process | None = None
+    restarts: int = 0
+
+
+class WorkerPool:
+    def __init__(
+        self,
+        home: Home,
+        placement: Placement,
+        *,
+        on_link: Callable[[Link], None],
+        log_level: int = logging.INFO,
+    ) -> None:
+        self.home = home
+        self.placement = placement
+        self._on_link = on_link
+        self._log_level = log_level
+        self._workers: dict[int, Worker] = {}
+        self._keepers: list[asyncio.Task[None]] = []
+        self._stopping = False
+        # Each worker channel's health as it reports it (the dashboard and `atlas doctor`).
+        self.health: dict[str, ChannelHealth] = {}
+
+    def link(self, share: int) -> Link:
+        return self._workers[share].link
+
+    def pids(self) -> dict[int, int]:
+        return {
+            share: worker.process.pid
+            for share, worker in self._workers.items()
+            if worker.process is not None and worker.process.returncode is None
+        }
+
+    async def start(self) -> None:
+        """Start every worker process (not waiting for them to be ready)."""
+        for share in range(1, self.placement.count):
+            worker = self._workers[share] = Worker(share, Link(f"worker {share}"))
+            await self._spawn(worker)
+            self._keepers.append(asyncio.create_task(self._keep(worker), name=f"worker {share}"))
+
+    async def wait_ready(self, timeout: float) -> list[int]:
+        """The shares that became ready within `timeout` seconds (each answered its channels'
+        first attempts and recovered its turns)."""
+
+        async def one(worker: Worker) -> int | None:
+            try:
+                await worker.link.ask("wait_ready")
+                return worker.share
+            except LinkClosed:
+                return None
+
+        waits = [asyncio.create_task(one(w)) for w in self._workers.values()]
+        done, pending = await asyncio.wait(waits, timeout=timeout) if waits else (set(), set())
+        for task in pending:
+            task.cancel()
+        return sorted(share for task in done if (share := task.result()) is not None)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for keeper in self._keepers:
+            keeper.cancel()
+        await asyncio.gather(*self._keepers, return_exceptions=True)
+        await asyncio.gather(*(self._stop(w) for w in self._workers.values()))
+
+    async def _stop(self, worker: Worker) -> None:
+        process = worker.process
+        if process is None or process.returncode is not None:
+            await worker.link.close()
+            return
+        with contextlib.suppress(LinkClosed):
+            await worker.link.tell("stop")
+        try:
+            await asyncio.wait_for(process.wait(), STOP_WAIT)
+        except TimeoutError:
+            log.warning("worker %d did not stop within %.0f s; killed", worker.share, STOP_WAIT)
+            process.kill()
+            await process.wait()
+        await worker.link.close()
+
+    async def _spawn(self, worker: Worker) -> None:
+        home_end, worker_end = socket_pair()
+        shares = [",".join(share) for share in self.placement.shares]
+        args = [str(self.home.root), str(worker.share), str(worker_end.fileno())]
+        worker.process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "atlas.workers.child",
+            *args,
+            str(self._log_level),
+            *shares,
+            pass_fds=[worker_end.fileno()],
+            stdin=DEVNULL,
+        )
+        worker_end.close()
+        worker.link = Link(f"worker {worker.share}")
+        self._on_link(worker.link)
+        worker.link.on("health", self._health)
+        await worker.link.open(home_end)
+        log.info(
+            "worker %d (pid %d): bots %s",
+            worker.share,
+            worker.process.pid,
+            ", ".join(self.placement.shares[worker.share]),
+        )
+
+    async def _keep(self, worker: Worker) -> None:
+        delay = FIRST_DELAY
+        while True:
+            started = time.monotonic()
+            assert worker.process is not None
+            code = await worker.process.wait()
+            await worker.link.close()
+            if self._stopping:
+                return
+            if time.monotonic() - started > STEADY:
+                delay = FIRST_DELAY
+            log.error(
+                "worker %d (pid %d) ended with exit code %s; starting it again in %.1f s",
+                worker.share,
+                worker.process.pid,
+                code,
+                delay,
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MAX_DELAY)
+            worker.restarts += 1
+            await self._spawn(worker)
+
+    async def _health(self, name: str, current: Health) -> None:
+        health = self.health.get(name)
+        if health is None:
+            health = self.health[name] = ChannelHealth(name)
+        health.become(current)

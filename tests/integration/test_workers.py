@@ -1,0 +1,159 @@
+"""Worker processes (issue #24): `atlas run` with `[daemon] workers = 2` serves its bots from two
+processes. Each bot answers on Telegram from the process that owns it, the worker's gate
+decisions land in the one atlas.db the home's process writes, a routine of a worker's bot runs
+there and reports, and a worker killed mid-turn is started again and answers the turn. Real
+aiogram and openai against the fakes on 127.0.0.1; the worker is a real child process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from atlas.daemon import serve
+from atlas.home import Home
+from atlas.workers.plan import Placement
+from scripts.loadkit import FIRST_CHAT, Fakes, bot_name, bot_token, token_env
+
+BOTS = 3  # atlas and bot02 in the home's process, bot01 in worker 1
+
+
+def worker_pids() -> list[int]:
+    """This process's children that are Atlas workers."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == os.getpid() and b"atlas.workers.child" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+async def until(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "timed out waiting"
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def fakes(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Fakes]:
+    monkeypatch.delenv("ATLAS_WORKERS")  # this test is about them
+    for index in range(BOTS):
+        monkeypatch.setenv(token_env(index), bot_token(index))
+    async with Fakes(bots=BOTS, latency=0.0) as made:
+        yield made
+
+
+def two_worker_home(root: Path, fakes: Fakes, routines: dict[str, str] | None = None) -> Home:
+    fakes.write_home(root, conversations=2, routines=routines)
+    with (root / "config.toml").open("a") as config:
+        config.write("\n[daemon]\nworkers = 2\n")
+    return Home(root)
+
+
+async def ask(fakes: Fakes, index: int, text: str, chat: int = FIRST_CHAT) -> None:
+    telegram = fakes.telegrams[index]
+    before = len(telegram.sent_texts(chat))
+    await telegram.push(telegram.message(text, user_id=chat))
+    await telegram.wait_for(lambda: len(telegram.sent_texts(chat)) > before, timeout=30)
+
+
+async def test_each_bot_answers_from_its_worker_and_atlas_db_has_one_writer(
+    tmp_path: Path, fakes: Fakes
+) -> None:
+    home = two_worker_home(tmp_path / "home", fakes)
+    assert Placement.of(home, 2).shares == (("atlas", "bot02"), ("bot01",))
+    stop = asyncio.Event()
+    daemon = asyncio.create_task(serve(home, stop=stop))
+    try:
+        await until(lambda: len(worker_pids()) == 1)
+        [child] = worker_pids()
+        for index in range(BOTS):  # "[tool]": a read_file call first, so the gate decides
+            await ask(fakes, index, f"T{index}-0-1 [tool] read note.txt")
+            assert f"T{index}-0-1" in fakes.telegrams[index].sent_texts(FIRST_CHAT)[-1]
+        # Only the home's process has atlas.db open; the worker's decisions are in it.
+        open_files = {os.readlink(fd) for fd in Path(f"/proc/{child}/fd").iterdir()}
+        assert not any(path.endswith("atlas.db") for path in open_files), open_files
+        assert any(path.endswith("bots/bot01/conversations.db") for path in open_files)
+        with sqlite3.connect(home.db_path) as db:
+            bots = {row[0] for row in db.execute("SELECT bot FROM gate_decisions")}
+        assert bots == {bot_name(i) for i in range(BOTS)}
+    finally:
+        stop.set()
+        await asyncio.wait_for(daemon, 30)
+    assert worker_pids() == [], "the worker stopped with the daemon"
+
+
+async def test_a_routine_of_a_workers_bot_runs_there_and_reports(
+    tmp_path: Path, fakes: Fakes
+) -> None:
+    due = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
+    routine = "\n".join(
+        [
+            f'schedule = "{due.strftime("%Y-%m-%dT%H:%M:%S+00:00")}"',
+            'bot = "bot01"',
+            'prompt = "Say that the routine ran."',
+            "",
+            "[target]",
+            'channel = "telegram:bot01"',
+            f'chat = "{FIRST_CHAT}"',
+            "",
+        ]
+    )
+    home = two_worker_home(tmp_path / "home", fakes, routines={"report": routine})
+    stop = asyncio.Event()
+    daemon = asyncio.create_task(serve(home, stop=stop))
+    try:
+        telegram = fakes.telegrams[1]
+        await telegram.wait_for(lambda: telegram.sent_texts(FIRST_CHAT), timeout=30)
+
+        def runs() -> list[tuple[str, str]]:
+            with sqlite3.connect(home.db_path) as db:
+                return list(db.execute("SELECT status, delivery FROM routine_runs"))
+
+        await until(lambda: any((delivery or "").startswith("delivered") for _, delivery in runs()))
+        [(status, delivery)] = runs()
+        assert (status, delivery) == ("ok", "delivered to telegram:bot01:5000")
+    finally:
+        stop.set()
+        await asyncio.wait_for(daemon, 30)
+
+
+async def test_a_worker_killed_mid_turn_is_restarted_and_the_turn_is_answered(
+    tmp_path: Path, fakes: Fakes
+) -> None:
+    home = two_worker_home(tmp_path / "home", fakes)
+    stop = asyncio.Event()
+    daemon = asyncio.create_task(serve(home, stop=stop))
+    try:
+        await until(lambda: len(worker_pids()) == 1)
+        [first] = worker_pids()
+        await ask(fakes, 1, "T1-0-1 hello")
+        fakes.model.latency = 3.0  # the next turn is still with the model when the kill comes
+        telegram = fakes.telegrams[1]
+        await telegram.push(telegram.message("T1-0-2 are you there", user_id=FIRST_CHAT))
+        await until(lambda: "T1-0-2" in fakes.model.first_request_at, timeout=15)
+        os.kill(first, signal.SIGKILL)
+        fakes.model.latency = 0.0
+        await until(lambda: worker_pids() not in ([], [first]), timeout=20)
+        await telegram.wait_for(
+            lambda: any("T1-0-2" in text for text in telegram.sent_texts(FIRST_CHAT)), timeout=30
+        )
+        # The other bots never stopped: the home's process answers throughout.
+        await ask(fakes, 0, "T0-0-1 still here?")
+    finally:
+        stop.set()
+        await asyncio.wait_for(daemon, 30)
