@@ -122,6 +122,19 @@ def _skills_check(home) -> Check:  # type: ignore[no-untyped-def]
     return Check("skills", False, detail, fix, optional=True)
 
 
+def _workers_check(home) -> Check:  # type: ignore[no-untyped-def]
+    """How `atlas run` will spread the bots over processes ([daemon] workers)."""
+    from atlas.workers.plan import Placement, worker_count
+
+    try:
+        placement = Placement.of(home, worker_count(home))
+    except AtlasError as exc:
+        return Check("workers", False, str(exc), "unset ATLAS_WORKERS or give a number 1 to 64")
+    shares = " | ".join(", ".join(share) for share in placement.shares)
+    count = placement.count
+    return Check("workers", True, f"{count} process{'es' if count > 1 else ''}: {shares}")
+
+
 async def run_checks(root: Path, *, offline: bool = False) -> list[Check]:
     from atlas.home import Home
 
@@ -141,6 +154,7 @@ async def run_checks(root: Path, *, offline: bool = False) -> list[Check]:
             )
         )
         checks.extend(await asyncio.to_thread(_start_checks, home))
+        checks.append(_workers_check(home))
         checks.append(await asyncio.to_thread(_skills_check, home))
         if offline:
             checks.append(Check("provider", True, "skipped (--offline)"))
