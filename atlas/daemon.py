@@ -30,6 +30,7 @@ from atlas.workers.home_db import serve_home_db
 from atlas.workers.link import Link
 from atlas.workers.plan import Placement, worker_count
 from atlas.workers.pool import WorkerPool
+from atlas.workers.routines import serve_routines
 from atlas.workers.routing import HOME_SHARE, Elsewhere, RoutedRuns
 
 log = logging.getLogger("atlas.daemon")
@@ -62,11 +63,13 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
     channels: dict[str, Channel] = {}
     pool: WorkerPool | None = None
     elsewhere = Elsewhere(placement, HOME_SHARE, lambda share: _pool(pool).link(share))
+    routines: RoutineScheduler | None = None  # a worker's cronjob_manage reaches it, once set
 
     def serve_worker(link: Link) -> None:
         serve_home_db(link, audit)
         serve_channels(link, channels)
         elsewhere.handle_on(link)
+        serve_routines(link, lambda: routines)
 
     if placement.count > 1:  # started first: their start-up overlaps this one's
         pool = WorkerPool(home, placement, on_link=serve_worker, log_level=log.getEffectiveLevel())
@@ -83,7 +86,6 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
     runtime = dispatcher.runtime
     running = RunningChannels()
     health: HealthWriter | None = None
-    routines: RoutineScheduler | None = None
     dashboard: DashboardServer | None = None
     bridge: ExecutorBridge | None = None
 

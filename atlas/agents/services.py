@@ -20,7 +20,9 @@ from atlas.executors.tasks import ExecutorTasks
 from atlas.executors.workbench import Workbench
 from atlas.home import Bot
 from atlas.routines.scheduler import RoutineScheduler
+from atlas.store.home_db import HomeStore
 from atlas.tools.registry import RunContext, ToolRegistry
+from atlas.workers.routines import RemoteRoutines
 from atlas.workers.routing import Elsewhere
 
 log = logging.getLogger(__name__)
@@ -32,7 +34,8 @@ class HomeServices:
     def __init__(self, dispatcher: Dispatcher) -> None:
         self.dispatcher = dispatcher
         self._subagents: SubagentManager | None = None
-        self._routines: RoutineScheduler | None = None
+        # The daemon's scheduler; in a worker process, the home's over the link.
+        self._routines: RoutineScheduler | RemoteRoutines | None = None
         self._executors: ExecutorTasks | None = None
         # Every executor instance of the home: delegate's tasks and the sessions the Claude Code
         # plugin reports (atlas/executors/bridge.py adds the person's own here).
@@ -40,6 +43,11 @@ class HomeServices:
 
     def registry(self, bot: Bot) -> ToolRegistry:
         return self.dispatcher.runtime.registry
+
+    @property
+    def home_store(self) -> HomeStore:
+        """The runtime's atlas.db: in a worker, a RemoteHomeStore (the home's process runs it)."""
+        return self.dispatcher.runtime.audit
 
     @property
     def subagents(self) -> SubagentManager:
@@ -64,13 +72,15 @@ class HomeServices:
         return self._executors
 
     @property
-    def routines(self) -> RoutineScheduler | None:
-        """The daemon's scheduler while it runs (from its start until its stop begins)."""
+    def routines(self) -> RoutineScheduler | RemoteRoutines | None:
+        """The daemon's scheduler while it runs (from its start until its stop begins); in a
+        worker process, the home's, while the link to it is up."""
         scheduler = self._routines
         return scheduler if scheduler is not None and scheduler.running else None
 
-    def serve_routines(self, scheduler: RoutineScheduler) -> None:
-        """cronjob_manage uses `scheduler` while it runs (the daemon hands it in)."""
+    def serve_routines(self, scheduler: RoutineScheduler | RemoteRoutines) -> None:
+        """cronjob_manage uses `scheduler` while it runs (the daemon hands it in; a worker
+        process hands in the home's, atlas/workers/child.py)."""
         self._routines = scheduler
 
     async def message_bot(self, run: RunContext, target: str, message: str) -> str:

@@ -221,7 +221,9 @@ class RoutineScheduler:
             except Exception:  # a listener's bug must not stop a run
                 log.exception("routines: a listener failed")
 
-    def next_fire_time(self, routine_id: int) -> datetime | None:
+    async def next_fire_time(self, routine_id: int) -> datetime | None:
+        """When the routine's job fires next; None when it is not scheduled. Awaited, as the
+        Routines protocol has it (a worker asks the home's scheduler over its link)."""
         if self._aps is None:
             return None
         job = self._aps.get_job(self._job_id(routine_id))

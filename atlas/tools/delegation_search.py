@@ -98,13 +98,20 @@ async def delegation_search(
     view = View(
         ZoneInfo(run.settings.timezone), run.settings.limits.tool_result_chars, include_tools
     )
-    if not run.home.db_path.exists():
+    if run.services is not None:  # the process's atlas.db: a worker's runs in the home's process
+        answer = await _answer(
+            run, run.services.home_store, where, view, query, instance_id, around, window, limit
+        )
+    elif not run.home.db_path.exists():
         return "No delegation is recorded yet."
-    store = HomeStore(run.home.db_path)
-    try:
-        answer = await _answer(run, store, where, view, query, instance_id, around, window, limit)
-    finally:
-        await store.close()
+    else:  # no dispatcher around this call (a test, a direct call): the file, for this call
+        store = HomeStore(run.home.db_path)
+        try:
+            answer = await _answer(
+                run, store, where, view, query, instance_id, around, window, limit
+            )
+        finally:
+            await store.close()
     if len(answer) > view.budget:  # the views are sized to fit; this is the backstop
         answer = answer[: view.budget - 80] + "\n(cut here to stay short: ask for less)"
     return answer

@@ -40,10 +40,14 @@ def _scheduler(run: RunContext) -> Routines | None:
 
 @contextlib.asynccontextmanager
 async def _routine_store(run: RunContext) -> AsyncIterator[RoutineStore]:
-    """The running scheduler's store, else the home's atlas.db opened for this call."""
+    """The running scheduler's store, else the process's atlas.db (a worker's reaches the
+    home's process), else (no services: a test, a direct call) the file opened for this call."""
     scheduler = _scheduler(run)
     if scheduler is not None:
         yield scheduler.store
+        return
+    if run.services is not None:
+        yield RoutineStore(run.services.home_store)
         return
     home_store = HomeStore(run.home.db_path)
     try:
@@ -106,15 +110,16 @@ async def _manage(
         if action == "update":
             changes = await _changes(run, name, prompt, schedule, grace, channel, chat, thread)
             routine = await store.update(routine.id, **changes)
-            return await _synced(scheduler, f"Updated {_describe(run, routine, scheduler)}")
+            note = await _synced(scheduler)
+            return f"Updated {await _describe(run, routine, scheduler)}{note}"
         if action in ("pause", "resume"):
             routine = await store.update(routine.id, paused=action == "pause")
-            return await _synced(
-                scheduler, f"{action.title()}d {_describe(run, routine, scheduler)}"
-            )
+            note = await _synced(scheduler)
+            return f"{action.title()}d {await _describe(run, routine, scheduler)}{note}"
         if action == "remove":
             await store.remove(routine.id)
-            return await _synced(scheduler, f"Removed routine {routine.name} (id {routine.id}).")
+            note = await _synced(scheduler)
+            return f"Removed routine {routine.name} (id {routine.id}).{note}"
         if scheduler is None:
             raise ToolError("routines run only inside the daemon (`atlas run`), not running here")
         run_id = await scheduler.run_now(routine)
@@ -122,11 +127,13 @@ async def _manage(
         return f"Started run {run_id} of {routine.name}; its answer goes to {where}."
 
 
-async def _synced(scheduler: Routines | None, text: str) -> str:
+async def _synced(scheduler: Routines | None) -> str:
+    """Catch the scheduler up with atlas.db now (the next run then named is its job's); the
+    note to add when no scheduler runs here."""
     if scheduler is None:
-        return text + NOT_RUNNING
+        return NOT_RUNNING
     await scheduler.sync()
-    return text
+    return ""
 
 
 async def _find(run: RunContext, store: RoutineStore, job_id: str | None) -> Routine:
@@ -165,7 +172,8 @@ async def _create(
         target,  # type: ignore[arg-type]
         grace_seconds=fields.get("grace_seconds"),  # type: ignore[arg-type]
     )
-    return await _synced(scheduler, f"Created {_describe(run, routine, scheduler)}")
+    note = await _synced(scheduler)
+    return f"Created {await _describe(run, routine, scheduler)}{note}"
 
 
 async def _changes(
@@ -240,8 +248,8 @@ async def _current_target(run: RunContext, *, required: bool = True) -> Target |
     return Target(conversation.channel, conversation.chat, conversation.thread, conversation.user)
 
 
-def _describe(run: RunContext, routine: Routine, scheduler: Routines | None) -> str:
-    state = "paused" if routine.paused else f"next run {_next(run, routine, scheduler)}"
+async def _describe(run: RunContext, routine: Routine, scheduler: Routines | None) -> str:
+    state = "paused" if routine.paused else f"next run {await _next(run, routine, scheduler)}"
     where = routine.target or "nowhere (history only)"
     return (
         f"routine {routine.name} (id {routine.id}): {routine.schedule}; {state}; "
@@ -249,8 +257,8 @@ def _describe(run: RunContext, routine: Routine, scheduler: Routines | None) -> 
     )
 
 
-def _next(run: RunContext, routine: Routine, scheduler: Routines | None) -> str:
-    upcoming = scheduler.next_fire_time(routine.id) if scheduler else None
+async def _next(run: RunContext, routine: Routine, scheduler: Routines | None) -> str:
+    upcoming = await scheduler.next_fire_time(routine.id) if scheduler else None
     if upcoming is None:
         tz = ZoneInfo(run.settings.timezone)
         try:
@@ -270,7 +278,7 @@ async def _list(run: RunContext, store: RoutineStore, scheduler: Routines | None
     for routine in routines:
         runs = await store.runs(routine.id, limit=1)
         last = f"; last run: {runs[0].status} at {runs[0].started_at[:16]}" if runs else ""
-        lines.append(f"- {_describe(run, routine, scheduler)}{last}")
+        lines.append(f"- {await _describe(run, routine, scheduler)}{last}")
     return "\n".join(lines)
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from atlas.executors.workbench import Instance, Workbench
     from atlas.home import Bot
     from atlas.routines.store import Routine, RoutineStore
+    from atlas.store.home_db import HomeStore
     from atlas.tools.registry import Notifier, RunContext, ToolRegistry
 
 # What a tool may say when a service needs a running dispatcher and there is none.
@@ -108,13 +109,15 @@ class ExecutorWork(Protocol):
 
 
 class Routines(Protocol):
-    """cronjob_manage's view of the running routine scheduler (atlas/routines/scheduler.py)."""
+    """cronjob_manage's view of the running routine scheduler (atlas/routines/scheduler.py);
+    in a worker process, the home's scheduler over the worker's link (atlas/workers/routines.py),
+    hence every call may cross processes and is awaited."""
 
     @property
     def store(self) -> RoutineStore: ...
     async def sync(self) -> None: ...
     async def run_now(self, routine: Routine) -> int: ...
-    def next_fire_time(self, routine_id: int) -> datetime | None: ...
+    async def next_fire_time(self, routine_id: int) -> datetime | None: ...
 
 
 class AgentServices(Protocol):
@@ -122,6 +125,13 @@ class AgentServices(Protocol):
 
     def registry(self, bot: Bot) -> ToolRegistry:
         """The tools the bot's runs have (tool_search loads the deferred ones)."""
+        ...
+
+    @property
+    def home_store(self) -> HomeStore:
+        """atlas.db, open for the life of the process (do not close it). In a worker process
+        each call runs in the home's process, the file's one writer: a tool never opens the
+        file itself where services exist."""
         ...
 
     @property

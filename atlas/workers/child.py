@@ -33,9 +33,10 @@ async def serve_share(home: Home, index: int, placement: Placement, link: Link) 
     from atlas.process import freeze_long_lived_objects
     from atlas.recovery import resume_interrupted_turns
     from atlas.sandbox.proxy import stop_proxies
-    from atlas.services import start_core, stop_turns
+    from atlas.services import home_services, start_core, stop_turns
     from atlas.workers.forwarded_channel import ForwardedChannel
     from atlas.workers.home_db import RemoteHomeStore
+    from atlas.workers.routines import RemoteRoutines
     from atlas.workers.routing import Elsewhere
 
     started_at = datetime.now(UTC)  # before anything is stored: older messages are a crash's
@@ -56,6 +57,8 @@ async def serve_share(home: Home, index: int, placement: Placement, link: Link) 
     link.on("stop", stop_now)
     home.served = frozenset(placement.shares[index])
     dispatcher = await start_core(home, {}, audit=RemoteHomeStore(home.db_path, link))
+    # cronjob_manage's scheduler: the home's, over the link
+    home_services(dispatcher).serve_routines(RemoteRoutines(link, dispatcher.runtime.audit))
     elsewhere = Elsewhere(placement, index, lambda _share: link)
     elsewhere.serve(dispatcher)
     elsewhere.handle_on(link)

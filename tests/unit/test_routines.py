@@ -124,7 +124,7 @@ async def test_a_routine_is_created_from_a_chat_and_scheduled(rig: Rig) -> None:
     routine = await rig.scheduler.store.find("atlas", "digest")
     assert routine is not None
     assert routine.target == Target("fake", "chat-1", "", "u1")  # this conversation
-    upcoming = rig.scheduler.next_fire_time(routine.id)
+    upcoming = await rig.scheduler.next_fire_time(routine.id)
     assert upcoming is not None and upcoming.weekday() < 5 and upcoming.hour == 9
     assert "Created routine digest" in tool_results(rig.model)[-1]
     assert rig.channel.sent[-1][1] == "Done: weekdays at 9."
@@ -428,9 +428,9 @@ async def test_changes_from_another_process_are_picked_up(home_path: Path) -> No
         await other.close()
         for _ in range(40):
             await asyncio.sleep(0.025)
-            if rig.scheduler.next_fire_time(made.id):
+            if await rig.scheduler.next_fire_time(made.id):
                 break
-        assert rig.scheduler.next_fire_time(made.id) is not None
+        assert await rig.scheduler.next_fire_time(made.id) is not None
     finally:
         await rig.scheduler.stop()
         await rig.runtime.close()

@@ -1,0 +1,144 @@
+"""The link between the home's process and a worker (atlas/workers/link.py), over a real Unix
+socket pair: requests and answers, refusals that keep their words, a result that cannot cross
+answered with an error instead of a hang, the peer's end failing what waits on it, and the
+worker's end never inherited by a command."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import threading
+from collections.abc import AsyncIterator
+
+import pytest
+
+from atlas.errors import AtlasError
+from atlas.workers.link import Link, LinkClosed, RemoteError, adopt_fd, socket_pair
+
+
+async def pong() -> str:
+    return "pong"
+
+
+@pytest.fixture
+async def pair() -> AsyncIterator[tuple[Link, Link]]:
+    home_end, worker_end = socket_pair()
+    home, worker = Link("worker 1"), Link("the home's process")
+    await home.open(home_end)
+    await worker.open(worker_end)
+    yield home, worker
+    await home.close()
+    await worker.close()
+
+
+async def test_an_ask_is_answered_both_ways_and_a_tell_arrives(pair: tuple[Link, Link]) -> None:
+    home, worker = pair
+    told: asyncio.Queue[str] = asyncio.Queue()
+
+    async def double(n: int) -> int:
+        return 2 * n
+
+    async def note(text: str) -> None:
+        await told.put(text)
+
+    home.on("double", double)
+    worker.on("double", double)
+    worker.on("note", note)
+    assert await worker.ask("double", 21) == 42
+    answers = await asyncio.gather(*(home.ask("double", n) for n in range(20)))
+    assert answers == [2 * n for n in range(20)]  # concurrent asks, each its own answer
+    await home.tell("note", "hello")
+    assert await asyncio.wait_for(told.get(), 5) == "hello"
+
+
+async def test_a_refusal_comes_back_with_its_words(pair: tuple[Link, Link]) -> None:
+    home, worker = pair
+
+    async def refuse(name: str) -> None:
+        raise AtlasError(f"bot scout has no routine {name!r}")
+
+    async def broken() -> None:
+        raise ValueError("a bug")
+
+    home.on("refuse", refuse)
+    home.on("broken", broken)
+    with pytest.raises(RemoteError) as refused:
+        await worker.ask("refuse", "standup")
+    assert str(refused.value) == "bot scout has no routine 'standup'"
+    with pytest.raises(RemoteError, match="^ValueError: a bug$"):
+        await worker.ask("broken")
+    with pytest.raises(RemoteError, match="no handler for 'nothing'"):
+        await worker.ask("nothing")
+    home.on("ping", pong)
+    assert await worker.ask("ping") == "pong"  # the link lives on after refusals
+
+
+async def test_a_result_that_cannot_cross_answers_an_error(pair: tuple[Link, Link]) -> None:
+    home, worker = pair
+
+    async def a_lock() -> threading.Lock:
+        return threading.Lock()
+
+    async def a_local_function() -> object:
+        return lambda: None
+
+    home.on("lock", a_lock)
+    home.on("function", a_local_function)
+    for op in ("lock", "function"):
+        with pytest.raises(RemoteError, match=f"^{op}: its result cannot be sent"):
+            await asyncio.wait_for(worker.ask(op), 5)  # an error, not a hang
+    home.on("ping", pong)
+    assert await asyncio.wait_for(worker.ask("ping"), 5) == "pong"  # the link lives on
+
+
+async def test_the_peer_closing_fails_what_waits_with_link_closed(
+    pair: tuple[Link, Link],
+) -> None:
+    home, worker = pair
+    never = asyncio.Event()
+    started = asyncio.Event()
+
+    async def hang() -> None:
+        started.set()
+        await never.wait()
+
+    home.on("hang", hang)
+    waiting = [asyncio.create_task(worker.ask("hang")) for _ in range(3)]
+    await asyncio.wait_for(started.wait(), 5)
+    await home.close()  # the home's process is gone
+    for task in waiting:
+        with pytest.raises(LinkClosed, match="stopped before answering"):
+            await asyncio.wait_for(task, 5)
+    assert worker.closed.is_set()
+    with pytest.raises(LinkClosed, match="is not running"):
+        await worker.ask("hang")  # at once, not after a wait
+
+
+def _fds_seen_by_a_child() -> set[int]:
+    """The file descriptors a command started with close_fds=False holds."""
+    listing = subprocess.run(
+        ["ls", "/proc/self/fd"], close_fds=False, capture_output=True, text=True, check=True
+    )
+    return {int(name) for name in listing.stdout.split()}
+
+
+def test_the_workers_end_is_not_inherited_by_a_command() -> None:
+    home_end, worker_end = socket_pair()
+    other_home, other_worker = socket.socketpair()
+    try:
+        for end in (worker_end, other_worker):
+            os.set_inheritable(end.fileno(), True)  # as pass_fds leaves it in the worker
+        # The check can fail: an inheritable descriptor is there in the command.
+        assert other_worker.fileno() in _fds_seen_by_a_child()
+        fd = worker_end.detach()
+        adopted = adopt_fd(fd)
+        try:
+            assert adopted.fileno() == fd and not os.get_inheritable(fd)
+            assert fd not in _fds_seen_by_a_child()
+        finally:
+            adopted.close()
+    finally:
+        for sock in (home_end, other_home, other_worker):
+            sock.close()
