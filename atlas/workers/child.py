@@ -59,7 +59,11 @@ async def serve_share(home: Home, index: int, placement: Placement, link: Link) 
     dispatcher = await start_core(home, {}, audit=RemoteHomeStore(home.db_path, link))
     # cronjob_manage's scheduler: the home's, over the link
     home_services(dispatcher).serve_routines(RemoteRoutines(link, dispatcher.runtime.audit))
-    elsewhere = Elsewhere(placement, index, lambda _share: link)
+
+    async def home_link(_share: int) -> Link:
+        return link  # every request for another share goes through the home's process
+
+    elsewhere = Elsewhere(placement, index, home_link)
     elsewhere.serve(dispatcher)
     elsewhere.handle_on(link)
     dispatcher.elsewhere = elsewhere

@@ -14,7 +14,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from subprocess import DEVNULL
 
 from atlas.channels.supervisor import ChannelHealth, Health
@@ -28,6 +28,7 @@ FIRST_DELAY = 0.5  # seconds before a dead worker's first restart, doubled up to
 MAX_DELAY = 30.0
 STEADY = 60.0  # a worker up this long has its backoff reset
 STOP_WAIT = 15.0  # a worker's own clean stop (its turns, channels, stores), then it is killed
+RESTART_WAIT = 60.0  # how long a request for a dead worker's bot waits for it to be back
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Worker:
     link: Link
     process: asyncio.subprocess.Process | None = None
     restarts: int = 0
+    up: asyncio.Event = field(default_factory=asyncio.Event)  # its link is open
 
 
 class WorkerPool:
@@ -57,8 +59,14 @@ class WorkerPool:
         # Each worker channel's health as it reports it (the dashboard and `atlas doctor`).
         self.health: dict[str, ChannelHealth] = {}
 
-    def link(self, share: int) -> Link:
-        return self._workers[share].link
+    async def link(self, share: int) -> Link:
+        """The worker's link; while it is being restarted, the new one (up to RESTART_WAIT:
+        a report for its bot waits for it rather than failing)."""
+        worker = self._workers[share]
+        if not worker.up.is_set() and not self._stopping:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(worker.up.wait(), RESTART_WAIT)
+        return worker.link
 
     def pids(self) -> dict[int, int]:
         return {
@@ -132,6 +140,7 @@ class WorkerPool:
         self._on_link(worker.link)
         worker.link.on("health", self._health)
         await worker.link.open(home_end)
+        worker.up.set()
         log.info(
             "worker %d (pid %d): bots %s",
             worker.share,
@@ -145,6 +154,7 @@ class WorkerPool:
             started = time.monotonic()
             assert worker.process is not None
             code = await worker.process.wait()
+            worker.up.clear()
             await worker.link.close()
             if self._stopping:
                 return
@@ -157,10 +167,15 @@ class WorkerPool:
                 code,
                 delay,
             )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, MAX_DELAY)
-            worker.restarts += 1
-            await self._spawn(worker)
+            while True:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_DELAY)
+                worker.restarts += 1
+                try:
+                    await self._spawn(worker)
+                    break
+                except OSError:  # the interpreter gone (an upgrade mid-run?): keep trying
+                    log.exception("worker %d could not be started; trying again", worker.share)
 
     async def _health(self, name: str, current: Health) -> None:
         health = self.health.get(name)

@@ -87,8 +87,8 @@ class Elsewhere:
         if share == self.here:
             return await self._run_here(op, *args)
         if self.here == HOME_SHARE:
-            return await self._links(share).ask(op, *args)
-        return await self._links(HOME_SHARE).ask("route", share, op, args)
+            return await (await self._links(share)).ask(op, *args)
+        return await (await self._links(HOME_SHARE)).ask("route", share, op, args)
 
     async def _route(self, share: int, op: str, args: tuple[Any, ...]) -> Any:
         return await self.call(share, op, *args)
