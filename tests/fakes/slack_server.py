@@ -79,6 +79,7 @@ class FakeSlack:
         )  # (host, port) of each connection a Web API call came on
         # method -> (failure, Retry-After, status of a spoiled answer) for its next calls
         self._failures: dict[str, list[tuple[Failure, float, int | None]]] = {}
+        self._holds: dict[str, list[asyncio.Event]] = {}  # method -> its next calls' gates
         self._ts = itertools.count(1)
         self._ids = itertools.count(1)
         self._socket: web.WebSocketResponse | None = None
@@ -126,6 +127,13 @@ class FakeSlack:
         spoiled answer with a 2xx `status` is carried out first, see http_faults).
         `upload` is the POST of a file's bytes to the URL files.getUploadURLExternal gave."""
         self._failures.setdefault(method, []).extend([(failure, retry_after, status)] * times)
+
+    def hold(self, method: str) -> asyncio.Event:
+        """The next call of `method` is carried out (recorded, posted), then its answer waits
+        until the test sets the returned event: a call in flight, to act during."""
+        gate = asyncio.Event()
+        self._holds.setdefault(method, []).append(gate)
+        return gate
 
     def add_file(self, name: str, content: bytes, mimetype: str = "text/plain") -> dict[str, Any]:
         """A file a user shared; its url_private_download needs the bot token."""
@@ -269,6 +277,8 @@ class FakeSlack:
             return spoiled_answer(spoiled, failure[2], None)  # nginx never reached the API
         self.calls.append(Call(method, params))
         answer = web.json_response(self._handle(method, params))
+        if gates := self._holds.get(method):
+            await gates.pop(0).wait()
         if failure and failure[0] == "drop_after":
             return drop(request)  # done, but the client never hears so
         if failure and spoiled:

@@ -54,6 +54,7 @@ class FakeTelegram:
         self._runner: web.AppRunner | None = None
         self._history: list[dict[str, Any]] = []  # every update handed out
         self._stopping = False
+        self._holds: dict[str, list[asyncio.Event]] = {}  # method -> its next calls' gates
 
     # ------------------------------------------------------------ lifecycle
 
@@ -179,6 +180,13 @@ class FakeTelegram:
         """The next `times` calls of `method` meet this fault (the kinds are listed at Fault)."""
         self.faults.extend(Fault(method, kind, retry_after, status, delay) for _ in range(times))
 
+    def hold(self, method: str) -> asyncio.Event:
+        """The next call of `method` is carried out (recorded, sent), then its answer waits
+        until the test sets the returned event: a call in flight, to act during."""
+        gate = asyncio.Event()
+        self._holds.setdefault(method, []).append(gate)
+        return gate
+
     # ------------------------------------------------------------ what tests read
 
     def calls_to(self, method: str) -> list[dict[str, Any]]:
@@ -250,6 +258,8 @@ class FakeTelegram:
         self.calls.append((method, params))
         handler = getattr(self, f"_m_{method}", None)
         answer = _ok(True) if handler is None else await handler(params)
+        if gates := self._holds.get(method):
+            await gates.pop(0).wait()
         if fault and spoiled == "drop_after":
             return drop(request)  # carried out, but the bot never hears so
         if fault and spoiled:

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from atlas.channels.base import Address, Question, QuestionOutcome
+from atlas.channels.base import Address, AnsweredElsewhere, Question, QuestionOutcome
 from atlas.home import Home
+from atlas.outbox.rows import mark_delivered
 from atlas.tools.ask import ask_user
 from atlas.tools.registry import ToolResult
 from tests.fakes.slack_server import Posted
@@ -281,3 +282,100 @@ async def test_in_a_conversation_of_one_person_only_they_or_an_owner_answer(
     assert not waiting.done()
     await interact(slack, posted, click(posted, "No"), user="U0BOB")
     assert await asyncio.wait_for(waiting, 5) == "No"
+
+
+# ---- a wait cancelled while its question is being posted still closes it -------------------------
+
+NO_ANSWER_IN_TIME = None  # a plain cancel: a timeout or /stop
+
+
+async def question_rows(slack: Harness) -> list[tuple[str, str | None]]:
+    """(state, platform_id) of the bot's question rows in the outbox."""
+    db = await slack.dispatcher.outbox.database("atlas")
+    return await db.quick(
+        lambda conn: [
+            tuple(r)
+            for r in conn.execute(
+                "SELECT state, platform_id FROM outbox WHERE kind = 'question' ORDER BY id"
+            )
+        ]
+    )
+
+
+async def cancel_while_posted(
+    slack: Harness,
+    waiting: asyncio.Task[Any],
+    reason: AnsweredElsewhere | None,
+    answer: asyncio.Event,
+) -> Posted:
+    """With chat.postMessage held (carried out, its `answer` not yet back), cancel the wait,
+    then let the answer through: the cancel still ends the wait. The question's message."""
+    await slack.fake.wait_for(lambda: len(slack.fake.posted) == 1)
+    waiting.cancel(reason)
+    await asyncio.sleep(0)  # the cancel lands while the post waits for its answer
+    assert not waiting.done()
+    answer.set()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(waiting, 5)
+    return slack.fake.posted[0]
+
+
+@pytest.mark.parametrize(
+    ("reason", "shown"),
+    [
+        (NO_ANSWER_IN_TIME, "No answer in time"),
+        (AnsweredElsewhere(("Deny",)), "Deny (on the dashboard)"),
+    ],
+)
+async def test_an_approval_cancelled_while_it_is_posted_is_closed(
+    slack: Harness, reason: AnsweredElsewhere | None, shown: str
+) -> None:
+    gate = slack.fake.hold("chat.postMessage")
+    waiting = asyncio.create_task(slack.channel.ask(slack.address(), "Proceed?", ["Allow", "Deny"]))
+    posted = await cancel_while_posted(slack, waiting, reason, gate)
+    await slack.fake.wait_for(lambda: bool(posted.edits), timeout=5)
+    assert shown in posted.edits[-1]["text"]
+    assert all(b["type"] != "actions" for b in posted.edits[-1]["blocks"])  # no live buttons
+    assert await question_rows(slack) == [("delivered", posted.ts)]
+
+
+@pytest.mark.parametrize(
+    ("reason", "shown"),
+    [
+        (NO_ANSWER_IN_TIME, "No answer in time"),
+        (AnsweredElsewhere(("SQLite", "atlas")), "SQLite (on the dashboard)"),
+    ],
+)
+async def test_questions_cancelled_while_the_first_is_posted_are_closed(
+    slack: Harness, reason: AnsweredElsewhere | None, shown: str
+) -> None:
+    gate = slack.fake.hold("chat.postMessage")
+    waiting = ask(slack, Question("Which database?", ("Postgres", "SQLite")), Question("Name?"))
+    posted = await cancel_while_posted(slack, waiting, reason, gate)
+    await slack.fake.wait_for(lambda: bool(posted.edits), timeout=5)
+    assert shown in posted.edits[-1]["text"]
+    assert all(b["type"] not in ("actions", "input") for b in posted.edits[-1]["blocks"])
+    assert len(slack.fake.posted) == 1  # the second question was never put
+    assert await question_rows(slack) == [("delivered", posted.ts)]
+
+
+async def test_an_approval_cancelled_while_its_row_is_marked_is_closed(
+    slack: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The post came back and its outbox row is being marked delivered when the wait is
+    cancelled (the cancel lands in the database call's await): closed all the same."""
+    waiting: asyncio.Task[str | None] | None = None
+
+    def cancelled_while_marking(*args: Any) -> None:
+        mark_delivered(*args)
+        assert waiting is not None
+        waiting.cancel()
+
+    monkeypatch.setattr("atlas.outbox.sender.mark_delivered", cancelled_while_marking)
+    waiting = asyncio.create_task(slack.channel.ask(slack.address(), "Proceed?", ["Allow"]))
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(waiting, 5)
+    [posted] = slack.fake.posted
+    await slack.fake.wait_for(lambda: bool(posted.edits), timeout=5)
+    assert "No answer in time" in posted.edits[-1]["text"]
+    assert await question_rows(slack) == [("delivered", posted.ts)]

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from atlas.channels.base import Address, Question, QuestionOutcome
+from atlas.channels.base import Address, AnsweredElsewhere, Question, QuestionOutcome
 from atlas.channels.manager import start_channels, stop_channels
 from atlas.channels.telegram.channel import TelegramChannel
 from atlas.dispatch import Dispatcher
@@ -337,3 +337,77 @@ async def test_questions_answered_on_the_dashboard_show_their_answers_on_telegra
     assert "SQLite (on the dashboard)" in tg.fake.messages[first]["text"]
     assert "“atlas” (on the dashboard)" in tg.fake.messages[second]["text"]
     assert tg.buttons(first) == {} and tg.buttons(second) == {}  # nothing left to tap
+
+
+# ---- a wait cancelled while its question is being sent still closes it ---------------------------
+
+NO_ANSWER_IN_TIME = None  # a plain cancel: a timeout or /stop
+
+
+async def question_rows(tg: Harness) -> list[tuple[str, str | None]]:
+    """(state, platform_id) of the bot's question rows in the outbox."""
+    db = await tg.channel.dispatcher.outbox.database("atlas")
+    return await db.quick(
+        lambda conn: [
+            tuple(r)
+            for r in conn.execute(
+                "SELECT state, platform_id FROM outbox WHERE kind = 'question' ORDER BY id"
+            )
+        ]
+    )
+
+
+async def cancel_while_sent(
+    tg: Harness,
+    waiting: asyncio.Task[Any],
+    reason: AnsweredElsewhere | None,
+    answer: asyncio.Event,
+) -> int:
+    """With sendMessage held (carried out, its `answer` not yet back), cancel the wait, then
+    let the answer through: the cancel still ends the wait. The question's message id."""
+    [message_id] = await tg.question_messages(1)
+    waiting.cancel(reason)
+    await asyncio.sleep(0)  # the cancel lands while the send waits for its answer
+    assert not waiting.done()
+    answer.set()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(waiting, 5)
+    await tg.fake.wait_for(lambda: "edited" in tg.fake.messages[message_id], timeout=5)
+    return message_id
+
+
+@pytest.mark.parametrize(
+    ("reason", "shown"),
+    [
+        (NO_ANSWER_IN_TIME, "no answer in time"),
+        (AnsweredElsewhere(("Deny",)), "Deny (on the dashboard)"),
+    ],
+)
+async def test_an_approval_cancelled_while_it_is_sent_is_closed(
+    tg: Harness, reason: AnsweredElsewhere | None, shown: str
+) -> None:
+    gate = tg.fake.hold("sendMessage")
+    waiting = asyncio.create_task(tg.channel.ask(tg.address, "Delete build/?", ["Allow", "Deny"]))
+    message_id = await cancel_while_sent(tg, waiting, reason, gate)
+    assert shown in tg.fake.messages[message_id]["text"]
+    assert tg.buttons(message_id) == {}  # nothing left to tap
+    assert await question_rows(tg) == [("delivered", str(message_id))]
+
+
+@pytest.mark.parametrize(
+    ("reason", "shown"),
+    [
+        (NO_ANSWER_IN_TIME, "no answer in time"),
+        (AnsweredElsewhere(("SQLite", "“atlas”")), "SQLite (on the dashboard)"),
+    ],
+)
+async def test_questions_cancelled_while_the_first_is_sent_are_closed(
+    tg: Harness, reason: AnsweredElsewhere | None, shown: str
+) -> None:
+    gate = tg.fake.hold("sendMessage")
+    waiting = tg.ask(Question("Which database?", ("Postgres", "SQLite")), Question("Name?"))
+    message_id = await cancel_while_sent(tg, waiting, reason, gate)
+    assert shown in tg.fake.messages[message_id]["text"]
+    assert tg.buttons(message_id) == {}
+    assert len(tg.fake.calls_to("sendMessage")) == 1  # the second question was never put
+    assert await question_rows(tg) == [("delivered", str(message_id))]

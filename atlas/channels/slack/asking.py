@@ -20,6 +20,7 @@ from atlas.channels.base import (
     QuestionStatus,
     answered_elsewhere,
 )
+from atlas.channels.in_flight import InFlight
 from atlas.channels.questions import (
     CANCEL,
     CHOOSE,
@@ -99,24 +100,21 @@ class SlackAsking(SlackSending):
         None when the question could not be delivered."""
         request_id = random_ids.token_hex(6)
         channel = slack_channel(address)
+        in_flight = InFlight[str]()
         try:
-            # A row of its own in the outbox, marked by how the post went; the wait is here.
-            async with self.dispatcher.outbox.posting(address, question) as posted:
-                ts = await self.sender.post(
-                    channel,
-                    question,
-                    thread_ts=address.thread or None,
-                    blocks=question_blocks(request_id, question, choices),
-                )
-                posted.platform_id = ts
+            # A cancel meanwhile lets the post finish: the question is then closed below.
+            blocks = question_blocks(request_id, question, choices)
+            ts = await in_flight.finish(self._post_question(address, question, blocks))
         except SendError as exc:
             log.error("%s: could not ask %r in %s: %s", self.name, question, address, exc)
+            in_flight.raise_cancel()  # the wait was cancelled meanwhile: it still ends so
             return None
         future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         pending = PendingAsk(address, channel, ts, question, choices, future)
         self._asks[request_id] = pending
         outcome = f"_{NO_ANSWER}._"
         try:
+            in_flight.raise_cancel()  # cancelled while posting: closed as any cancelled wait
             return await pending.answer
         except asyncio.CancelledError as cancel:
             if elsewhere := answered_elsewhere(cancel):  # the dashboard answered first
@@ -128,6 +126,18 @@ class SlackAsking(SlackSending):
             if pending.answer.cancelled() or not pending.answer.done():
                 pending.answer.cancel()
                 self._background.spawn(self._close_question(pending, outcome))
+
+    async def _post_question(
+        self, address: Address, text: str, blocks: list[dict[str, Any]]
+    ) -> str:
+        """Post a question; its ts. A row of its own in the outbox, marked by how the post
+        went (not queued: the caller waits on this message)."""
+        async with self.dispatcher.outbox.posting(address, text) as posted:
+            ts = await self.sender.post(
+                slack_channel(address), text, thread_ts=address.thread or None, blocks=blocks
+            )
+            posted.platform_id = ts
+        return ts
 
     async def _on_button(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         await ack()
@@ -185,15 +195,17 @@ class SlackAsking(SlackSending):
         asked = SlackQuestionSet(random_ids.token_hex(6), questions, channel)
 
         async def post(index: int) -> None:
-            async with self.dispatcher.outbox.posting(address, questions[index].text) as posted:
-                ts = await self.sender.post(
-                    channel,
-                    questions[index].text,
-                    thread_ts=address.thread or None,
-                    blocks=ask_user_blocks(asked, index),
-                )
-                posted.platform_id = ts
+            # A cancel meanwhile lets the post finish and record its message, so the cancel's
+            # closing of the open questions (collect_answers) reaches it too.
+            in_flight = InFlight[str]()
+            text, blocks = questions[index].text, ask_user_blocks(asked, index)
+            try:
+                ts = await in_flight.finish(self._post_question(address, text, blocks))
+            except SendError:
+                in_flight.raise_cancel()
+                raise
             asked.message_ts.append(ts)
+            in_flight.raise_cancel()
 
         async def close(index: int, status: QuestionStatus, detail: str) -> None:
             note = _NOTES.get(status) or detail or "Cancelled"

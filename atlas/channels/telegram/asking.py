@@ -20,6 +20,7 @@ from atlas.channels.base import (
     QuestionStatus,
     answered_elsewhere,
 )
+from atlas.channels.in_flight import InFlight
 from atlas.channels.questions import (
     CANCEL,
     CHOOSE,
@@ -97,7 +98,7 @@ class TelegramAsking(TelegramSending):
         from aiogram.types import InlineKeyboardButton, InlineKeyboardMarkup
 
         self._stop_typing(address)
-        chat_id, thread_id = target(address)
+        chat_id = target(address)[0]
         request_id = random_tokens.token_hex(6)
         buttons = InlineKeyboardMarkup(
             inline_keyboard=[
@@ -106,25 +107,20 @@ class TelegramAsking(TelegramSending):
             ]
         )
         shown = question[:QUESTION_LIMIT]
+        in_flight = InFlight[int]()
         try:
-            # A row of its own in the outbox, marked by how the post went; the wait is here.
-            async with self.dispatcher.outbox.posting(address, shown) as posted:
-                message_id = await send_chunk(
-                    self._connected(),
-                    self.retrying,
-                    chat_id,
-                    Chunk(html.escape(shown), shown),
-                    thread_id=thread_id,
-                    reply_markup=buttons,
-                )
-                posted.platform_id = str(message_id)
+            # A cancel meanwhile lets the send finish: the question is then closed below.
+            chunk = Chunk(html.escape(shown), shown)
+            message_id = await in_flight.finish(self._send_question(address, chunk, buttons))
         except SendError as exc:
             log.warning("%s: could not put a question to %s: %s", self.name, address, exc)
+            in_flight.raise_cancel()  # the wait was cancelled meanwhile: it still ends so
             return None
         future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         pending = PendingAsk(shown, choices, chat_id, message_id, future, address.user)
         self._asks[request_id] = pending
         try:
+            in_flight.raise_cancel()  # cancelled while posting: closed as any cancelled wait
             answer = await future
         except asyncio.CancelledError as cancel:
             if self.tg is not None:
@@ -142,6 +138,22 @@ class TelegramAsking(TelegramSending):
         if answer is not None:
             await self.typing(address)  # the turn goes on
         return answer
+
+    async def _send_question(self, address: Address, chunk: Chunk, reply_markup: Any) -> int:
+        """Send a question with its keyboard; its message id. A row of its own in the outbox,
+        marked by how the send went (not queued: the caller waits on this message)."""
+        chat_id, thread_id = target(address)
+        async with self.dispatcher.outbox.posting(address, chunk.plain) as posted:
+            message_id = await send_chunk(
+                self._connected(),
+                self.retrying,
+                chat_id,
+                chunk,
+                thread_id=thread_id,
+                reply_markup=reply_markup,
+            )
+            posted.platform_id = str(message_id)
+        return message_id
 
     async def _on_callback(self, query: CallbackQuery) -> None:
         """A button tap: an approval's choice, or one of ask_user's question buttons."""
@@ -196,22 +208,22 @@ class TelegramAsking(TelegramSending):
         an allowed person's answer. Undelivered when a question cannot be sent; a cancelled
         wait (a timeout) edits the open questions to say nobody answered."""
         self._stop_typing(address)
-        chat_id, thread_id = target(address)
+        chat_id = target(address)[0]
         asked = TelegramQuestionSet(random_tokens.token_hex(6), questions, chat_id)
 
         async def post(index: int) -> None:
+            # A cancel meanwhile lets the send finish and record its message, so the cancel's
+            # closing of the open questions (collect_answers) reaches it too.
             chunk = Chunk(question_html(asked, index), question_plain(asked, index))
-            async with self.dispatcher.outbox.posting(address, chunk.plain) as posted:
-                message_id = await send_chunk(
-                    self._connected(),
-                    self.retrying,
-                    chat_id,
-                    chunk,
-                    thread_id=thread_id,
-                    reply_markup=keyboard(asked, index),
-                )
-                posted.platform_id = str(message_id)
+            in_flight = InFlight[int]()
+            try:
+                sent = self._send_question(address, chunk, keyboard(asked, index))
+                message_id = await in_flight.finish(sent)
+            except SendError:
+                in_flight.raise_cancel()
+                raise
             asked.message_ids.append(message_id)
+            in_flight.raise_cancel()
 
         async def close(index: int, status: QuestionStatus, detail: str) -> None:
             note = _NOTES.get(status) or detail or "cancelled"
