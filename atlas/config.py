@@ -302,6 +302,9 @@ class BotSettings(Strict):
     # read-only: no write_file/edit_file, and commands that are not clearly read-only ask.
     mode: Literal["ask", "auto", "read-only"] = "ask"
     sandbox: BotSandboxSettings = Field(default_factory=BotSandboxSettings)
+    # A busy bot (a team's Slack): its conversations are spread over every worker process by
+    # a hash of their address; its channels stay in one (docs/ARCHITECTURE.md, "Workers").
+    spread: bool = False
 
     @field_validator("skills")
     @classmethod

@@ -25,7 +25,7 @@ from atlas.sandbox.proxy import stop_proxies
 from atlas.services import home_services, start_core, stop_turns
 from atlas.start_checks import check_before_start
 from atlas.store.home_db import HomeStore
-from atlas.workers.forwarded_channel import serve_channels
+from atlas.workers.forwarded_channel import stand_ins
 from atlas.workers.home_db import serve_home_db
 from atlas.workers.link import Link
 from atlas.workers.plan import Placement, worker_count
@@ -58,7 +58,8 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
     # The bots spread over worker processes ([daemon] workers); this process serves share 0
     # and the home's shared duties (atlas/workers/).
     placement = Placement.of(home, worker_count(home))
-    home.served = frozenset(placement.shares[HOME_SHARE])
+    home.served = placement.served_by(HOME_SHARE)
+    home.owned = frozenset(placement.shares[HOME_SHARE])
     audit = HomeStore(home.db_path)  # the one writer of atlas.db, for the workers too
     channels: dict[str, Channel] = {}
     pool: WorkerPool | None = None
@@ -67,7 +68,6 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
 
     def serve_worker(link: Link) -> None:
         serve_home_db(link, audit)
-        serve_channels(link, channels)
         elsewhere.handle_on(link)
         serve_routines(link, lambda: routines)
 
@@ -83,6 +83,8 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
     if pool is not None:
         elsewhere.serve(dispatcher)
         dispatcher.elsewhere = elsewhere
+        # Spread bots owned by a worker: their channels, as this process's turns reach them.
+        channels.update(stand_ins(home, placement, HOME_SHARE, elsewhere.call))
     runtime = dispatcher.runtime
     running = RunningChannels()
     health: HealthWriter | None = None

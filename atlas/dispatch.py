@@ -80,7 +80,7 @@ class Lane:
 class OtherProcesses(Protocol):
     """The bots served by other worker processes (atlas/workers/routing.py's Elsewhere)."""
 
-    def is_local(self, bot: str) -> bool: ...
+    def is_here(self, address: Address) -> bool: ...
 
     async def submit(self, inbound: Inbound) -> bool: ...
 
@@ -112,7 +112,7 @@ class Dispatcher:
         """Store the message and wake its conversation. False when it was a duplicate event
         (or a person's message overtook it, see `Inbound.unless_newer_than`)."""
         address = inbound.address
-        if self.elsewhere is not None and not self.elsewhere.is_local(address.bot):
+        if self.elsewhere is not None and not self.elsewhere.is_here(address):
             return await self.elsewhere.submit(inbound)
         if inbound.kind == "message" and inbound.text.strip() == STOP_COMMAND:
             stopped = self.stop_turn(address)
@@ -221,6 +221,13 @@ class Dispatcher:
             lane.turn.cancel()
             return True
         return False
+
+    async def stop_turn_anywhere(self, address: Address) -> bool:
+        """`stop_turn`, also for a conversation another worker process holds (a spread bot's,
+        whose channel is here)."""
+        if self.elsewhere is not None and not self.elsewhere.is_here(address):
+            return await self.elsewhere.stop_turn(address)
+        return self.stop_turn(address)
 
     async def wait_idle(self, address: Address) -> None:
         lane = self._lanes.get(address)

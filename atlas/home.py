@@ -102,6 +102,9 @@ class Home:
         # The bots this process serves (its channels, stores, lanes): all of them, unless
         # `atlas run` spread them over worker processes (atlas/workers/).
         self.served: frozenset[str] = frozenset(self.bots)
+        # The bots whose channels run in this process: the served ones, less a spread bot's
+        # (its conversations are spread over the workers, its channels stay in its owner).
+        self.owned: frozenset[str] = frozenset(self.bots)
         if self.settings.main not in self.bots:
             raise ConfigError(
                 f"{self.config_path}: main = {self.settings.main!r}, but there is no "
@@ -211,6 +214,9 @@ class Home:
 
     def served_bots(self) -> list[Bot]:
         return [bot for name, bot in self.bots.items() if name in self.served]
+
+    def owned_bots(self) -> list[Bot]:
+        return [bot for name, bot in self.bots.items() if name in self.owned]
 
     def bot(self, name: str | None) -> Bot:
         if name is None:

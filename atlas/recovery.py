@@ -171,11 +171,15 @@ async def resume_interrupted_turns(
         now=now,
         look_back=look_back,
         elsewhere=ELSEWHERE,
+        mine=dispatcher.elsewhere.is_here if dispatcher.elsewhere is not None else None,
     )
+    elsewhere = dispatcher.elsewhere
     for store, unfinished in found:
         for item in unfinished:
             if item.last_at >= started_at:
                 continue  # stored by this process: its lane is on it
+            if elsewhere is not None and not elsewhere.is_here(item.address):
+                continue  # a spread bot's conversation held by another worker process
             if item.address.channel not in dispatcher.channels:
                 if item.address.channel == CONSOLE:
                     await _settle_console_turn(store, item, report, now, resume_within)

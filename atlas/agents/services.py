@@ -23,7 +23,7 @@ from atlas.routines.scheduler import RoutineScheduler
 from atlas.store.home_db import HomeStore
 from atlas.tools.registry import RunContext, ToolRegistry
 from atlas.workers.routines import RemoteRoutines
-from atlas.workers.routing import Elsewhere
+from atlas.workers.routing import Elsewhere, agents_address
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,9 @@ class HomeServices:
             return f"[Message from bot {run.bot.name!r}, delivery {delivery_id}]\n{message}"
 
         elsewhere = self.dispatcher.elsewhere
-        if isinstance(elsewhere, Elsewhere) and not elsewhere.is_local(target):
+        if isinstance(elsewhere, Elsewhere) and not elsewhere.is_here(
+            agents_address(target, run.bot.name)
+        ):
             delivery_id = new_id("msg")  # served by another worker: delivered there
             await elsewhere.deliver(
                 delivery_id, run.bot.name, target, framed(delivery_id), run.notify

@@ -116,7 +116,7 @@ async def start_channels(
     background. Returns once each has had its first attempt (or after `wait` seconds)."""
     running = RunningChannels()
     first_attempts: list[asyncio.Task[bool]] = []
-    for bot in home.served_bots():
+    for bot in home.owned_bots():
         try:
             platforms = configured_platforms(bot)
         except AtlasError as exc:

@@ -13,11 +13,12 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from atlas.channels.base import Address
 from atlas.outbox.notes import unsure_note
 from atlas.outbox.rows import OutboxRow, get_row, mark_failed, mark_maybe, open_rows
 from atlas.outbox.sender import Outbox
@@ -54,17 +55,19 @@ async def resume_outbox(
     now: datetime | None = None,
     look_back: timedelta = LOOK_BACK,
     elsewhere: Collection[str] = (),
+    mine: Callable[[Address], bool] | None = None,
 ) -> ResumeReport:
     """Settle or queue every row of `bots` left unsettled by an earlier process (made before
     `started_at`, the moment this one began: later rows are this process's own). Rows for
-    the channels `elsewhere` (served by another process: the terminal's) are left alone."""
+    the channels `elsewhere` (served by another process: the terminal's) are left alone, and so
+    are rows `mine` says another worker process holds (a spread bot's other conversations)."""
     oldest = _iso((now or datetime.now(UTC)) - look_back)
     report = ResumeReport()
     for bot in bots:
         db = await outbox.database(bot)
         rows = await db.call(lambda conn, bot=bot: open_rows(conn, bot, before=_iso(started_at)))
         for row in rows:
-            if row.address.channel in elsewhere:
+            if row.address.channel in elsewhere or (mine is not None and not mine(row.address)):
                 continue
             if row.kind == "question" or row.created_at < oldest:
                 why = "a question whose wait ended" if row.kind == "question" else "too old"

@@ -1,4 +1,4 @@
-"""A worker process: `python -m atlas.workers.child HOME INDEX FD BOTS...`, started by the
+"""A worker process: `python -m atlas.workers.child HOME INDEX FD LEVEL PLACEMENT`, started by the
 home's process (atlas/workers/pool.py), never by hand.
 
 It serves its share of the home's bots as `atlas run` serves all of them in one process: their
@@ -29,12 +29,11 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 async def serve_share(home: Home, index: int, placement: Placement, link: Link) -> None:
     from atlas.channels.manager import start_channels, stop_channels
-    from atlas.dashboard.chat_channel import WEB_CHANNEL
     from atlas.process import freeze_long_lived_objects
     from atlas.recovery import resume_interrupted_turns
     from atlas.sandbox.proxy import stop_proxies
     from atlas.services import home_services, start_core, stop_turns
-    from atlas.workers.forwarded_channel import ForwardedChannel
+    from atlas.workers.forwarded_channel import stand_ins
     from atlas.workers.home_db import RemoteHomeStore
     from atlas.workers.routines import RemoteRoutines
     from atlas.workers.routing import Elsewhere
@@ -55,7 +54,8 @@ async def serve_share(home: Home, index: int, placement: Placement, link: Link) 
 
     link.on("wait_ready", wait_ready)
     link.on("stop", stop_now)
-    home.served = frozenset(placement.shares[index])
+    home.served = placement.served_by(index)
+    home.owned = frozenset(placement.shares[index])
     dispatcher = await start_core(home, {}, audit=RemoteHomeStore(home.db_path, link))
     # cronjob_manage's scheduler: the home's, over the link
     home_services(dispatcher).serve_routines(RemoteRoutines(link, dispatcher.runtime.audit))
@@ -67,8 +67,8 @@ async def serve_share(home: Home, index: int, placement: Placement, link: Link) 
     elsewhere.serve(dispatcher)
     elsewhere.handle_on(link)
     dispatcher.elsewhere = elsewhere
-    if home.settings.dashboard.enabled:  # its chat's turns with this worker's bots
-        dispatcher.channels[WEB_CHANNEL] = ForwardedChannel(WEB_CHANNEL, link, streams=True)
+    # The dashboard's chat and spread bots' channels live elsewhere: stand-ins forward to them.
+    dispatcher.channels.update(stand_ins(home, placement, index, elsewhere.call))
     running = await start_channels(home, dispatcher)
     try:
         for name, health in running.health.items():
@@ -127,7 +127,7 @@ def main(argv: list[str]) -> int:
     setup_logging(level, prefix=f"w{index} ")
     home = Home(root)
     redact_logs(home)
-    placement = Placement(tuple(tuple(share.split(",")) for share in argv[4:]))
+    placement = Placement.from_json(argv[4])
     link = Link(f"link to the home's process (worker {index})")
 
     async def go() -> None:

@@ -123,7 +123,6 @@ class WorkerPool:
 
     async def _spawn(self, worker: Worker) -> None:
         home_end, worker_end = socket_pair()
-        shares = [",".join(share) for share in self.placement.shares]
         args = [str(self.home.root), str(worker.share), str(worker_end.fileno())]
         worker.process = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -131,7 +130,7 @@ class WorkerPool:
             "atlas.workers.child",
             *args,
             str(self._log_level),
-            *shares,
+            self.placement.to_json(),
             pass_fds=[worker_end.fileno()],
             stdin=DEVNULL,
         )

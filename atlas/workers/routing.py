@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from atlas.channels.base import Address
 from atlas.errors import AtlasError
 from atlas.tools.registry import Notifier
+from atlas.workers.forwarded_channel import FORWARDED
 from atlas.workers.link import Link
 from atlas.workers.plan import Placement
 
@@ -37,13 +38,24 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HOME_SHARE = 0
-OPS = ("submit", "run_detached", "outbox_enqueue", "outbox_wait", "deliver", "notify", "stop_turn")
+OPS = (
+    "submit",
+    "run_detached",
+    "outbox_enqueue",
+    "outbox_wait",
+    "deliver",
+    "notify",
+    "stop_turn",
+    "channel",
+)
 
 
 class Elsewhere:
     """This process's view of the other processes' bots."""
 
-    def __init__(self, placement: Placement, here: int, links: Callable[[int], Link]) -> None:
+    def __init__(
+        self, placement: Placement, here: int, links: Callable[[int], Awaitable[Link]]
+    ) -> None:
         self.placement = placement
         self.here = here
         self._links = links  # in the home's process: each worker's; in a worker: the home's
@@ -64,6 +76,7 @@ class Elsewhere:
             "deliver": self._deliver_here,
             "notify": self._notify_here,
             "stop_turn": self._stop_turn_here,
+            "channel": self._channel_here,
         }
         self._served.set()
 
@@ -78,7 +91,12 @@ class Elsewhere:
         return await self._ops[op](*args)
 
     def is_local(self, bot: str) -> bool:
+        """Whether this process runs the bot's channels."""
         return self.placement.owner(bot) == self.here
+
+    def is_here(self, address: Address) -> bool:
+        """Whether this process holds the conversation (its lane, turns, outbox rows)."""
+        return self.placement.share_for(address) == self.here
 
     # ------------------------------------------------------------ asking the owner
 
@@ -94,7 +112,8 @@ class Elsewhere:
         return await self.call(share, op, *args)
 
     async def submit(self, inbound: Inbound) -> bool:
-        result: bool = await self.call(self.placement.owner(inbound.address.bot), "submit", inbound)
+        share = self.placement.share_for(inbound.address)
+        result: bool = await self.call(share, "submit", inbound)
         return result
 
     async def run_detached(
@@ -115,13 +134,13 @@ class Elsewhere:
     async def enqueue(
         self, address: Address, text: str, files: tuple[Path, ...], kind: Kind, key: str | None
     ) -> int:
-        share = self.placement.owner(address.bot)
+        share = self.placement.share_for(address)
         row_id: int = await self.call(share, "outbox_enqueue", address, text, files, kind, key)
         return row_id
 
     async def wait(self, address: Address, row_id: int) -> Delivery:
         delivery: Delivery = await self.call(
-            self.placement.owner(address.bot), "outbox_wait", address, row_id
+            self.placement.share_for(address), "outbox_wait", address, row_id
         )
         return delivery
 
@@ -131,11 +150,11 @@ class Elsewhere:
         """message_agent to a bot of another process; its reply reaches `notify` here."""
         if notify is not None:
             self._notifiers[delivery_id] = notify
-        share = self.placement.owner(target)
+        share = self.placement.share_for(agents_address(target, sender))
         await self.call(share, "deliver", self.here, delivery_id, sender, target, text)
 
     async def stop_turn(self, address: Address) -> bool:
-        stopped: bool = await self.call(self.placement.owner(address.bot), "stop_turn", address)
+        stopped: bool = await self.call(self.placement.share_for(address), "stop_turn", address)
         return stopped
 
     # ------------------------------------------------------------ answering here
@@ -177,10 +196,17 @@ class Elsewhere:
             id=delivery_id,
             sender=sender,
             target=target,
-            address=Address(target, AGENTS_CHANNEL, sender),
+            address=agents_address(target, sender),
             notify=notify,
         )
         await channel.deliver(dispatcher, delivery, text)
+
+    async def _channel_here(self, name: str, method: str, args: tuple[Any, ...]) -> Any:
+        """A channel call forwarded from another process (forwarded_channel.py)."""
+        channel = self._here().channels.get(name)
+        if channel is None or method not in FORWARDED:
+            raise AtlasError(f"no channel {name!r} with {method!r} in share {self.here}")
+        return await getattr(channel, method)(*args)
 
     async def _notify_here(self, delivery_id: str, text: str) -> None:
         notify = self._notifiers.get(delivery_id)
@@ -188,6 +214,11 @@ class Elsewhere:
             log.info("reply to %s, whose conversation is gone: %.200s", delivery_id, text)
             return
         await notify(text)
+
+
+def agents_address(target: str, sender: str) -> Address:
+    """The conversation a message_agent delivery goes to (atlas/agents/channel.py's)."""
+    return Address(target, "agents", sender)
 
 
 class RoutedOutbox:
@@ -206,12 +237,12 @@ class RoutedOutbox:
         kind: Kind,
         key: str | None = None,
     ) -> int:
-        if self._elsewhere.is_local(address.bot):
+        if self._elsewhere.is_here(address):
             return await self._dispatcher.outbox.enqueue(address, text, files, kind=kind, key=key)
         return await self._elsewhere.enqueue(address, text, tuple(files), kind, key)
 
     async def wait(self, address: Address, row_id: int) -> Delivery:
-        if self._elsewhere.is_local(address.bot):
+        if self._elsewhere.is_here(address):
             return await self._dispatcher.outbox.wait(address, row_id)
         return await self._elsewhere.wait(address, row_id)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from atlas.channels.base import Address
 from atlas.daemon import serve
 from atlas.home import Home
 from atlas.workers.plan import Placement
@@ -154,6 +155,113 @@ async def test_a_worker_killed_mid_turn_is_restarted_and_the_turn_is_answered(
         )
         # The other bots never stopped: the home's process answers throughout.
         await ask(fakes, 0, "T0-0-1 still here?")
+    finally:
+        stop.set()
+        await asyncio.wait_for(daemon, 30)
+
+
+SPREAD_CHATS = 8
+
+
+@pytest.fixture
+async def one_bot_fakes(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Fakes]:
+    monkeypatch.delenv("ATLAS_WORKERS")
+    monkeypatch.setenv(token_env(0), bot_token(0))
+    async with Fakes(bots=1, latency=0.0) as made:
+        yield made
+
+
+def spread_home(root: Path, fakes: Fakes) -> Home:
+    fakes.write_home(root, conversations=SPREAD_CHATS)
+    with (root / "config.toml").open("a") as config:
+        config.write("\n[daemon]\nworkers = 2\n")
+    bot_toml = root / "bots" / "atlas" / "bot.toml"
+    bot_toml.write_text("spread = true\n" + bot_toml.read_text())
+    return Home(root)
+
+
+def replies_by_chat(fakes: Fakes) -> dict[int, list[str]]:
+    telegram = fakes.telegrams[0]
+    return {
+        chat: telegram.sent_texts(chat) for chat in range(FIRST_CHAT, FIRST_CHAT + SPREAD_CHATS)
+    }
+
+
+async def test_a_spread_bots_conversations_run_in_both_processes_each_answered_once(
+    tmp_path: Path, one_bot_fakes: Fakes
+) -> None:
+    fakes = one_bot_fakes
+    home = spread_home(tmp_path / "home", fakes)
+    placement = Placement.of(home, 2)
+    assert placement.spread == {"atlas"} and placement.shares == (("atlas",), ())
+    shares = {
+        placement.share_for(Address("atlas", "telegram:atlas", str(chat)))
+        for chat in range(FIRST_CHAT, FIRST_CHAT + SPREAD_CHATS)
+    }
+    assert shares == {0, 1}, "the chats of this test fall in both shares"
+    stop = asyncio.Event()
+    daemon = asyncio.create_task(serve(home, stop=stop))
+    try:
+        await until(lambda: len(worker_pids()) == 1)
+        [child] = worker_pids()
+        telegram = fakes.telegrams[0]
+        for chat in range(FIRST_CHAT, FIRST_CHAT + SPREAD_CHATS):  # all at once
+            await telegram.push(telegram.message(f"T0-{chat}-1 [tool] read note.txt", user_id=chat))
+        await telegram.wait_for(lambda: all(replies_by_chat(fakes).values()), timeout=60)
+        for chat, texts in replies_by_chat(fakes).items():
+            assert len(texts) == 1 and f"T0-{chat}-1" in texts[0], (chat, texts)
+        # The worker held the bot's conversations of its share: it has the store open, and its
+        # gate decisions are in atlas.db, which only the home's process opens.
+        open_files = {os.readlink(fd) for fd in Path(f"/proc/{child}/fd").iterdir()}
+        assert any(path.endswith("bots/atlas/conversations.db") for path in open_files)
+        assert not any(path.endswith("atlas.db") for path in open_files)
+    finally:
+        stop.set()
+        await asyncio.wait_for(daemon, 30)
+
+
+async def test_a_killed_worker_recovers_only_its_share_of_a_spread_bot(
+    tmp_path: Path, one_bot_fakes: Fakes
+) -> None:
+    fakes = one_bot_fakes
+    home = spread_home(tmp_path / "home", fakes)
+    placement = Placement.of(home, 2)
+    chats = range(FIRST_CHAT, FIRST_CHAT + SPREAD_CHATS)
+
+    def share_of(chat: int) -> int:
+        return placement.share_for(Address("atlas", "telegram:atlas", str(chat)))
+
+    worker_chat = next(c for c in chats if share_of(c) == 1)
+    home_chat = next(c for c in chats if share_of(c) == 0)
+    stop = asyncio.Event()
+    daemon = asyncio.create_task(serve(home, stop=stop))
+    try:
+        await until(lambda: len(worker_pids()) == 1)
+        [first] = worker_pids()
+        telegram = fakes.telegrams[0]
+        for chat in chats:
+            await telegram.push(telegram.message(f"T0-{chat}-1 hello", user_id=chat))
+        await telegram.wait_for(lambda: all(replies_by_chat(fakes).values()), timeout=60)
+        # A turn in each process is with the model when the worker is killed: the restarted
+        # worker resumes its own, and leaves the home's process's alone (it is still running).
+        fakes.model.latency = 3.0
+        for chat in (worker_chat, home_chat):
+            await telegram.push(telegram.message(f"T0-{chat}-2 again", user_id=chat))
+        for chat in (worker_chat, home_chat):
+            await until(lambda chat=chat: f"T0-{chat}-2" in fakes.model.first_request_at)
+        os.kill(first, signal.SIGKILL)
+        fakes.model.latency = 0.0
+        await telegram.wait_for(
+            lambda: any(f"T0-{worker_chat}-2" in t for t in telegram.sent_texts(worker_chat)),
+            timeout=40,
+        )
+        await asyncio.sleep(1.0)  # time for a wrong second answer or resume to show
+        await telegram.wait_for(
+            lambda: any(f"T0-{home_chat}-2" in t for t in telegram.sent_texts(home_chat))
+        )
+        for chat, texts in replies_by_chat(fakes).items():
+            expected = 2 if chat in (worker_chat, home_chat) else 1
+            assert len(texts) == expected, (chat, texts)
     finally:
         stop.set()
         await asyncio.wait_for(daemon, 30)

@@ -195,7 +195,7 @@ class SlackInbound(SlackAsking):
 
         if command == "new":
             # The next message here starts a fresh conversation; this one stays stored.
-            self.dispatcher.stop_turn(address)
+            await self.dispatcher.stop_turn_anywhere(address)
             await self.generations.bump(slack_channel(address), address.thread)
             await self._send_quietly(address, NEW_CONVERSATION)
         else:

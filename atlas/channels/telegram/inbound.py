@@ -257,7 +257,7 @@ class TelegramInbound(TelegramAsking):
     async def _run_command(self, command: str, address: Address) -> bool:
         """/new, /status, /start and /help, answered here; False for anything else."""
         if command == "/new":
-            self.dispatcher.stop_turn(address)
+            await self.dispatcher.stop_turn_anywhere(address)
             await self.generations.bump(platform_chat(address.chat), address.thread, address.user)
             await self._say(address, NEW_CONVERSATION)
         elif command == "/status":
