@@ -3,7 +3,10 @@ fakes themselves, the daemon as a child process with probes, and readings from /
 
 The child (`python scripts/loadkit.py daemon --home H --report R`) is `atlas run` plus probes:
 an event-loop lag monitor (SIGUSR1 starts a measuring window, SIGUSR2 writes the window's
-figures to R) and, with `--profile P`, cProfile over that window.
+figures to R) and, with `--profile P`, cProfile over that window. The probes (lag, garbage
+collections, the profile) watch the home's process only (share 0: its bots, the scheduler,
+atlas.db); its worker processes (atlas/workers/) run no probe. CPU and memory are read from
+/proc for every process of the daemon (`Daemon.cpu_seconds`, `Daemon.memory_kb`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from atlas.process import run, setup_logging
 from atlas.store.message_index import INDEXES
+from atlas.workers.plan import WORKERS_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -123,8 +127,12 @@ def write_home(
     timeout: float = 30.0,
     routines: dict[str, str] | None = None,
     context_window: int = 128_000,
+    workers: int | None = None,
+    spread: bool = False,
 ) -> None:
-    """A home whose bots each have a Telegram channel (a fake bot of its own), all on one model."""
+    """A home whose bots each have a Telegram channel (a fake bot of its own), all on one model.
+    `workers`: `[daemon] workers` (None: the daemon's default, one per core); `spread`: every
+    bot's conversations spread over the workers (bot.toml `spread = true`)."""
     from atlas.home import init_home
 
     init_home(root)
@@ -152,6 +160,7 @@ enabled = false
 [routines]
 poll_seconds = 1.0
 """
+        + (f"\n[daemon]\nworkers = {workers}\n" if workers else "")
     )
     users = ", ".join(str(u) for u in allowed_users)
     for index in range(bots):
@@ -161,6 +170,7 @@ poll_seconds = 1.0
             f"""\
 title = "Load bot {index}"
 mode = "auto"
+spread = {"true" if spread else "false"}
 
 [channels.telegram]
 token_env = "{token_env(index)}"
@@ -238,12 +248,16 @@ class Fakes:
             **options,
         )
 
-    def env(self, home: Path) -> dict[str, str]:
+    def env(self, home: Path, *, workers: int | None = None) -> dict[str, str]:
+        """The daemon's environment; with `workers`, $ATLAS_WORKERS says the same number as
+        the home's `[daemon] workers` (it would override it)."""
         env = {
             key: value
             for key, value in os.environ.items()
             if not key.upper().endswith(("_PROXY", "_KEY", "_TOKEN"))
         }
+        if workers:
+            env[WORKERS_ENV] = str(workers)
         env.update({token_env(i): bot_token(i) for i in range(self.bots)})
         env["ATLAS_HOME"] = str(home)
         env["NO_PROXY"] = "127.0.0.1,localhost"
@@ -378,18 +392,65 @@ class Daemon:
         await asyncio.sleep(0.05)  # written whole: it is small
         return json.loads(self.report_path.read_text())
 
-    def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+    def worker_pids(self) -> list[int]:
+        """The daemon's live worker processes (atlas/workers/child.py), its direct children."""
+        return worker_pids(self.pid)
 
-    def memory_kb(self) -> dict[str, int]:
-        """VmRSS (now) and VmHWM (peak) of the daemon, in KiB."""
-        found = {}
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                found[key] = int(value.split()[0])
+    def cpu_seconds(self) -> float:
+        """User + system CPU of every process of the daemon: the home's process (all its
+        threads), the children it has reaped (a worker that died and was restarted, a command
+        a tool ran) and its live workers, whose CPU reaches the parent's only once they end."""
+        return process_cpu_seconds(self.pid, children=True) + sum(
+            process_cpu_seconds(pid) for pid in self.worker_pids()
+        )
+
+    def memory_kb(self, *, every_process: bool = False) -> dict[str, int]:
+        """VmRSS (now) and VmHWM (peak) of the home's process in KiB; with `every_process`,
+        summed over it and its live workers (the peaks of each, so at most the peak of all)."""
+        found = {"VmRSS": 0, "VmHWM": 0}
+        for pid in [self.pid, *(self.worker_pids() if every_process else [])]:
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    key, _, value = line.partition(":")
+                    if key in found:
+                        found[key] += int(value.split()[0])
         return found
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command name (which may hold spaces): [0] is the
+    state, [1] the parent's pid, [11] utime, [12] stime, [13] cutime, [14] cstime."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def process_cpu_seconds(pid: int, *, children: bool = False) -> float:
+    """utime + stime of one process (0 once it is gone); with `children`, plus the CPU of
+    the children it has waited for."""
+    try:
+        fields = _stat_fields(pid)
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12])
+    if children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / CLOCK_TICKS
+
+
+def worker_pids(parent: int) -> list[int]:
+    """Live children of `parent` whose command line runs atlas.workers.child."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = _stat_fields(int(entry.name))
+            if int(fields[1]) != parent or fields[0] == "Z":
+                continue
+            if b"atlas.workers.child" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            continue  # ended while we looked
+    return sorted(found)
 
 
 class LagMonitor:

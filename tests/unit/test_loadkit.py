@@ -1,0 +1,111 @@
+"""scripts/loadkit.py's readings for the benchmarks with worker processes: the home they write
+asks for N workers (and a spread bot), the daemon's environment agrees, and the CPU of the
+daemon counts its live worker children, which the parent's own /proc/PID/stat leaves out
+until they end."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from atlas.home import Home
+from atlas.workers.plan import WORKERS_ENV, worker_count
+from scripts.loadkit import (
+    Daemon,
+    Fakes,
+    process_cpu_seconds,
+    worker_pids,
+    write_home,
+)
+
+# A child that burns CPU, with the worker module's name on its command line.
+BURN = "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass\n"
+SLEEP = "import time\ntime.sleep(3)\n"
+
+
+def test_the_home_asks_for_the_workers_and_spreads_its_bots(tmp_path: Path) -> None:
+    write_home(
+        tmp_path,
+        bots=3,
+        model_url="http://127.0.0.1:1/v1",
+        telegram_urls=["http://127.0.0.1:2"] * 3,
+        allowed_users=[5000],
+        concurrent_turns=8,
+        workers=2,
+        spread=True,
+    )
+    home = Home(tmp_path)
+    assert home.settings.daemon.workers == 2
+    assert all(bot.settings.spread for bot in home.bots.values())
+    write_home(
+        tmp_path,
+        bots=3,
+        model_url="http://127.0.0.1:1/v1",
+        telegram_urls=["http://127.0.0.1:2"] * 3,
+        allowed_users=[5000],
+        concurrent_turns=8,
+    )
+    home = Home(tmp_path)
+    assert home.settings.daemon.workers is None
+    assert not any(bot.settings.spread for bot in home.bots.values())
+
+
+def test_the_daemons_environment_says_the_same_number_of_workers(tmp_path: Path) -> None:
+    fakes = Fakes(bots=1, latency=0.0)
+    assert fakes.env(tmp_path, workers=2)[WORKERS_ENV] == "2"
+    # conftest.py sets ATLAS_WORKERS=1 for tests: without a number it is passed on unchanged
+    assert fakes.env(tmp_path).get(WORKERS_ENV) == "1"
+
+
+def test_worker_count_follows_the_config_when_the_environment_agrees(
+    tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    write_home(
+        tmp_path,
+        bots=10,
+        model_url="http://127.0.0.1:1/v1",
+        telegram_urls=["http://127.0.0.1:2"] * 10,
+        allowed_users=[5000],
+        concurrent_turns=8,
+        workers=2,
+    )
+    monkeypatch.delenv(WORKERS_ENV)
+    assert worker_count(Home(tmp_path)) == 2
+
+
+def test_cpu_counts_live_worker_children_and_reaped_ones(tmp_path: Path) -> None:
+    # A parent that starts a CPU-burning "worker" and sleeps: the parent's own utime stays
+    # near 0; its live child's CPU is counted through worker_pids, then through cutime.
+    parent_code = (
+        "import subprocess, sys, time\n"
+        f"child = subprocess.Popen([sys.executable, '-c', {BURN!r}, 'atlas.workers.child'])\n"
+        f"other = subprocess.Popen([sys.executable, '-c', {SLEEP!r}, 'something.else'])\n"
+        "time.sleep(1.5)\n"
+        "child.wait()\n"
+        "print('reaped', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE)
+    daemon = Daemon(tmp_path, {}, tmp_path / "log")
+    daemon.process = parent  # type: ignore[assignment]
+    try:
+        deadline = time.monotonic() + 10
+        while not worker_pids(parent.pid):
+            assert time.monotonic() < deadline, "the child did not start"
+            time.sleep(0.02)
+        (child,) = worker_pids(parent.pid)  # the other child is not a worker
+        while process_cpu_seconds(child) < 0.3:
+            assert time.monotonic() < deadline, "the child burnt no CPU"
+            time.sleep(0.02)
+        assert process_cpu_seconds(parent.pid) < 0.2
+        assert daemon.cpu_seconds() >= 0.3  # the live child's, counted
+        assert parent.stdout is not None
+        assert parent.stdout.readline() == b"reaped\n"
+        assert worker_pids(parent.pid) == []
+        assert daemon.cpu_seconds() >= 0.35  # now in the parent's cutime
+        assert daemon.memory_kb(every_process=True)["VmRSS"] > 0
+    finally:
+        parent.kill()
+        parent.wait()
