@@ -1,6 +1,7 @@
 """Start-up figures: `atlas --help`, `atlas run` until a message sent at start is answered, idle RSS.
 
-    uv run python scripts/bench_startup.py [--bots 10] [--runs 5] [--idle-seconds 60] [--json]
+    uv run python scripts/bench_startup.py [--bots 10] [--runs 5] [--idle-seconds 60]
+        [--workers N] [--json]
 
 - help_s: wall time of `atlas --help` (the console script of this environment), median of runs;
 - ready_s: `atlas run` (through scripts/loadkit.py's probe child, which adds nothing before
@@ -10,7 +11,11 @@
   getUpdates call), daemon_ready_s (the daemon logs "ready", after the routine scheduler,
   the dashboard and the plugin socket have started), first_answer_s (the first bot's answer);
 - idle_rss_mb: the daemon's RSS after `--idle-seconds` with every bot polling and no traffic
-  (measured in the last run), and its peak.
+  (measured in the last run), and its peak: the home's process; idle_rss_mb_all: the home's
+  process and its workers together;
+- `--workers N`: `[daemon] workers = N` in the home (and $ATLAS_WORKERS=N for the daemon);
+  without it the daemon's default (one per core). workers_ready_s: the phase at which the home's
+  process logs that its workers are ready (with more than one process).
 Everything listens on 127.0.0.1 only.
 """
 
@@ -18,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
+import os
 import statistics
 import subprocess
 import sys
@@ -43,10 +50,11 @@ def time_help(runs: int) -> list[float]:
 
 
 READY_LOG = "ready; stop with"  # atlas/daemon.py's line once everything has started
-PHASES = ("polling", "daemon_ready", "first_answer", "ready")
+WORKERS_LOG = "workers ready:"  # atlas/daemon.py's, once each worker has started its bots
+PHASES = ("polling", "workers_ready", "daemon_ready", "first_answer", "ready")
 
 
-async def one_start(fakes: Fakes, daemon: Daemon, run: int) -> dict[str, float]:
+async def one_start(fakes: Fakes, daemon: Daemon, run: int, workers: int) -> dict[str, float]:
     """Seconds from spawn to each phase of one start. A message is pushed to every bot's fake
     Bot API right after the spawn, as a person writing at that moment would."""
     before = fakes.polls()
@@ -57,12 +65,16 @@ async def one_start(fakes: Fakes, daemon: Daemon, run: int) -> dict[str, float]:
         tag = f"T{bot}-{FIRST_CHAT}-{run}"
         answers.append(telegram.expect(tag))
         await telegram.push(telegram.message(f"{tag} please answer", user_id=FIRST_CHAT))
-    polling, logged = await asyncio.gather(
-        fakes.wait_polling(before, 60), daemon.wait_logged(READY_LOG, 60)
+    workers_logged = (
+        daemon.wait_logged(WORKERS_LOG, 60) if workers > 1 else asyncio.sleep(0, float("nan"))
+    )
+    polling, workers_ready, logged = await asyncio.gather(
+        fakes.wait_polling(before, 60), workers_logged, daemon.wait_logged(READY_LOG, 60)
     )
     arrived = await asyncio.wait_for(asyncio.gather(*answers), 60)
     return {
         "polling": polling,
+        "workers_ready": workers_ready,
         "daemon_ready": logged,
         "first_answer": min(arrived) - started,
         "ready": max(arrived) - started,
@@ -72,21 +84,27 @@ async def one_start(fakes: Fakes, daemon: Daemon, run: int) -> dict[str, float]:
 async def time_ready(args: argparse.Namespace) -> dict[str, Any]:
     phases: dict[str, list[float]] = {phase: [] for phase in PHASES}
     idle: dict[str, int] = {}
+    idle_all: dict[str, int] = {}
+    processes = 0
     with tempfile.TemporaryDirectory(prefix="atlas-start-") as tmp:
         home = Path(tmp) / "home"
         async with Fakes(args.bots, 0.0) as fakes:
-            fakes.write_home(home, conversations=1, concurrent_turns=8)
+            fakes.write_home(home, conversations=1, concurrent_turns=8, workers=args.workers)
+            env = fakes.env(home, workers=args.workers)
+            workers = min(args.workers or os.cpu_count() or 1, args.bots)
             for run in range(args.runs):
-                daemon = Daemon(home, fakes.env(home), Path(tmp) / f"daemon-{run}.log")
+                daemon = Daemon(home, env, Path(tmp) / f"daemon-{run}.log")
                 try:
-                    for phase, seconds in (await one_start(fakes, daemon, run)).items():
+                    for phase, seconds in (await one_start(fakes, daemon, run, workers)).items():
                         phases[phase].append(seconds)
                     if run == args.runs - 1:
                         await asyncio.sleep(args.idle_seconds)
                         idle = daemon.memory_kb()
+                        idle_all = daemon.memory_kb(every_process=True)
+                        processes = 1 + len(daemon.worker_pids())
                 finally:
                     daemon.stop()
-    return {"phases": phases, "idle": idle}
+    return {"phases": phases, "idle": idle, "idle_all": idle_all, "workers": processes}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,12 +112,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bots", type=int, default=10)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--idle-seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--workers", type=int, help="[daemon] workers (default: the daemon's, one per core)"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     helps = time_help(args.runs)
     measured = asyncio.run(time_ready(args))
     result: dict[str, Any] = {
         "bots": args.bots,
+        "workers": measured["workers"],
         "runs": args.runs,
         "help_s": round(statistics.median(helps), 3),
         "help_min_s": round(min(helps), 3),
@@ -108,10 +130,12 @@ def main(argv: list[str] | None = None) -> int:
         **{
             f"{phase}_s": round(statistics.median(measured["phases"][phase]), 3)
             for phase in PHASES[:-1]
+            if not any(math.isnan(seconds) for seconds in measured["phases"][phase])
         },
         "idle_seconds": args.idle_seconds,
         "idle_rss_mb": round(measured["idle"].get("VmRSS", 0) / 1024, 1),
         "idle_peak_rss_mb": round(measured["idle"].get("VmHWM", 0) / 1024, 1),
+        "idle_rss_mb_all": round(measured["idle_all"].get("VmRSS", 0) / 1024, 1),
         **{f"machine_{key}": value for key, value in machine().items()},
     }
     print_result(result, args.json)

@@ -2,7 +2,7 @@
 
     uv run python scripts/bench_turns.py [--bots 10] [--conversations 200] [--turns 5]
         [--warmup 2] [--latency 0.5] [--lockstep] [--seed 1] [--concurrent-turns N]
-        [--profile out.prof] [--json]
+        [--workers N] [--spread] [--profile out.prof] [--json]
 
 The daemon runs as a child process (`atlas run` plus probes, see scripts/loadkit.py) with B
 Telegram bots, each on its own fake Bot API, all on one fake OpenAI-compatible model that
@@ -14,13 +14,20 @@ every turn after comes in a wave of C (the worst case). Figures cover the steady
 the moment every conversation is past its warm-up to the moment the first one has no turns
 left, so all C are busy throughout. Everything listens on 127.0.0.1 only.
 
+`--workers N` writes `[daemon] workers = N` in the home (and sets $ATLAS_WORKERS to N for the
+daemon); without it the daemon picks its default (one per core, at most one per bot).
+`--spread` marks every bot `spread = true` (its conversations spread over the workers).
+
 Printed as `name: value` lines (or one JSON object with `--json`):
 - turns_per_s, and its ratio to C/L and to the set-up's real limit C/(L x model calls per turn);
 - overhead per turn p50/p95/p99: from the update entering the fake Bot API (the person's
   message sent) to the reply arriving at sendMessage, minus the time the fake model spent on
   that turn's calls; the wait for the bot's next getUpdates is part of it;
+- the daemon's CPU time per turn over the window, summed over every process (the home's and
+  its workers); workers: how many processes served (the home's + its live worker children);
 - event-loop lag p99 (a task sleeping 20 ms: how late it wakes), garbage collections and
-  their pauses, peak RSS, and the daemon's CPU time per turn, all over the window;
+  their pauses, peak RSS: the home's process only (its workers run no probe); rss_after_mb_all:
+  the RSS of every process at the end;
 - where the overhead sits (the breakdown): p50/p99 of the wait until getUpdates hands the
   update out (poll_wait), p50 of the overhead from that moment (overhead_from_served, the
   figure this script reported as overhead before), of the time from there to the first model
@@ -174,10 +181,16 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="atlas-bench-") as tmp:
         home = Path(tmp) / "home"
         async with Fakes(args.bots, args.latency) as fakes:
-            fakes.write_home(home, conversations=args.conversations, concurrent_turns=concurrent)
+            fakes.write_home(
+                home,
+                conversations=args.conversations,
+                concurrent_turns=concurrent,
+                workers=args.workers,
+                spread=args.spread,
+            )
             daemon = Daemon(
                 home,
-                fakes.env(home),
+                fakes.env(home, workers=args.workers),
                 Path(tmp) / "daemon.log",
                 profile=args.profile,
             )
@@ -210,6 +223,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 harness_cpu = time.process_time() - harness_before
                 harness_wall = time.monotonic() - wall_before
                 memory = daemon.memory_kb()
+                memory_all = daemon.memory_kb(every_process=True)
+                processes = 1 + len(daemon.worker_pids())
             finally:
                 code = daemon.stop()
                 log_tail = (Path(tmp) / "daemon.log").read_text(errors="replace")[-3000:]
@@ -227,6 +242,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     rate = len(turns) / seconds
     result: dict[str, Any] = {
         "bots": args.bots,
+        "workers": processes,
+        "spread": args.spread,
         "conversations": args.conversations,
         "concurrent_turns": concurrent,
         "latency_ms": args.latency * 1000,
@@ -289,6 +306,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "gc_pause_total_ms": round(probe["gc_pause_total_ms"], 1),
         "peak_rss_mb": round(memory["VmHWM"] / 1024, 1),
         "rss_after_mb": round(memory["VmRSS"] / 1024, 1),
+        "rss_after_mb_all": round(memory_all["VmRSS"] / 1024, 1),
         **{f"machine_{key}": value for key, value in machine().items()},
     }
     return result
@@ -307,6 +325,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency", type=float, default=0.5, help="fake model seconds per call")
     parser.add_argument(
         "--concurrent-turns", type=int, default=0, help="[limits] concurrent_turns (default: C)"
+    )
+    parser.add_argument(
+        "--workers", type=int, help="[daemon] workers (default: the daemon's, one per core)"
+    )
+    parser.add_argument(
+        "--spread", action="store_true", help="every bot's conversations spread over workers"
     )
     parser.add_argument("--max-seconds", type=float, default=600, help="give up after this long")
     parser.add_argument("--profile", type=Path, help="cProfile the daemon's loop over the window")
