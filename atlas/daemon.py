@@ -25,6 +25,7 @@ from atlas.sandbox.proxy import stop_proxies
 from atlas.services import home_services, start_core, stop_turns
 from atlas.start_checks import check_before_start
 from atlas.store.home_db import HomeStore
+from atlas.workers.asks import dispatchers_asks, serve_asks
 from atlas.workers.forwarded_channel import stand_ins
 from atlas.workers.home_db import serve_home_db
 from atlas.workers.link import Link
@@ -70,6 +71,7 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
         serve_home_db(link, audit)
         elsewhere.handle_on(link)
         serve_routines(link, lambda: routines)
+        serve_asks(link, dispatchers_asks(elsewhere))  # its questions on the Waiting page
 
     if placement.count > 1:  # started first: their start-up overlaps this one's
         pool = WorkerPool(home, placement, on_link=serve_worker, log_level=log.getEffectiveLevel())

@@ -57,6 +57,7 @@ class PendingAsk:
     )
     outcome: str = ""  # once settled: what answered it, and where
     asker: str = ""  # a subagent's question: which subagent asks (`subagent sa-1a2b3c`)
+    share: int = 0  # the worker process whose turn waits on it (0: the home's process)
 
     @property
     def title(self) -> str:
@@ -211,8 +212,7 @@ class PendingAsks:
         said: Callable[[T], str],
     ) -> object:
         channel = asyncio.ensure_future(channel_wait)
-        self._open[pending.id] = pending
-        self._changed()
+        self._list(pending)
         try:
             await asyncio.wait({channel, pending.answer}, return_when=asyncio.FIRST_COMPLETED)
             if pending.answer.done():  # the dashboard's answer came first (settled there)
@@ -233,6 +233,39 @@ class PendingAsks:
             if not pending.answer.done():
                 pending.answer.cancel()  # a late answer from the dashboard finds it closed
             self._settle(pending, "closed")  # a channel that failed
+
+    # ---- a question whose turn waits in a worker process (atlas/workers/asks.py)
+
+    def list_elsewhere(self, pending: PendingAsk, forward: Callable[[object], None]) -> None:
+        """List a question that another process's turn waits on. An answer given here (the
+        page's) resolves `pending.answer` and settles the entry at once, as for a question of
+        this process; `forward` carries it to that process, where the first answer wins."""
+
+        def answered(future: asyncio.Future[object]) -> None:
+            if not future.cancelled():
+                forward(future.result())
+
+        pending.answer.add_done_callback(answered)
+        self._list(pending)
+
+    def close_elsewhere(self, ask_id: str, outcome: str) -> None:
+        """The other process's word on how its question ended (the channel's answer, the
+        page's, no answer in time). It has the last word: when a chat's answer beat the page's
+        there, the entry the page closed shows the chat's."""
+        pending = self._open.get(ask_id)
+        if pending is not None:
+            if not pending.answer.done():
+                pending.answer.cancel()  # a late answer from the page finds it closed
+            self._settle(pending, outcome)
+            return
+        for settled in self.settled:
+            if settled.id == ask_id and settled.outcome != outcome:
+                settled.outcome = outcome
+                self._changed()
+
+    def _list(self, pending: PendingAsk) -> None:
+        self._open[pending.id] = pending
+        self._changed()
 
     def _settle(self, pending: PendingAsk, outcome: str) -> None:
         """Closed: off the open list, onto the answered one (once), and listeners told."""

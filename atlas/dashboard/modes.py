@@ -20,6 +20,7 @@ from atlas.store.home_db import GateRecord, HomeStore
 
 if TYPE_CHECKING:
     from atlas.tools.registry import ConversationState
+    from atlas.workers.dashboard_ops import Workers
 
 BOTS_OWN = "the bot's"  # a conversation without a mode of its own follows its bot's
 MODES: tuple[str, ...] = get_args(BotSettings.model_fields["mode"].annotation)
@@ -41,9 +42,12 @@ def _write_mode(path: Path, mode: str, settings: Settings) -> BotSettings:
     return loaded
 
 
-async def set_bot_mode(home: Home, audit: HomeStore, name: str, mode: str) -> str:
+async def set_bot_mode(
+    home: Home, audit: HomeStore, name: str, mode: str, workers: Workers | None = None
+) -> str:
     """Set bot `name`'s default mode; returns the mode it had. Conversations that chose their
-    own with /mode keep it; every other turn from now on uses the new one."""
+    own with /mode keep it; every other turn from now on uses the new one, in every worker
+    process too (`workers`: each keeps its own copy of the home's bots)."""
     if mode not in MODES:
         raise AtlasError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     bot = home.bot(name)
@@ -51,6 +55,8 @@ async def set_bot_mode(home: Home, audit: HomeStore, name: str, mode: str) -> st
     settings = await asyncio.to_thread(_write_mode, bot.root / "bot.toml", mode, home.settings)
     home.bots[name] = dataclasses.replace(bot, settings=settings)
     home.__dict__.pop("main_bot", None)  # a cached_property holding the old Bot
+    if workers is not None:
+        await workers.bot_settings(name, settings)
     await audit.record_decision(
         GateRecord(
             bot=name,
@@ -74,15 +80,23 @@ async def set_conversation_mode(
     bot: str,
     conversation_id: int,
     mode: str,
+    workers: Workers | None = None,
 ) -> str | None:
     """Set (or with "", clear) the mode a conversation chose with /mode, as /mode would: in
-    memory until a restart. Returns the mode it had. Only a conversation this daemon holds."""
+    memory until a restart. Returns the mode it had. Only a conversation this daemon holds
+    (in this process, or in the worker process holding it)."""
     if mode and mode not in MODES:
         raise AtlasError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     state = states.get((bot, conversation_id))
-    if state is None:
+    if state is not None:
+        previous, state.mode = state.mode, mode or None
+    elif (
+        workers is not None
+        and (found := await workers.set_conversation_mode(bot, conversation_id, mode)) is not None
+    ):
+        previous = found or None
+    else:
         raise AtlasError(f"conversation {bot} #{conversation_id} has no state in this daemon")
-    previous, state.mode = state.mode, mode or None
     await audit.record_decision(
         GateRecord(
             bot=bot,

@@ -33,6 +33,8 @@ async def serve_share(home: Home, index: int, placement: Placement, link: Link) 
     from atlas.recovery import resume_interrupted_turns
     from atlas.sandbox.proxy import stop_proxies
     from atlas.services import home_services, start_core, stop_turns
+    from atlas.workers.asks import ForwardedAsks
+    from atlas.workers.dashboard_ops import serve_dashboard_ops
     from atlas.workers.forwarded_channel import stand_ins
     from atlas.workers.home_db import RemoteHomeStore
     from atlas.workers.routines import RemoteRoutines
@@ -57,6 +59,10 @@ async def serve_share(home: Home, index: int, placement: Placement, link: Link) 
     home.served = placement.served_by(index)
     home.owned = frozenset(placement.shares[index])
     dispatcher = await start_core(home, {}, audit=RemoteHomeStore(home.db_path, link))
+    # Its turns' questions listed on the dashboard's Waiting page; the dashboard's mode
+    # changes, conversation modes and workbench reach this process.
+    dispatcher.asks = ForwardedAsks(link, index)
+    serve_dashboard_ops(link, dispatcher, index)
     # cronjob_manage's scheduler: the home's, over the link
     home_services(dispatcher).serve_routines(RemoteRoutines(link, dispatcher.runtime.audit))
 

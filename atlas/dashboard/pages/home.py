@@ -111,6 +111,11 @@ async def waiting(dashboard: Dashboard) -> Waiting:
         for (bot, conversation), state in dashboard.conversation_states().items()
         for question in state.pending_asks
     ]
+    approvals += [  # a worker process's turns': their states are there, their questions here
+        (ask.address.bot, ask.conversation_id, ask.question)
+        for ask in dashboard.asks.open()
+        if ask.share and ask.kind == "approval"
+    ]
     pairings = await dashboard.audit.quick(lambda db: pending_pairings(db, utc_now_iso()))
     return Waiting(approvals, pairings)
 

@@ -13,6 +13,7 @@ from atlas.dashboard.page import Page
 from atlas.dashboard.queries import DECISIONS_PER_PAGE, DecisionFilter, gate_decisions
 from atlas.dashboard.render import render, see_other
 from atlas.errors import AtlasError
+from atlas.workers.dashboard_ops import Workers
 
 log = logging.getLogger(__name__)
 VERDICTS = ("allow", "deny")
@@ -34,11 +35,15 @@ async def trust_page(request: web.Request) -> web.Response:
     rows = await dashboard.audit.call(
         lambda db: gate_decisions(db, where, before_id=before_id, limit=DECISIONS_PER_PAGE)
     )
-    overrides = sorted(
+    overrides = [
         (bot, conversation, state.mode)
         for (bot, conversation), state in dashboard.conversation_states().items()
         if state.mode
-    )
+    ]
+    workers = Workers.of(dashboard.dispatcher)  # the conversations worker processes hold
+    if workers is not None:
+        overrides.extend(await workers.conversation_modes())
+    overrides.sort()
     return render(
         request,
         "trust.html",
@@ -61,7 +66,8 @@ async def change_mode(request: web.Request) -> web.Response:
     form = await request.post()
     bot, mode = str(form.get("bot", "")), str(form.get("mode", ""))
     try:
-        previous = await set_bot_mode(dashboard.home, dashboard.audit, bot, mode)
+        workers = Workers.of(dashboard.dispatcher)
+        previous = await set_bot_mode(dashboard.home, dashboard.audit, bot, mode, workers)
     except AtlasError as exc:
         raise web.HTTPBadRequest(text=str(exc)) from None
     log.info("dashboard: bot %s mode %s -> %s", bot, previous, mode)
@@ -77,7 +83,8 @@ async def change_conversation_mode(request: web.Request) -> web.Response:
         raise web.HTTPBadRequest(text=f"conversation {number!r} is not an id")
     states = dashboard.conversation_states()
     try:
-        await set_conversation_mode(states, dashboard.audit, bot, int(number), mode)
+        workers = Workers.of(dashboard.dispatcher)
+        await set_conversation_mode(states, dashboard.audit, bot, int(number), mode, workers)
     except AtlasError as exc:
         raise web.HTTPBadRequest(text=str(exc)) from None
     return see_other(f"/trust?changed={bot}+%23{number}")

@@ -20,6 +20,7 @@ from atlas.dashboard.page import Page
 from atlas.dashboard.render import render, see_other
 from atlas.errors import AtlasError
 from atlas.executors.workbench import Instance
+from atlas.workers.dashboard_ops import Acted, SubagentView, Workers
 
 ENDED_PER_PAGE = 25  # ended subagents on one page
 STOPPED_BY_PERSON = "stopped by the person on the dashboard"
@@ -52,7 +53,15 @@ async def workbench_page(request: web.Request) -> web.Response:
     dashboard = dashboard_of(request)
     services = services_of(dashboard)
     instances: list[Instance] = services.workbench.list() if services is not None else []
-    running: list[Subagent] = services.subagents.running() if services is not None else []
+    running: list[Subagent | SubagentView] = (
+        list(services.subagents.running()) if services is not None else []
+    )
+    workers = Workers.of(dashboard.dispatcher)
+    if workers is not None:  # the worker processes' bots' tasks and subagents
+        theirs, subagents = await workers.workbench()
+        every = instances + theirs
+        instances = [i for i in every if not i.ended] + [i for i in every if i.ended]
+        running += subagents
     text = request.query.get("page", "1")
     page = max(1, int(text)) if text.isdigit() else 1
     ended = await dashboard.audit.call(_ended_subagents((page - 1) * ENDED_PER_PAGE))
@@ -80,30 +89,53 @@ async def act_on_instance(request: web.Request) -> web.Response:
     """POST message (steer) or nothing (stop), on an executor instance."""
     dashboard = dashboard_of(request)
     action = request.match_info["action"]
-    instance = _services(dashboard).workbench.get(request.match_info["id"])
-    if instance is None or instance.ended or instance.control is None:
-        raise web.HTTPConflict(text=f"instance {request.match_info['id']!r} is not running")
+    instance_id = request.match_info["id"]
+    instance = _services(dashboard).workbench.get(instance_id)
     form = await request.post()
     message = str(form.get("message", "")).strip()
-    try:
-        if action == "steer":
-            if not message:
-                raise web.HTTPBadRequest(text="steer needs a message")
-            how = await instance.control.steer(message)
-        else:
-            await instance.control.stop(STOPPED_BY_PERSON)
-            how = "stopped"
-    except AtlasError as exc:  # ended meanwhile, a harness that refuses
-        raise web.HTTPConflict(text=str(exc)) from None
+    if action == "steer" and not message:
+        raise web.HTTPBadRequest(text="steer needs a message")
+    if instance is None or instance.ended or instance.control is None:
+        # not this process's: a worker process's bot's task, perhaps
+        acted = await _act_elsewhere(dashboard, "instance", instance_id, action, message)
+        bot, summary, how = acted.bot, acted.summary, acted.how
+    else:
+        try:
+            if action == "steer":
+                how = await instance.control.steer(message)
+            else:
+                await instance.control.stop(STOPPED_BY_PERSON)
+                how = "stopped"
+        except AtlasError as exc:  # ended meanwhile, a harness that refuses
+            raise web.HTTPConflict(text=str(exc)) from None
+        bot = instance.bot or ""
+        summary = f"{action} {instance.id} ({instance.account}, {instance.folder})"
     await record_action(
         dashboard.audit,
-        instance.bot or dashboard.home.main_bot.name,
+        bot or dashboard.home.main_bot.name,
         "delegate",
-        f"{action} {instance.id} ({instance.account}, {instance.folder})"
-        + (f": {message}" if message else ""),
+        summary + (f": {message}" if message else ""),
         f"the person did it on the dashboard: {how}",
     )
-    return see_other(f"/workbench?done={action}+{instance.id}")
+    return see_other(f"/workbench?done={action}+{instance_id}")
+
+
+async def _act_elsewhere(
+    dashboard: Dashboard, kind: str, item_id: str, action: str, message: str
+) -> Acted:
+    """Steer or stop an instance or subagent a worker process runs; 409 when none does."""
+    workers = Workers.of(dashboard.dispatcher)
+    acted = None
+    if workers is not None:
+        try:
+            acted = await workers.act(
+                None, kind, item_id, action, message if action == "steer" else STOPPED_BY_PERSON
+            )
+        except AtlasError as exc:  # ended meanwhile, a harness that refuses
+            raise web.HTTPConflict(text=str(exc)) from None
+    if acted is None:
+        raise web.HTTPConflict(text=f"{kind} {item_id!r} is not running")
+    return acted
 
 
 async def act_on_subagent(request: web.Request) -> web.Response:
@@ -111,25 +143,29 @@ async def act_on_subagent(request: web.Request) -> web.Response:
     dashboard = dashboard_of(request)
     action = request.match_info["action"]
     manager = _services(dashboard).subagents
-    sub = manager.get(request.match_info["id"])
-    if sub is None:
-        raise web.HTTPConflict(text=f"subagent {request.match_info['id']!r} is not running")
+    sub_id = request.match_info["id"]
+    sub = manager.get(sub_id)
     form = await request.post()
     message = str(form.get("message", "")).strip()
-    if action == "steer":
-        if not message:
-            raise web.HTTPBadRequest(text="steer needs a message")
+    if action == "steer" and not message:
+        raise web.HTTPBadRequest(text="steer needs a message")
+    if sub is None:  # a worker process's bot's subagent, perhaps
+        acted = await _act_elsewhere(dashboard, "subagent", sub_id, action, message)
+        bot = acted.bot
+    elif action == "steer":
         manager.steer(sub, message)
+        bot = sub.bot
     else:
         manager.stop(sub, STOPPED_BY_PERSON)
+        bot = sub.bot
     await record_action(
         dashboard.audit,
-        sub.bot,
+        bot,
         "delegate",
-        f"{action} subagent {sub.id}" + (f": {message}" if message else ""),
+        f"{action} subagent {sub_id}" + (f": {message}" if message else ""),
         "the person did it on the dashboard",
     )
-    return see_other(f"/workbench?done={action}+{sub.id}")
+    return see_other(f"/workbench?done={action}+{sub_id}")
 
 
 def setup(router: web.UrlDispatcher) -> None:
