@@ -65,6 +65,10 @@ class BrowserChannel:
     def __init__(self) -> None:
         self._feeds: dict[Address, ChatFeed] = {}
         self.closed = False
+        # How long `ask` waits at most. A worker process's turn asks through its link
+        # (ForwardedChannel), and the worker's end of the wait is cancelled when answered,
+        # never this one: it ends once the gate's timeout is surely over (set by attach).
+        self.wait_limit: float | None = None
 
     def feed(self, address: Address) -> ChatFeed:
         return self._feeds.setdefault(address, ChatFeed())
@@ -117,12 +121,18 @@ class BrowserChannel:
 
     async def ask(self, address: Address, question: str, choices: list[str]) -> str | None:
         """Answered on the page (Waiting's list, shown in the chat): only wait for it."""
-        await asyncio.Event().wait()
-        return None  # never reached: the dashboard's answer cancels this wait
+        await self._wait()
+        return None  # reached only by a forwarded wait nobody still waits on
 
     async def ask_questions(self, address: Address, questions: list[Question]) -> QuestionOutcome:
-        await asyncio.Event().wait()
-        return QuestionOutcome("cancelled")  # never reached, as in `ask`
+        await self._wait()
+        return QuestionOutcome("cancelled")  # as in `ask`
+
+    async def _wait(self) -> None:
+        if self.wait_limit is None:
+            await asyncio.Event().wait()
+        else:
+            await asyncio.sleep(self.wait_limit)
 
 
 __all__ = ["WEB_CHANNEL", "BrowserChannel", "ChatEvent", "ChatFeed", "web_address"]

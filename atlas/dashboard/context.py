@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from atlas.tools.registry import ConversationState
 
 
+ASK_MARGIN = 60.0  # seconds past the gate's ask timeout a forwarded chat question waits
+
+
 def _nothing() -> Mapping:  # type: ignore[type-arg]
     return {}
 
@@ -64,6 +67,9 @@ class Dashboard:
         registered = dispatcher.channels.get(WEB_CHANNEL)  # the daemon's, before recovery
         self.chat = registered if isinstance(registered, BrowserChannel) else BrowserChannel()
         dispatcher.channels[WEB_CHANNEL] = self.chat
+        # A worker's turn's wait here is never cancelled (atlas/workers/asks.py): it ends
+        # a minute after the gate's own timeout has surely ended the turn's.
+        self.chat.wait_limit = self.home.settings.trust.ask_timeout + ASK_MARGIN
         services = dispatcher.services
         if services is not None and services.routines is not None:
             self.watch_routines(services.routines)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -134,3 +136,23 @@ async def test_a_worker_that_stops_closes_its_questions_on_the_page(
     assert home.settled[0].outcome == WORKER_STOPPED
     turn.cancel()
     await asyncio.gather(turn, return_exceptions=True)
+
+
+async def test_a_forwarded_chat_questions_wait_in_the_home_ends_after_the_gates_timeout(
+    home_path: Path,
+) -> None:
+    from atlas.dashboard.chat_channel import BrowserChannel, web_address
+    from atlas.dashboard.context import ASK_MARGIN
+    from tests.dashboard_rig import dashboard_rig
+
+    async with dashboard_rig(home_path) as rig:
+        assert rig.dashboard is not None
+        rig.dashboard.attach(SimpleNamespace(channels={}, asks=PendingAsks(), services=None))  # type: ignore[arg-type]
+        chat = rig.dashboard.chat
+        assert chat is not None
+        assert chat.wait_limit == rig.home.settings.trust.ask_timeout + ASK_MARGIN
+    chat = BrowserChannel()
+    chat.wait_limit = 0.01  # nobody cancels a worker's wait here: it ends by itself
+    assert await chat.ask(web_address("bot01"), "Read it?", CHOICES) is None
+    outcome = await chat.ask_questions(web_address("bot01"), [Question("Which?")])
+    assert outcome.status == "cancelled"
