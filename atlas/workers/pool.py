@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
+import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -29,6 +32,27 @@ MAX_DELAY = 30.0
 STEADY = 60.0  # a worker up this long has its backoff reset
 STOP_WAIT = 15.0  # a worker's own clean stop (its turns, channels, stores), then it is killed
 RESTART_WAIT = 60.0  # how long a request for a dead worker's bot waits for it to be back
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def dies_with_this_process() -> Callable[[], None] | None:
+    """A child's preexec_fn (run between fork and exec) that has the kernel kill it when this
+    process dies (PDEATHSIG), or exits at once if this process died already. Set there, not in
+    the child's own start-up: a home's process killed while a new worker was still importing
+    left an orphan that polled its bots' updates beside the next start's worker and dropped
+    them (the crash test with --workers 2, seed 1). None where prctl does not exist."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def in_child() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # it died before the line above took effect
+            os._exit(1)
+
+    return in_child
 
 
 @dataclass
@@ -133,6 +157,7 @@ class WorkerPool:
             self.placement.to_json(),
             pass_fds=[worker_end.fileno()],
             stdin=DEVNULL,
+            preexec_fn=dies_with_this_process(),
         )
         worker_end.close()
         worker.link = Link(f"worker {worker.share}")

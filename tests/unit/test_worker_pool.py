@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,3 +39,64 @@ async def test_the_wait_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     pool, _worker = a_pool(tmp_path)
     link = await asyncio.wait_for(pool.link(1), 1)
     assert link.name == "worker 1 (dead)"  # its ask then fails with LinkClosed, as it should
+
+
+# A parent that spawns a child with the pool's preexec_fn and is killed at once, as a home's
+# process killed while its new worker is still starting.
+SPAWN_AND_DIE = """
+import asyncio, os, signal, subprocess, sys
+from atlas.process import run
+from atlas.workers.pool import dies_with_this_process
+
+async def main():
+    child = await asyncio.create_subprocess_exec(
+        "sleep", "30", stdout=subprocess.DEVNULL, preexec_fn=dies_with_this_process()
+    )
+    print(child.pid, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+run(main())
+"""
+
+
+def _ended(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="PDEATHSIG is Linux's")
+async def test_a_worker_dies_with_the_home_even_if_killed_right_after_the_fork() -> None:
+    parent = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", SPAWN_AND_DIE, stdout=asyncio.subprocess.PIPE
+    )
+    assert parent.stdout is not None
+    child = int((await asyncio.wait_for(parent.stdout.readline(), 10)).decode())
+    await parent.wait()
+    try:
+        for _ in range(200):
+            if _ended(child):
+                break
+            await asyncio.sleep(0.01)
+        assert _ended(child), "the child outlived its killed parent"
+    finally:
+        if not _ended(child):
+            os.kill(child, signal.SIGKILL)
+
+
+async def test_the_pool_starts_its_workers_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: dict[str, object] = {}
+
+    async def spawn(*args: object, **options: object) -> None:
+        seen.update(options)
+        raise OSError("not started in this test")
+
+    monkeypatch.setattr(pool_module.asyncio, "create_subprocess_exec", spawn)
+    pool, worker = a_pool(tmp_path)
+    with pytest.raises(OSError):
+        await pool._spawn(worker)
+    assert callable(seen["preexec_fn"])
