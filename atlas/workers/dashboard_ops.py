@@ -13,6 +13,7 @@ conversation states, subagents and executor tasks live there. The ops, home -> w
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ CONVERSATION_MODES = "conversation_modes"
 SET_CONVERSATION_MODE = "set_conversation_mode"
 WORKBENCH_LIST = "workbench_list"
 WORKBENCH_ACT = "workbench_act"
+QUICK_OP_WAIT = 5.0  # seconds a page waits for a worker's list or a mode change
 
 
 @dataclass(frozen=True)
@@ -181,10 +183,13 @@ class Workers:
         return cls(elsewhere.call, [s for s in range(elsewhere.placement.count) if s != here])
 
     async def _one(self, share: int, op: str, *args: Any) -> Any:
+        """The op's answer; None from a worker that is down or being restarted (a request
+        would wait for it up to a minute): a page does not wait, and the restarted worker
+        reads the bot's settings from its files."""
         try:
-            return await self._call(share, op, *args)
-        except (LinkClosed, RemoteError) as exc:  # a worker restarting: it reads the files
-            log.warning("worker %d: %s failed: %s", share, op, exc)
+            return await asyncio.wait_for(self._call(share, op, *args), QUICK_OP_WAIT)
+        except (LinkClosed, RemoteError, TimeoutError) as exc:
+            log.warning("worker %d: %s failed: %r", share, op, exc)
             return None
 
     async def bot_settings(self, name: str, settings: BotSettings) -> None:
