@@ -1,7 +1,7 @@
 """Kill the daemon with SIGKILL at random moments under load, restart it, and check nothing is lost.
 
     uv run python scripts/crash_test.py [--kills 20] [--bots 3] [--conversations 12]
-        [--latency 0.2] [--faults 0.05] [--seed N] [--json]
+        [--latency 0.2] [--faults 0.05] [--workers N] [--seed N] [--json]
 
 The daemon (`atlas run` plus probes, scripts/loadkit.py) serves B Telegram bots, on fake bots
 behind one Bot API address (each keeps an update until a later getUpdates confirms it, as
@@ -14,6 +14,10 @@ random (tests/fakes/load_fakes.py `FaultMix`: the model's 429 with Retry-After, 
 the 3 s timeout, a context-length error, malformed tool arguments; Telegram's 429, 500 and
 dropped connections), and a turn whose retries all fail tells the person so. At the end the
 faults stop and the daemon starts once more, to send what the outage left owed.
+`--workers N` runs the bots over N processes (`[daemon] workers = N`, atlas/workers/): each
+kill then picks at random between the home's process (its workers die with it) and a worker
+process, which the home's process restarts itself; the 1 s-grace slot's down time is always
+the home's (its scheduler runs the routines). The checks are the same.
 
 Checked at the end (after a last clean run lets everything finish):
 - every inbound message is stored exactly once (the bots' conversations.db);
@@ -36,9 +40,11 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import random
 import re
 import shutil
+import signal
 import sqlite3
 import sys
 import tempfile
@@ -54,7 +60,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from atlas.agent.loop import CONTEXT_NOTE
 from atlas.channels.send_errors import MAYBE_LOST as CONNECTION_BROKE
 from atlas.dispatch import TURN_FAILED
+from atlas.home import Home
 from atlas.recovery import MAYBE_LOST, TOLD
+from atlas.workers.plan import Placement
 from scripts.loadkit import FIRST_CHAT, Daemon, Fakes, bot_name, integrity_problems, machine
 from tests.fakes.load_fakes import TAG, TOOL_MARK
 
@@ -74,6 +82,8 @@ class Run:
     integrity: list[str] = field(default_factory=list)  # problems found
     kills: int = 0
     during_start: int = 0  # kills before every bot polled
+    kills_by_target: Counter[str] = field(default_factory=Counter)  # "home", "worker"
+    during_start_by_target: Counter[str] = field(default_factory=Counter)
     polls_at_start: list[int] = field(default_factory=list)
     routines_from: datetime | None = None  # the start the routines' times count from
     missed_window = False  # the long down time over the 1 s-grace slot happened
@@ -124,16 +134,68 @@ async def converse(fakes: Fakes, run: Run, index: int, rng: random.Random) -> No
         number += 1
 
 
+def gone(pid: int) -> bool:
+    """Ended (a zombie counts: it holds no file any more)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+async def wait_gone(pids: list[int], timeout: float = 5.0) -> list[int]:
+    """The pids still alive after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [pid for pid in pids if not gone(pid)]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        await asyncio.sleep(0.01)
+
+
+async def a_worker(daemon: Daemon, rng: random.Random, timeout: float) -> int | None:
+    """A live worker process of the daemon; one being restarted (after its backoff) or not yet
+    started is waited for."""
+    deadline = time.monotonic() + timeout
+    while daemon.alive() and time.monotonic() < deadline:
+        if pids := daemon.worker_pids():
+            return rng.choice(pids) if len(pids) > 1 else pids[0]
+        await asyncio.sleep(0.01)
+    return None
+
+
+def worker_bots(home: Path, workers: int) -> list[str]:
+    """The bots served by worker processes (not by the home's own process)."""
+    if workers < 2:
+        return []
+    placement = Placement.of(Home(home), workers)
+    return sorted(name for share in placement.shares[1:] for name in share)
+
+
 async def kill_loop(
-    daemon: Daemon, fakes: Fakes, run: Run, kills: int, rng: random.Random, start: float
+    daemon: Daemon,
+    fakes: Fakes,
+    run: Run,
+    kills: int,
+    rng: random.Random,
+    start: float,
+    workers: int = 1,
 ) -> None:
     """Most kills come 0-2 s after every bot polls (turns in flight); one in four comes at a
-    random moment of start-up (stores opening, channels connecting, recovery, routines)."""
+    random moment of start-up (stores opening, channels connecting, recovery, routines). With
+    workers, each kill picks the home's process or a worker process at random."""
     missed_done = False
+    in_workers = worker_bots(daemon.home, workers)
     for _ in range(kills):
         during_start = rng.random() < 0.25
         life = rng.uniform(0.0, 1.5) if during_start else rng.uniform(0.2, 2.0)
         down = rng.uniform(0.0, 0.6)
+        # Drawn only with workers: a one-process run keeps its seeds' kill times. Until the
+        # 1 s-grace slot is covered, the home's process: a worker's restart backoff (up to
+        # 30 s) would let the slot pass with no one down over it.
+        target = "worker" if workers > 1 and rng.random() < 0.5 else "home"
+        if not missed_done and time.monotonic() - start < MISSED_AT - 0.5:
+            target = "home"
         if not during_start:
             # Start-up (or faults holding a bot's first poll back) can take longer than what
             # is left before the 1 s-grace slot: never wait past the planned kill before it.
@@ -144,21 +206,42 @@ async def kill_loop(
                 await fakes.wait_polling(run.polls_at_start, wait)
         elapsed = time.monotonic() - start
         if not missed_done and elapsed < MISSED_AT - 0.5 and elapsed + life > MISSED_AT - 1.5:
-            # Down from before the 1 s-grace slot until well after it.
+            # Down from before the 1 s-grace slot until well after it: the home's process,
+            # whose scheduler runs the routines.
             life = max(0.1, MISSED_AT - 1.5 - elapsed)
             down = 4.0
             missed_done = run.missed_window = True
         await asyncio.sleep(life)
-        killed = datetime.now(UTC)
-        daemon.kill()
+        if target == "worker":
+            # Restarted by the home's process, after a backoff of 0.5 s doubling up to 30 s.
+            pid = await a_worker(daemon, rng, 45.0)
+            if pid is None:
+                run.integrity.append("no worker process to kill within 45 s")
+                continue
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            await wait_gone([pid])
+            for name in in_workers:  # what the kill could have left half written
+                problems = integrity_problems(daemon.home / "bots" / name)
+                run.integrity += [f"bots/{name}/{problem}" for problem in problems]
+        else:
+            killed = datetime.now(UTC)
+            its_workers = daemon.worker_pids()
+            daemon.kill()
+            # PDEATHSIG: the workers die with it, as one process's tasks would.
+            if outlived := await wait_gone(its_workers):
+                run.integrity.append(f"worker(s) {outlived} outlived the home's process")
+            run.integrity += integrity_problems(daemon.home)
+            await asyncio.sleep(down)
+            restarted = datetime.now(UTC)
+            run.downs.append((killed, restarted))
         run.kills += 1
         run.during_start += during_start
-        run.integrity += integrity_problems(daemon.home)
-        await asyncio.sleep(down)
-        restarted = datetime.now(UTC)
-        run.downs.append((killed, restarted))
+        run.kills_by_target[target] += 1
+        run.during_start_by_target[target] += during_start
         run.polls_at_start = fakes.polls()
-        daemon.start()
+        if target == "home":
+            daemon.start()
 
 
 async def outage_over(daemon: Daemon, fakes: Fakes) -> None:
@@ -344,6 +427,8 @@ def check(home: Path, fakes: Fakes, run: Run, routine_count: int, end: datetime)
     return {
         "kills": run.kills,
         "kills_during_start_up": run.during_start,
+        "kills_by_target": dict(run.kills_by_target),
+        "kills_during_start_up_by_target": dict(run.during_start_by_target),
         "messages_sent": len(run.sent),
         "messages_stored_once": sum(1 for tag in run.sent if stored[tag] == 1),
         "replies_delivered": sum(len(t) for c, t in sent_texts.items() if c < ROUTINE_CHAT),
@@ -386,8 +471,10 @@ async def crash_test(args: argparse.Namespace) -> dict[str, Any]:
                 home,
                 conversations=args.conversations,
                 routines=routine_files(start_at, routine_count),
+                workers=args.workers,
             )
-            daemon = Daemon(home, fakes.env(home), Path(tmp) / "daemon.log")
+            env = fakes.env(home, workers=args.workers)
+            daemon = Daemon(home, env, Path(tmp) / "daemon.log")
             run.polls_at_start = fakes.polls()
             daemon.start()
             await fakes.wait_polling(run.polls_at_start, 60)
@@ -398,7 +485,7 @@ async def crash_test(args: argparse.Namespace) -> dict[str, Any]:
             ]
             try:
                 async with asyncio.timeout(args.max_seconds):
-                    await kill_loop(daemon, fakes, run, args.kills, rng, start)
+                    await kill_loop(daemon, fakes, run, args.kills, rng, start, args.workers or 1)
                     run.stop_sending = True
                     await asyncio.gather(*talkers)
                     # A last life long enough for every slot to pass and every turn to finish.
@@ -439,6 +526,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--routines", type=int, default=12, help="one-off routines, 4 s apart")
     parser.add_argument("--settle", type=float, default=15.0, help="seconds of the last clean run")
     parser.add_argument("--max-seconds", type=float, default=600)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        help="[daemon] workers (and $ATLAS_WORKERS) of the home; unset: the daemon's default",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep-log", type=Path, help="write the daemon's log here")
     parser.add_argument("--keep-home", type=Path, help="copy the home here at the end")
