@@ -59,9 +59,7 @@ async def fakes(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Fakes]:
 
 
 def two_worker_home(root: Path, fakes: Fakes, routines: dict[str, str] | None = None) -> Home:
-    fakes.write_home(root, conversations=2, routines=routines)
-    with (root / "config.toml").open("a") as config:
-        config.write("\n[daemon]\nworkers = 2\n")
+    fakes.write_home(root, conversations=2, routines=routines, workers=2)
     return Home(root)
 
 
@@ -172,11 +170,7 @@ async def one_bot_fakes(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Fakes]
 
 
 def spread_home(root: Path, fakes: Fakes) -> Home:
-    fakes.write_home(root, conversations=SPREAD_CHATS)
-    with (root / "config.toml").open("a") as config:
-        config.write("\n[daemon]\nworkers = 2\n")
-    bot_toml = root / "bots" / "atlas" / "bot.toml"
-    bot_toml.write_text("spread = true\n" + bot_toml.read_text())
+    fakes.write_home(root, conversations=SPREAD_CHATS, workers=2, spread=True)
     return Home(root)
 
 
