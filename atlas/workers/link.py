@@ -4,6 +4,8 @@ Frames are a 4-byte big-endian length, then a pickle of a tuple:
   ("ask", id, op, args)       a request; the other side answers once
   ("answer", id, ok, value)    value is the result, or the error's text when ok is False
   ("tell", 0, op, args)        one way, nothing answers
+  ("cancel", id, reason, None) the asker gave up: the handler's task is cancelled with the
+                               same reason (an AnsweredElsewhere rides on it, as in-process)
 
 Pickle is safe here because both ends are Atlas processes of one person, and the socket is an
 anonymous pair that no other process can open: it is never inherited by a command a bot runs
@@ -52,6 +54,7 @@ class Link:
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[None]] = set()
+        self._handling: dict[int, asyncio.Task[None]] = {}  # asks being answered, by id
         self.closed = asyncio.Event()
 
     def on(self, op: str, handler: Handler) -> None:
@@ -72,6 +75,10 @@ class Link:
         try:
             await self._send(("ask", request_id, op, args))
             return await answer
+        except asyncio.CancelledError as cancel:
+            # The other side stops too: a channel's question there is closed, not left open.
+            self._cancel_there(request_id, cancel.args[0] if cancel.args else None)
+            raise
         finally:
             self._waiting.pop(request_id, None)
 
@@ -114,6 +121,10 @@ class Link:
                 kind, request_id, first, rest = pickle.loads(await reader.readexactly(length))
                 if kind == "answer":
                     self._settle(request_id, first, rest)
+                elif kind == "cancel":
+                    handling = self._handling.get(request_id)
+                    if handling is not None:
+                        handling.cancel(first)
                 else:
                     self._start(kind, request_id, first, rest)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
@@ -134,6 +145,9 @@ class Link:
         task = asyncio.create_task(self._handle(kind, request_id, op, args), name=f"{op}")
         self._running.add(task)
         task.add_done_callback(self._running.discard)
+        if kind == "ask":
+            self._handling[request_id] = task
+            task.add_done_callback(lambda _task: self._handling.pop(request_id, None))
 
     async def _handle(self, kind: str, request_id: int, op: str, args: tuple[Any, ...]) -> None:
         handler = self._handlers.get(op)
@@ -159,6 +173,18 @@ class Link:
                 except (pickle.PicklingError, TypeError, AttributeError) as exc:
                     why = f"{op}: its result cannot be sent to another process ({exc})"
                     await self._send(("answer", request_id, False, why))
+
+    def _cancel_there(self, request_id: int, reason: object) -> None:
+        """Send "cancel" without waiting (the caller is being cancelled); a reason that cannot
+        cross goes as a plain cancel."""
+        if self._writer is None or self.closed.is_set():
+            return
+        try:
+            body = pickle.dumps(("cancel", request_id, reason, None), pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError):
+            body = pickle.dumps(("cancel", request_id, None, None), pickle.HIGHEST_PROTOCOL)
+        with contextlib.suppress(ConnectionError, OSError):
+            self._writer.write(_LENGTH.pack(len(body)) + body)
 
     def _fail_waiting(self) -> None:
         self.closed.set()
