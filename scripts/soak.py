@@ -1,8 +1,8 @@
 """The daemon under steady load for a long while: does its memory grow, does throughput hold?
 
     uv run python scripts/soak.py [--minutes 10] [--bots 10] [--conversations 50]
-        [--latency 0.5] [--every 30] [--context-window 16000] [--faults 0.02] [--seed 1]
-        [--json]
+        [--latency 0.5] [--every 30] [--context-window 16000] [--faults 0.02] [--workers N]
+        [--seed 1] [--json]
 
 The set-up of bench_turns.py (the daemon as a child process, B bots on fake Bot APIs, one fake
 model answering after `--latency` seconds with a `read_file` call in half the turns, all on
@@ -13,7 +13,9 @@ tokens) makes compaction summarise each one every few hundred turns, as a long c
 at any window, so what the model sees stays bounded while the store keeps growing. Every `--every` seconds the daemon is
 sampled: turns answered so far, RSS, CPU time. `--faults R` makes it a long outage too: a share
 R of the model's and Telegram's requests fail at random (as in crash_test.py), so retries and
-backoff run all along; a turn whose retries all fail must tell the person so.
+backoff run all along; a turn whose retries all fail must tell the person so. `--workers N`
+runs the bots over N processes (`[daemon] workers = N`, atlas/workers/): RSS and CPU are then
+summed over the home's process and its workers, and a worker that died is counted.
 
 Printed: a line per sample, then `name: value` lines (or one JSON object with `--json`):
 turns, failed turns (no answer within 120 s), turns that told the person they failed, replies
@@ -21,7 +23,7 @@ delivered twice, the faults injected, turns/s and CPU per turn in the first and 
 the first sample and at the end, RSS growth per 1,000 turns (least squares over every sample
 after the first), and after the daemon stops: inbound messages stored exactly once, and
 `PRAGMA integrity_check` on every SQLite file of the home. Exits 1 on a failed turn, a lost or
-doubled message, a reply delivered twice, or a failed integrity check.
+doubled message, a reply delivered twice, a failed integrity check, or a worker that died.
 """
 
 from __future__ import annotations
@@ -99,6 +101,11 @@ async def converse(
         number += 1
 
 
+def rss_mb(daemon: Daemon) -> float:
+    """The daemon's resident memory: its home's process and every live worker's."""
+    return daemon.memory_kb(every_process=True)["VmRSS"] / 1024
+
+
 async def sample_every(daemon: Daemon, every: float, started: float, soak: Soak) -> None:
     while True:
         await asyncio.sleep(every)
@@ -106,7 +113,7 @@ async def sample_every(daemon: Daemon, every: float, started: float, soak: Soak)
             Sample(
                 time.monotonic() - started,
                 soak.answered,
-                daemon.memory_kb()["VmRSS"] / 1024,
+                rss_mb(daemon),
                 daemon.cpu_seconds(),
             )
         )
@@ -156,16 +163,20 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         home = Path(tmp) / "home"
         async with Fakes(args.bots, args.latency, args.faults, args.seed) as fakes:
             fakes.write_home(
-                home, conversations=args.conversations, context_window=args.context_window
+                home,
+                conversations=args.conversations,
+                context_window=args.context_window,
+                workers=args.workers,
             )
-            daemon = Daemon(home, fakes.env(home), Path(tmp) / "daemon.log")
+            env = fakes.env(home, workers=args.workers)
+            daemon = Daemon(home, env, Path(tmp) / "daemon.log")
             before = fakes.polls()
             daemon.start()
             try:
                 await fakes.wait_polling(before, 60)
                 started = time.monotonic()
                 start_cpu = daemon.cpu_seconds()
-                record.samples.append(Sample(0.0, 0, daemon.memory_kb()["VmRSS"] / 1024, start_cpu))
+                record.samples.append(Sample(0.0, 0, rss_mb(daemon), start_cpu))
                 sampler = asyncio.create_task(sample_every(daemon, args.every, started, record))
                 deadline = started + args.minutes * 60
                 spread = args.latency * 1.5
@@ -176,11 +187,14 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                     )
                 )
                 sampler.cancel()
-                end_rss = daemon.memory_kb()["VmRSS"] / 1024
+                end_rss = rss_mb(daemon)
+                processes = 1 + len(daemon.worker_pids())
             finally:
                 code = daemon.stop()
+            log = (Path(tmp) / "daemon.log").read_text(errors="replace")
             if code not in (0, None):
-                print((Path(tmp) / "daemon.log").read_text()[-3000:], file=sys.stderr)
+                print(log[-3000:], file=sys.stderr)
+            worker_deaths = log.count("ended with exit code")  # atlas/workers/pool.py
             stored = stored_tags(home, args.bots)
             problems = integrity_problems(home)
             replies = fakes.replies_per_tag()
@@ -198,6 +212,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "conversations": args.conversations,
         "latency_ms": args.latency * 1000,
         "context_window": args.context_window,
+        "processes": processes,
+        "worker_deaths": worker_deaths,
         "turns": record.answered,
         "failed_turns": len(record.failed),
         "turns_told_failed": record.told_failed,
@@ -236,6 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--faults", type=float, default=0.0, help="share of model and Telegram requests that fail"
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        help="[daemon] workers (and $ATLAS_WORKERS) of the home; unset: the daemon's default",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -249,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         and not result["messages_lost"]
         and not result["messages_stored_twice"]
         and result["integrity"] == "ok"
+        and not result["worker_deaths"]
     )
     return 0 if healthy else 1
 
