@@ -21,25 +21,14 @@ from atlas.daemon import serve
 from atlas.home import Home
 from atlas.workers.plan import Placement
 from scripts.loadkit import FIRST_CHAT, Fakes, bot_name, bot_token, token_env
+from scripts.loadkit import worker_pids as loadkit_worker_pids
 
 BOTS = 3  # atlas and bot02 in the home's process, bot01 in worker 1
 
 
 def worker_pids() -> list[int]:
-    """This process's children that are Atlas workers."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == os.getpid() and b"atlas.workers.child" in cmdline:
-            found.append(int(entry.name))
-    return found
+    """This process's children that are Atlas workers (the daemon runs in the test's process)."""
+    return loadkit_worker_pids(os.getpid())
 
 
 async def until(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
