@@ -2,7 +2,7 @@
 
     uv run python scripts/bench_turns.py [--bots 10] [--conversations 200] [--turns 5]
         [--warmup 2] [--latency 0.5] [--lockstep] [--seed 1] [--concurrent-turns N]
-        [--workers N] [--spread] [--profile out.prof] [--json]
+        [--workers N] [--spread] [--profile out.prof] [--keep-log PATH] [--json]
 
 The daemon runs as a child process (`atlas run` plus probes, see scripts/loadkit.py) with B
 Telegram bots, each on its own fake Bot API, all on one fake OpenAI-compatible model that
@@ -225,9 +225,12 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 memory = daemon.memory_kb()
                 memory_all = daemon.memory_kb(every_process=True)
                 processes = 1 + len(daemon.worker_pids())
-            finally:
-                code = daemon.stop()
-                log_tail = (Path(tmp) / "daemon.log").read_text(errors="replace")[-3000:]
+            except BaseException:
+                daemon.stop()
+                print(_log_tail(Path(tmp) / "daemon.log", args.keep_log), file=sys.stderr)
+                raise
+            code = daemon.stop()
+            log_tail = _log_tail(Path(tmp) / "daemon.log", args.keep_log)
             if code not in (0, None) or not all_turns:
                 print(log_tail, file=sys.stderr)
     seconds = window.ended - window.started
@@ -312,6 +315,15 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def _log_tail(log: Path, keep: Path | None) -> str:
+    """The daemon's log's last lines (its workers' are prefixed w1, w2, ...); the whole log
+    copied to `keep` first when asked."""
+    text = log.read_text(errors="replace")
+    if keep:
+        keep.write_text(text)
+    return text[-3000:]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bots", type=int, default=10)
@@ -334,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--max-seconds", type=float, default=600, help="give up after this long")
     parser.add_argument("--profile", type=Path, help="cProfile the daemon's loop over the window")
+    parser.add_argument("--keep-log", type=Path, help="copy the daemon's whole log there")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.conversations < args.bots:
