@@ -24,7 +24,8 @@ Printed as `name: value` lines (or one JSON object with `--json`):
   message sent) to the reply arriving at sendMessage, minus the time the fake model spent on
   that turn's calls; the wait for the bot's next getUpdates is part of it;
 - the daemon's CPU time per turn over the window, summed over every process (the home's and
-  its workers); workers: how many processes served (the home's + its live worker children);
+  its workers), and its CPU share (cores busy) split into home_cpu_share and
+  workers_cpu_share; workers: how many processes served (the home's + its live workers);
 - event-loop lag p99 (a task sleeping 20 ms: how late it wakes), garbage collections and
   their pauses, peak RSS: the home's process only (its workers run no probe); rss_after_mb_all:
   the RSS of every process at the end;
@@ -91,7 +92,7 @@ class Window:
         self.opened = asyncio.Event()
         self.closed = asyncio.Event()
         self.started = self.ended = 0.0
-        self.cpu_started = self.cpu_ended = 0.0
+        self.cpu_started = self.cpu_ended = (0.0, 0.0)  # the home's process, its workers
         self.probe: dict[str, Any] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -107,7 +108,7 @@ class Window:
 
     async def _open(self) -> None:
         await self.daemon.window_start()
-        self.cpu_started = self.daemon.cpu_seconds()
+        self.cpu_started = self.daemon.cpu_split()
         self.harness_lag.reset()
         self.started = time.monotonic()
         self.opened.set()
@@ -115,7 +116,7 @@ class Window:
     async def _close(self) -> None:
         await self.opened.wait()
         self.ended = time.monotonic()
-        self.cpu_ended = self.daemon.cpu_seconds()
+        self.cpu_ended = self.daemon.cpu_split()
         self.harness_lags = list(self.harness_lag.samples)
         self.probe = await self.daemon.window_report()
 
@@ -237,7 +238,10 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     turns = [t for t in all_turns if window.started <= t.replied <= window.ended]
     if not turns:
         raise RuntimeError("no turn ended inside the steady window: run more --turns")
-    cpu = window.cpu_ended - window.cpu_started
+    home_cpu, workers_cpu = (
+        end - start for end, start in zip(window.cpu_ended, window.cpu_started, strict=True)
+    )
+    cpu = home_cpu + workers_cpu
     probe = window.probe
     overheads = [t.overhead for t in turns]
     tool_turns = sum(t.tool for t in turns)
@@ -297,6 +301,10 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "end_to_end_p50_ms": round(percentile([t.end_to_end for t in turns], 0.5) * 1000, 1),
         "daemon_cpu_ms_per_turn": round(cpu / len(turns) * 1000, 2),
         "daemon_cpu_share": round(cpu / seconds, 2),
+        # Of which the home's process (its bots, atlas.db for every process, the routing)
+        # and its workers together (their CPU in the window, in cores).
+        "home_cpu_share": round(home_cpu / seconds, 2),
+        "workers_cpu_share": round(workers_cpu / seconds, 2),
         # The fakes and the drivers share this process: near 1.0, their own delays are in
         # the overhead figures too (over the whole run, warm-up included).
         "harness_cpu_share": round(harness_cpu / harness_wall, 2),

@@ -400,9 +400,13 @@ class Daemon:
         """User + system CPU of every process of the daemon: the home's process (all its
         threads), the children it has reaped (a worker that died and was restarted, a command
         a tool ran) and its live workers, whose CPU reaches the parent's only once they end."""
-        return process_cpu_seconds(self.pid, children=True) + sum(
-            process_cpu_seconds(pid) for pid in self.worker_pids()
-        )
+        return sum(self.cpu_split())
+
+    def cpu_split(self) -> tuple[float, float]:
+        """`cpu_seconds` in two: the home's process (with the children it has reaped), and
+        its live workers together."""
+        workers = sum(process_cpu_seconds(pid) for pid in self.worker_pids())
+        return process_cpu_seconds(self.pid, children=True), workers
 
     def memory_kb(self, *, every_process: bool = False) -> dict[str, int]:
         """VmRSS (now) and VmHWM (peak) of the home's process in KiB; with `every_process`,

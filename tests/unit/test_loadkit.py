@@ -101,6 +101,8 @@ def test_cpu_counts_live_worker_children_and_reaped_ones(tmp_path: Path) -> None
             time.sleep(0.02)
         assert process_cpu_seconds(parent.pid) < 0.2
         assert daemon.cpu_seconds() >= 0.3  # the live child's, counted
+        home, workers = daemon.cpu_split()
+        assert home < 0.2 and workers >= 0.3
         assert parent.stdout is not None
         assert parent.stdout.readline() == b"reaped\n"
         assert worker_pids(parent.pid) == []
