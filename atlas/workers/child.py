@@ -123,6 +123,16 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
+def end_with_the_home() -> None:
+    """The home's process is gone (killed: a clean stop of it waits for this one's own). End
+    at once, as PDEATHSIG does a moment later, before anything here learns of it: between the
+    home's socket closing and the signal, a channel's updates failed with LinkClosed, were
+    logged and confirmed to the platform, and were lost (the crash test, --workers 2, seed 21).
+    The next start recovers this process's turns, as after any crash."""
+    os.write(2, b"w: the home's process is gone; ending at once\n")
+    os._exit(1)
+
+
 def main(argv: list[str]) -> int:
     from atlas.process import run, setup_logging
     from atlas.secrets import redact_logs
@@ -134,7 +144,7 @@ def main(argv: list[str]) -> int:
     home = Home(root)
     redact_logs(home)
     placement = Placement.from_json(argv[4])
-    link = Link(f"link to the home's process (worker {index})")
+    link = Link(f"link to the home's process (worker {index})", on_lost=end_with_the_home)
 
     async def go() -> None:
         await link.open(adopt_fd(fd))

@@ -46,8 +46,11 @@ class RemoteError(AtlasError):
 class Link:
     """Requests and one-way messages over one stream, both ways at once."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, on_lost: Callable[[], None] | None = None) -> None:
+        """`on_lost` runs when the other process is found gone (its end closed, or a write to
+        it failed, not this side's own close), before any waiter or sender learns it."""
         self.name = name
+        self._on_lost = on_lost
         self._handlers: dict[str, Handler] = {}
         self._waiting: dict[int, asyncio.Future[Any]] = {}
         self._ids = itertools.count(1)
@@ -107,6 +110,7 @@ class Link:
             self._writer.write(_LENGTH.pack(len(body)) + body)
             await self._writer.drain()
         except (ConnectionError, OSError) as exc:
+            self._lost()
             self._fail_waiting()
             raise LinkClosed(f"{self.name}: {exc}") from exc
 
@@ -128,7 +132,7 @@ class Link:
                 else:
                     self._start(kind, request_id, first, rest)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            pass  # the other process ended: waiters learn it below
+            self._lost()  # the other process ended: waiters learn it below
         finally:
             self._fail_waiting()
 
@@ -185,6 +189,10 @@ class Link:
             body = pickle.dumps(("cancel", request_id, None, None), pickle.HIGHEST_PROTOCOL)
         with contextlib.suppress(ConnectionError, OSError):
             self._writer.write(_LENGTH.pack(len(body)) + body)
+
+    def _lost(self) -> None:
+        if self._on_lost is not None and not self.closed.is_set():
+            self._on_lost()
 
     def _fail_waiting(self) -> None:
         self.closed.set()

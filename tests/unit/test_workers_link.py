@@ -9,6 +9,7 @@ import asyncio
 import os
 import socket
 import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator
 
@@ -114,6 +115,72 @@ async def test_the_peer_closing_fails_what_waits_with_link_closed(
     assert worker.closed.is_set()
     with pytest.raises(LinkClosed, match="is not running"):
         await worker.ask("hang")  # at once, not after a wait
+
+
+async def test_on_lost_runs_before_anything_learns_the_peer_is_gone() -> None:
+    home_end, worker_end = socket_pair()
+    learned: list[str] = []
+
+    async def learn() -> None:
+        try:
+            await worker.ask("hang")
+        except LinkClosed:
+            learned.append("the ask failed")
+
+    lost: list[list[str]] = []
+    worker = Link("the home's process", on_lost=lambda: lost.append(list(learned)))
+    await worker.open(worker_end)
+    waiting = asyncio.create_task(learn())
+    await asyncio.sleep(0.05)
+    home_end.close()  # the home's process killed
+    await asyncio.wait_for(waiting, 5)
+    assert lost == [[]], "called once, before the waiting ask learned it"
+    await worker.close()
+    ours = Link("ours", on_lost=lambda: lost.append(["again"]))
+    await ours.open(socket_pair()[0])
+    await ours.close()  # this side's own close is no loss
+    assert lost == [[]]
+
+
+# A worker whose link to the home's process breaks: nothing after it runs (a channel would
+# confirm updates it could not hand over, and they were lost).
+WORKER_SIDE = """
+import asyncio, sys
+from atlas.workers.child import end_with_the_home
+from atlas.workers.link import Link, LinkClosed, adopt_fd
+
+async def main():
+    link = Link("the home's process", on_lost=end_with_the_home)
+    await link.open(adopt_fd(int(sys.argv[1])))
+    print("asking", flush=True)
+    try:
+        await link.ask("hang")
+    except LinkClosed:
+        print("went on after the home was gone", flush=True)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_worker_ends_at_once_when_the_home_is_gone() -> None:
+    home_end, worker_end = socket_pair()
+    os.set_inheritable(worker_end.fileno(), True)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        WORKER_SIDE,
+        str(worker_end.fileno()),
+        pass_fds=[worker_end.fileno()],
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    worker_end.close()
+    assert process.stdout is not None
+    assert await asyncio.wait_for(process.stdout.readline(), 20) == b"asking\n"
+    home_end.close()
+    rest = await asyncio.wait_for(process.stdout.read(), 20)
+    assert await process.wait() == 1
+    assert rest == b""
 
 
 def _fds_seen_by_a_child() -> set[int]:
