@@ -20,6 +20,7 @@ import logging
 import os
 import resource
 import signal
+import socket
 import sqlite3
 import statistics
 import subprocess
@@ -56,6 +57,14 @@ def bot_token(index: int) -> str:
 
 def token_env(index: int) -> str:
     return f"LOAD_TELEGRAM_TOKEN_{index:02d}"
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now: the home's dashboard listens there, so that it starts
+    (and costs what it costs) even when another daemon on this machine holds the default."""
+    with contextlib.closing(socket.socket()) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def percentile(values: Sequence[float], share: float) -> float:
@@ -159,6 +168,9 @@ enabled = false
 
 [routines]
 poll_seconds = 1.0
+
+[dashboard]
+listen = "127.0.0.1:{free_port()}"
 """
         + (f"\n[daemon]\nworkers = {workers}\n" if workers else "")
     )

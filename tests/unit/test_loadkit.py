@@ -38,6 +38,7 @@ def test_the_home_asks_for_the_workers_and_spreads_its_bots(tmp_path: Path) -> N
     )
     home = Home(tmp_path)
     assert home.settings.daemon.workers == 2
+    assert home.settings.dashboard.listen != "127.0.0.1:8765"  # a port of its own
     assert all(bot.settings.spread for bot in home.bots.values())
     write_home(
         tmp_path,
