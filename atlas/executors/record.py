@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
 
-from atlas.store.db import utc_now_iso
+from atlas.store.db import utc_now_iso, write_transaction
 from atlas.store.search import fts_query
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ class DelegationRecord:
         }
 
         def insert(db: sqlite_utils.Database) -> int:
-            with db.atomic():
+            with write_transaction(db):
                 if not row["session_id"]:
                     row["session_id"] = _last_session(db, instance_id)
                 turn = int(db["executor_turns"].insert(row).last_pk)  # type: ignore[arg-type]
@@ -153,7 +153,7 @@ class DelegationRecord:
         session_id = session_id or self._live_session(self._instances.pop(turn_id, ""))
 
         def finish(db: sqlite_utils.Database) -> None:
-            with db.atomic():
+            with write_transaction(db):
                 turn = db["executor_turns"].get(turn_id)
                 changes: dict[str, Any] = {
                     "final_text": final_text,

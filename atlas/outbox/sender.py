@@ -43,6 +43,7 @@ from atlas.outbox.rows import (
     mark_sending,
     mark_unsure,
 )
+from atlas.store.db import write_transaction
 
 if TYPE_CHECKING:
     from atlas.store.db import Database
@@ -158,7 +159,7 @@ class Outbox:
         files = tuple(files)
 
         def insert(conn: Any) -> OutboxRow:
-            with conn.atomic():
+            with write_transaction(conn):
                 row_id = insert_row(conn, address, kind, text, files, key=key)
             if key is not None:  # perhaps made before, and settled since: as stored
                 found = get_row(conn, row_id, address.bot)
@@ -269,7 +270,7 @@ class Outbox:
         after = exc.after if exc is not None else None
 
         def keep(conn: Any) -> None:
-            with conn.atomic():
+            with write_transaction(conn):
                 mark_kept(conn, ids, error, unsent=unsent, unsent_files=unsent_files)
 
         await db.quick(keep)
@@ -287,7 +288,7 @@ class Outbox:
         note = unsure_note(row, restarted=False)
 
         def settle(conn: Any) -> OutboxRow | None:
-            with conn.atomic():
+            with write_transaction(conn):
                 note_id = mark_maybe(conn, row, error, note)
             return get_row(conn, note_id, address.bot) if note_id is not None else None
 

@@ -29,7 +29,7 @@ from atlas.store.conversation_schema import (
     ConversationKind,
     MessageKind,
 )
-from atlas.store.db import Database, utc_now_iso
+from atlas.store.db import Database, utc_now_iso, write_transaction
 from atlas.store.history_cache import (
     Compaction,
     HistoryCache,
@@ -134,7 +134,7 @@ class ConversationStore:
 
         def get_or_create(db: sqlite_utils.Database) -> dict[str, Any]:
             now = utc_now_iso()
-            with db.atomic():
+            with write_transaction(db):
                 db.execute(
                     "INSERT INTO conversations "
                     "(bot, channel, chat, thread, user, kind, title, created_at, updated_at) "
@@ -198,7 +198,7 @@ class ConversationStore:
 
         def insert(db: sqlite_utils.Database) -> int | None:
             now = utc_now_iso()
-            with db.atomic():
+            with write_transaction(db):
                 if (
                     db.execute(
                         "SELECT 1 FROM conversations WHERE id = ?", [conversation_id]

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -85,6 +85,27 @@ def apply_migrations(
                 raise  # the file's fault, not the migration's: named as damage by the opener
             raise AtlasError(f"{where}: migration {name!r} failed: {exc}") from exc
     return done
+
+
+@contextlib.contextmanager
+def write_transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
+    """sqlite-utils' `atomic()`, except that the outermost transaction takes the write lock
+    first (BEGIN IMMEDIATE). A deferred transaction that reads and then writes fails at once
+    with "database is locked" when another process committed in between (its snapshot is
+    stale, so SQLite does not wait out the busy timeout): a spread bot's conversations.db has
+    a writer in every worker process. Nested, it is a savepoint, as `atomic()` is."""
+    if db.conn.in_transaction:
+        with db.atomic():
+            yield db
+        return
+    db.conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        if db.conn.in_transaction:
+            db.conn.execute("ROLLBACK")
+        raise
+    db.conn.execute("COMMIT")
 
 
 def _apply_one(db: sqlite_utils.Database, name: str, migrate: MigrationFn) -> bool:

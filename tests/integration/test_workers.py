@@ -147,7 +147,7 @@ async def test_a_worker_killed_mid_turn_is_restarted_and_the_turn_is_answered(
         await asyncio.wait_for(daemon, 30)
 
 
-SPREAD_CHATS = 8
+SPREAD_CHATS = 40  # enough at once for both processes to write the one store together
 
 
 @pytest.fixture
