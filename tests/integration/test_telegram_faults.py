@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,8 +17,10 @@ import pytest
 from atlas.channels.base import Address
 from atlas.channels.send_errors import MAYBE_LOST
 from atlas.channels.telegram import inbound as telegram_inbound
+from atlas.dispatch import Inbound
 from atlas.outbox.rows import open_rows
 from atlas.providers.scripted import Reply
+from atlas.workers.link import LinkClosed
 from tests.integration.test_telegram import OWNER, Harness, _harness
 
 ANSWER = "the answer"
@@ -175,3 +178,48 @@ async def test_a_crash_between_sending_and_delivered_tells_once_and_never_resend
         lambda db: [tuple(r) for r in db.execute("SELECT kind, state FROM outbox ORDER BY id")]
     )
     assert rows == [("answer", "maybe"), ("notice", "delivered")]
+
+
+async def test_a_message_whose_storing_failed_comes_again_and_is_answered_once(
+    tg: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store locked by another process, or a worker process being restarted: the update is
+    not confirmed, getUpdates brings it again, and it is stored and answered then."""
+    monkeypatch.setattr(telegram_inbound, "NOT_STORED_PAUSE", 0.01)
+    real_submit = tg.dispatcher.submit
+    failures = [sqlite3.OperationalError("database is locked"), LinkClosed("worker 1 restarting")]
+
+    async def flaky_submit(inbound: object) -> bool:
+        if failures:
+            raise failures.pop(0)
+        return await real_submit(inbound)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tg.dispatcher, "submit", flaky_submit)
+    tg.model.add(Reply(ANSWER))
+    update_id = await tg.fake.push(tg.fake.message("hello", user_id=OWNER))
+    await tg.fake.wait_for(lambda: ANSWER in tg.fake.sent_texts(OWNER))
+    assert failures == []  # failed twice, stored the third time
+    assert tg.fake.sent_texts(OWNER) == [ANSWER]
+    await tg.fake.wait_for(lambda: tg.fake.confirmed(update_id))
+
+
+async def test_a_message_that_never_stores_is_given_up_and_polling_goes_on(
+    tg: Harness, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(telegram_inbound, "NOT_STORED_PAUSE", 0.01)
+    real_submit = tg.dispatcher.submit
+
+    async def refuses_the_first(inbound: Inbound) -> bool:
+        if inbound.text == "doomed":
+            raise RuntimeError("a bug that does not pass")
+        return await real_submit(inbound)
+
+    monkeypatch.setattr(tg.dispatcher, "submit", refuses_the_first)
+    tg.model.add(Reply(ANSWER))
+    with caplog.at_level(logging.WARNING, logger="atlas"):
+        await tg.fake.push(tg.fake.message("doomed", user_id=OWNER))
+        await tg.fake.push(tg.fake.message("hello", user_id=OWNER))
+        await tg.fake.wait_for(lambda: ANSWER in tg.fake.sent_texts(OWNER))
+    tries = [r for r in caplog.records if "not stored yet" in r.message]
+    assert len(tries) == telegram_inbound.NOT_STORED_TRIES - 1
+    assert any("failed" in r.message and r.levelno == logging.ERROR for r in caplog.records)

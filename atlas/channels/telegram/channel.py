@@ -111,6 +111,7 @@ class TelegramChannel(TelegramInbound):
         )
         self._webhook = None
         self._seen = OrderedDict()
+        self._not_stored = {}
         self._typing = {}
         self._asks = {}
         self._question_sets = {}

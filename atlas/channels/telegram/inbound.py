@@ -37,6 +37,11 @@ log = logging.getLogger(__name__)
 
 UPDATE_KINDS = ["message", "callback_query"]
 SEEN_UPDATES = 4096
+# A message whose storing failed (a locked store, a worker process being restarted) is left
+# unconfirmed and tried again, pausing NOT_STORED_PAUSE seconds times the attempts; after
+# NOT_STORED_TRIES it is logged as failed and confirmed (a fault that does not pass).
+NOT_STORED_TRIES = 6
+NOT_STORED_PAUSE = 0.5
 POLL_RETRY_FIRST = 1.0  # seconds before polling again after a failure; doubles up to a minute
 HELP = (
     "Hello! Write to me and I answer. Commands: /new starts a fresh conversation, "
@@ -65,6 +70,7 @@ class TelegramInbound(TelegramAsking):
     bot_id: int
     generations: ChatGenerations
     _seen: OrderedDict[int, None]
+    _not_stored: dict[int, int]  # update id -> failed attempts to store its message
     _webhook: Any  # aiohttp AppRunner in webhook mode
 
     # ------------------------------------------------------------ updates
@@ -103,9 +109,16 @@ class TelegramInbound(TelegramAsking):
                 delay = min(delay * 2, 60.0)
                 continue
             for update in updates:
+                if not await self.handle_update(update):
+                    # Not stored (the store locked, a worker process restarting): left
+                    # unconfirmed, so the next getUpdates brings it again, after a pause.
+                    offset = update.update_id
+                    await asyncio.sleep(
+                        self._not_stored.get(update.update_id, 1) * NOT_STORED_PAUSE
+                    )
+                    break
                 # The next getUpdates confirms it, and only after it was handled (stored).
                 offset = update.update_id + 1
-                await self.handle_update(update)
 
     async def _on_webhook(self, request: Any) -> Any:
         from aiogram.types import Update
@@ -120,7 +133,8 @@ class TelegramInbound(TelegramAsking):
         except ValueError as exc:  # not JSON, or not an update (pydantic's errors are ValueErrors)
             log.warning("%s: refused a webhook body that is not an update: %s", self.name, exc)
             return web.Response(status=400)
-        await self.handle_update(update)  # stored before Telegram hears 200
+        if not await self.handle_update(update):  # stored before Telegram hears 200
+            return web.Response(status=503)  # not stored: Telegram sends it again later
         return web.Response()
 
     async def _start_webhook(self) -> None:
@@ -144,23 +158,41 @@ class TelegramInbound(TelegramAsking):
             ),
         )
 
-    async def handle_update(self, update: Update) -> None:
-        """One update from polling or the webhook; a fault is logged, never fatal."""
-        if update.update_id in self._seen:
-            log.info("%s: dropped duplicate update %s", self.name, update.update_id)
-            return
-        self._seen[update.update_id] = None
+    async def handle_update(self, update: Update) -> bool:
+        """One update from polling or the webhook; a fault is logged, never fatal. False when
+        a message failed before it was stored (its handling ends with the store): it must not
+        be confirmed, and comes again, up to NOT_STORED_TRIES times."""
+        update_id = update.update_id
+        if update_id in self._seen:
+            log.info("%s: dropped duplicate update %s", self.name, update_id)
+            return True
+        self._seen[update_id] = None
         while len(self._seen) > SEEN_UPDATES:
             self._seen.popitem(last=False)
         try:
             if update.message is not None:
-                await self._on_message(update.message, update.update_id)
+                await self._on_message(update.message, update_id)
             elif update.callback_query is not None:
                 await self._on_callback(update.callback_query)
-        except AtlasError as exc:
-            log.warning("%s: update %s: %s", self.name, update.update_id, exc)
-        except Exception:
-            log.exception("%s: update %s failed", self.name, update.update_id)
+        except Exception as exc:
+            tries = self._not_stored.pop(update_id, 0) + 1
+            if update.message is not None and tries < NOT_STORED_TRIES:
+                self._not_stored[update_id] = tries
+                del self._seen[update_id]  # so that it is handled when it comes again
+                log.warning(
+                    "%s: update %s not stored yet (%s: %s); it will come again",
+                    self.name,
+                    update_id,
+                    type(exc).__name__,
+                    exc,
+                )
+                return False
+            if isinstance(exc, AtlasError):
+                log.warning("%s: update %s: %s", self.name, update_id, exc)
+            else:
+                log.exception("%s: update %s failed", self.name, update_id)
+        self._not_stored.pop(update_id, None)
+        return True
 
     # ------------------------------------------------------------ messages
 
