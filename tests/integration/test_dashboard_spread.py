@@ -34,8 +34,6 @@ async def spread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterat
     async with Fakes(bots=1, latency=0.0) as fakes:
         root = tmp_path / "home"
         fakes.write_home(root, conversations=CHATS, workers=2, spread=True)
-        with (root / "config.toml").open("a") as config:
-            config.write('\n[dashboard]\nlisten = "127.0.0.1:0"\n')
         home = Home(root)
         stop = asyncio.Event()
         daemon = asyncio.create_task(serve(home, stop=stop))

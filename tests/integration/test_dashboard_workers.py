@@ -61,9 +61,7 @@ class Page:
 @pytest.fixture
 async def running(tmp_path: Path, fakes: Fakes) -> AsyncIterator[tuple[Home, Fakes, Page]]:
     root = tmp_path / "home"
-    fakes.write_home(root, conversations=1)
-    with (root / "config.toml").open("a") as config:
-        config.write('\n[daemon]\nworkers = 2\n\n[dashboard]\nlisten = "127.0.0.1:0"\n')
+    fakes.write_home(root, conversations=1, workers=2)  # its dashboard on a free port
     home = Home(root)
     stop = asyncio.Event()
     daemon = asyncio.create_task(serve(home, stop=stop))
