@@ -6,23 +6,22 @@ reason (atlas/workers/link.py, "cancel")."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import aiohttp
 import pytest
 
 from atlas.channels.base import Address
-from atlas.daemon import serve
-from atlas.dashboard.auth import issue_login_token
-from atlas.dashboard.server import running_url
 from atlas.home import Home
 from atlas.trust.gate import ALLOW_ONCE
 from atlas.workers.plan import Placement
 from scripts.loadkit import FIRST_CHAT, Fakes, bot_token, token_env
-from tests.integration.test_dashboard_workers import CSRF, Page, read_config_call, waiting_ask
-from tests.integration.test_workers import until, worker_pids
+from tests.integration.test_dashboard_workers import (
+    Page,
+    daemon_with_a_page,
+    read_config_call,
+    waiting_ask,
+)
 
 CHATS = 8
 
@@ -35,22 +34,8 @@ async def spread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterat
         root = tmp_path / "home"
         fakes.write_home(root, conversations=CHATS, workers=2, spread=True)
         home = Home(root)
-        stop = asyncio.Event()
-        daemon = asyncio.create_task(serve(home, stop=stop))
-        try:
-            await until(lambda: running_url(root) is not None or daemon.done())
-            await until(lambda: len(worker_pids()) == 1)
-            url = running_url(root)
-            assert url is not None
-            async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as client:
-                token = issue_login_token(root)
-                async with client.post(url + "/login", data={"token": token}) as answer:
-                    csrf = CSRF.search(await answer.text())
-                assert csrf is not None
-                yield home, fakes, Page(client, url, csrf.group(1))
-        finally:
-            stop.set()
-            await asyncio.wait_for(daemon, 30)
+        async with daemon_with_a_page(home, fakes) as page:
+            yield home, fakes, page
 
 
 async def test_a_spread_bots_question_answered_on_the_page_is_closed_on_telegram(

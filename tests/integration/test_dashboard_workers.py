@@ -10,6 +10,7 @@ bot01 is listed on the Workbench and stopped from it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -58,32 +59,39 @@ class Page:
             return await answer.text()
 
 
-@pytest.fixture
-async def running(tmp_path: Path, fakes: Fakes) -> AsyncIterator[tuple[Home, Fakes, Page]]:
-    root = tmp_path / "home"
-    fakes.write_home(root, conversations=1, workers=2)  # its dashboard on a free port
-    home = Home(root)
+@contextlib.asynccontextmanager
+async def daemon_with_a_page(home: Home, fakes: Fakes) -> AsyncIterator[Page]:
+    """`atlas run` for `home` (its worker started, every bot polling) and a logged-in page."""
     stop = asyncio.Event()
     daemon = asyncio.create_task(serve(home, stop=stop))
     try:
-        await until(lambda: running_url(root) is not None or daemon.done())
+        await until(lambda: running_url(home.root) is not None or daemon.done())
         await until(lambda: len(worker_pids()) == 1)
-        url = running_url(root)
+        url = running_url(home.root)
         assert url is not None
         for telegram in fakes.telegrams:  # every bot polls: the worker's channels are up
             await telegram.wait_for(lambda t=telegram: t.polls > 0, timeout=30)
         jar = aiohttp.CookieJar(unsafe=True)  # cookies for 127.0.0.1
         async with aiohttp.ClientSession(cookie_jar=jar) as client:
-            token = issue_login_token(root)
+            token = issue_login_token(home.root)
             async with client.post(url + "/login", data={"token": token}) as answer:
                 assert answer.status == 200
                 csrf = CSRF.search(await answer.text())
             assert csrf is not None
-            yield home, fakes, Page(client, url, csrf.group(1))
+            yield Page(client, url, csrf.group(1))
     finally:
         stop.set()
         await asyncio.wait_for(daemon, 30)
     assert worker_pids() == []
+
+
+@pytest.fixture
+async def running(tmp_path: Path, fakes: Fakes) -> AsyncIterator[tuple[Home, Fakes, Page]]:
+    root = tmp_path / "home"
+    fakes.write_home(root, conversations=1, workers=2)  # its dashboard on a free port
+    home = Home(root)
+    async with daemon_with_a_page(home, fakes) as page:
+        yield home, fakes, page
 
 
 async def waiting_ask(page: Page, text: str) -> str:
