@@ -137,7 +137,12 @@ class McpManager:
         self.home = home
         self.config = config if config is not None else load_mcp_config(mcp_config_path(home))
         self.timeouts = timeouts or McpTimeouts.from_settings(home.settings.mcp)
-        self._links = {name: _Link(server) for name, server in self.config.servers.items()}
+        # Only the servers a bot of this process may use: with worker processes, each starts
+        # its own bots' servers, not every server of the home once per process.
+        needed = {server.name for bot in home.served_bots() for server in self.config.for_bot(bot)}
+        self._links = {
+            name: _Link(server) for name, server in self.config.servers.items() if name in needed
+        }
         self._stopping = False
         self.generation = 0  # goes up whenever a server's tools change
         self._registry: tuple[ToolRegistry, int, ToolRegistry] | None = None
