@@ -10,7 +10,6 @@ through its one link to the home's process, which it never outlives.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import os
 import signal
@@ -23,8 +22,6 @@ from atlas.workers.link import Link, adopt_fd
 from atlas.workers.plan import Placement
 
 log = logging.getLogger("atlas.worker")
-
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 async def serve_share(home: Home, index: int, placement: Placement, link: Link) -> None:
@@ -108,27 +105,13 @@ def _tell_health(link: Link, name: str, current: object) -> None:
     task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
 
-def die_with_parent() -> None:
-    """A worker never outlives the home's process: if that one is killed, the worker is killed
-    with it (as one process would have been), not left polling beside the next start's worker.
-    Its turns are recovered by that start, as after any crash. Linux only; elsewhere the
-    closed link stops the worker instead."""
-    parent = os.getppid()
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # the parent died before the line above took effect
-        os._exit(1)
-
-
 def end_with_the_home() -> None:
     """The home's process is gone (killed: a clean stop of it waits for this one's own). End
-    at once, as PDEATHSIG does a moment later, before anything here learns of it: between the
-    home's socket closing and the signal, a channel's updates failed with LinkClosed, were
-    logged and confirmed to the platform, and were lost (the crash test, --workers 2, seed 21).
-    The next start recovers this process's turns, as after any crash."""
+    at once, as PDEATHSIG (set by the pool when it started this process) does a moment later,
+    before anything here learns of it: between the home's socket closing and the signal, a
+    channel's updates failed with LinkClosed, were logged and confirmed to the platform, and
+    were lost (the crash test, --workers 2, seed 21). The next start recovers this process's
+    turns, as after any crash."""
     os.write(2, b"w: the home's process is gone; ending at once\n")
     os._exit(1)
 
@@ -138,7 +121,6 @@ def main(argv: list[str]) -> int:
     from atlas.secrets import redact_logs
 
     root, index, fd = Path(argv[0]), int(argv[1]), int(argv[2])
-    die_with_parent()
     level = int(argv[3])
     setup_logging(level, prefix=f"w{index} ")
     home = Home(root)
