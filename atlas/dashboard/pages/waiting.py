@@ -7,6 +7,7 @@ question here. The list is fetched again (`/waiting/live`) on each `waiting` eve
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -40,21 +41,32 @@ def _answered(request: web.Request, note: str) -> web.Response:
     return see_other("/waiting")
 
 
+def _settle(
+    request: web.Request, answer: Callable[[], bool], closed: str, done: str
+) -> web.Response:
+    """Give the answer (`answer()`: False when the question was closed meanwhile); a refused
+    answer (AtlasError: not one of its choices, empty words) is a 400 saying why."""
+    try:
+        answered = answer()
+    except AtlasError as exc:
+        raise web.HTTPBadRequest(text=str(exc)) from None
+    return _answered(request, done if answered else closed)
+
+
 async def answer_approval(request: web.Request) -> web.Response:
     """POST choice (CSRF checked by the app's guard)."""
     asks = dashboard_of(request).asks
     ask_id = request.match_info["ask_id"]
     choice = str((await request.post()).get("choice", ""))
     pending = asks.get(ask_id)
-    try:
-        answered = asks.answer_approval(ask_id, choice)
-    except AtlasError as exc:
-        raise web.HTTPBadRequest(text=str(exc)) from None
-    if not answered:
-        return _answered(request, f"That question was {CLOSED}.")
-    assert pending is not None
-    log.info("dashboard: %s answered %r: %s", pending.address, pending.question[:60], choice)
-    return _answered(request, f"Answered: {choice}.")
+    if pending is not None:
+        log.info("dashboard: %s answers %r: %s", pending.address, pending.question[:60], choice)
+    return _settle(
+        request,
+        lambda: asks.answer_approval(ask_id, choice),
+        f"That question was {CLOSED}.",
+        f"Answered: {choice}.",
+    )
 
 
 async def answer_questions(request: web.Request) -> web.Response:
@@ -71,13 +83,12 @@ async def answer_questions(request: web.Request) -> web.Response:
         chosen = tuple(c for c in question.choices if c in picked)
         other = str(form.get(f"q{index}-other", "")).strip()
         answers.append(Answer(chosen, other, by="the dashboard"))
-    try:
-        answered = asks.answer_questions(ask_id, answers)
-    except AtlasError as exc:
-        raise web.HTTPBadRequest(text=str(exc)) from None
-    if not answered:
-        return _answered(request, f"Those questions were {CLOSED}.")
-    return _answered(request, "Answered.")
+    return _settle(
+        request,
+        lambda: asks.answer_questions(ask_id, answers),
+        f"Those questions were {CLOSED}.",
+        "Answered.",
+    )
 
 
 async def answer_subagent(request: web.Request) -> web.Response:
@@ -86,15 +97,15 @@ async def answer_subagent(request: web.Request) -> web.Response:
     ask_id = request.match_info["ask_id"]
     text = str((await request.post()).get("answer", ""))
     pending = asks.get(ask_id)
-    try:
-        answered = asks.answer_text(ask_id, text)
-    except AtlasError as exc:
-        raise web.HTTPBadRequest(text=str(exc)) from None
-    if not answered:
+    if pending is None:
         return _answered(request, f"That question was {CLOSED}.")
-    assert pending is not None
-    log.info("dashboard: answered %s's question %r", pending.asker, pending.question[:60])
-    return _answered(request, f"Answered {pending.asker}.")
+    log.info("dashboard: answers %s's question %r", pending.asker, pending.question[:60])
+    return _settle(
+        request,
+        lambda: asks.answer_text(ask_id, text),
+        f"That question was {CLOSED}.",
+        f"Answered {pending.asker}.",
+    )
 
 
 def setup(router: web.UrlDispatcher) -> None:
