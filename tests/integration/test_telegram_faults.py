@@ -223,3 +223,28 @@ async def test_a_message_that_never_stores_is_given_up_and_polling_goes_on(
     tries = [r for r in caplog.records if "not stored yet" in r.message]
     assert len(tries) == telegram_inbound.NOT_STORED_TRIES - 1
     assert any("failed" in r.message and r.levelno == logging.ERROR for r in caplog.records)
+
+
+async def test_a_chat_whose_message_is_slow_to_store_does_not_hold_up_another(
+    tg: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One getUpdates answer, two chats: each chat's updates are handled in order, the chats
+    side by side (a store in another worker process costs a round trip per message)."""
+    release = asyncio.Event()
+    real_submit = tg.dispatcher.submit
+
+    async def slow_for_the_owner(inbound: Inbound) -> bool:
+        if inbound.address.chat == str(OWNER):
+            await release.wait()
+        return await real_submit(inbound)
+
+    monkeypatch.setattr(tg.dispatcher, "submit", slow_for_the_owner)
+    tg.model.add(Reply(ANSWER))
+    stranger = 99
+    await tg.fake.push(tg.fake.message("hello", user_id=OWNER))  # both in one batch: nothing
+    await tg.fake.push(tg.fake.message("who are you?", user_id=stranger))  # awaits between
+    # The stranger's pairing reply goes out while the owner's message is still being stored.
+    await tg.fake.wait_for(lambda: tg.fake.sent_texts(stranger), timeout=10)
+    assert tg.fake.sent_texts(OWNER) == []
+    release.set()
+    await tg.fake.wait_for(lambda: tg.fake.sent_texts(OWNER) == [ANSWER])

@@ -108,17 +108,35 @@ class TelegramInbound(TelegramAsking):
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 60.0)
                 continue
-            for update in updates:
+            if not updates:
+                continue
+            unstored = await self._handle_batch(updates)
+            if unstored is None:
+                # The next getUpdates confirms them, and only after they were handled (stored).
+                offset = updates[-1].update_id + 1
+                continue
+            # Not stored (the store locked, a worker process restarting): left unconfirmed
+            # from there on, so the next getUpdates brings it again, after a pause (the later
+            # ones stored meanwhile come again too, and are dropped as seen).
+            offset = unstored
+            await asyncio.sleep(self._not_stored.get(unstored, 1) * NOT_STORED_PAUSE)
+
+    async def _handle_batch(self, updates: list[Update]) -> int | None:
+        """Handle one getUpdates answer: each chat's updates in order, the chats side by side
+        (storing a message can take a round trip to another worker process, and a busy bot has
+        many chats). The first update id not stored, or None."""
+        by_chat: dict[int, list[Update]] = {}
+        for update in updates:
+            by_chat.setdefault(_chat_of(update), []).append(update)
+
+        async def in_order(chat_updates: list[Update]) -> int | None:
+            for update in chat_updates:
                 if not await self.handle_update(update):
-                    # Not stored (the store locked, a worker process restarting): left
-                    # unconfirmed, so the next getUpdates brings it again, after a pause.
-                    offset = update.update_id
-                    await asyncio.sleep(
-                        self._not_stored.get(update.update_id, 1) * NOT_STORED_PAUSE
-                    )
-                    break
-                # The next getUpdates confirms it, and only after it was handled (stored).
-                offset = update.update_id + 1
+                    return update.update_id
+            return None
+
+        failed = await asyncio.gather(*(in_order(group) for group in by_chat.values()))
+        return min((update_id for update_id in failed if update_id is not None), default=None)
 
     async def _on_webhook(self, request: Any) -> Any:
         from aiogram.types import Update
@@ -376,3 +394,13 @@ def _attachments(message: Message) -> list[tuple[Any, str]]:
 
 
 __all__ = ["HELP", "UPDATE_KINDS", "TelegramInbound", "parse_command"]
+
+
+def _chat_of(update: Update) -> int:
+    """The chat an update belongs to (0 for kinds with none): its updates keep their order."""
+    if update.message is not None:
+        return update.message.chat.id
+    query = update.callback_query
+    if query is not None and query.message is not None:
+        return query.message.chat.id
+    return 0
