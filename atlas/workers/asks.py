@@ -19,7 +19,6 @@ the home's entry. A worker that stops closes its questions on the page.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import fields
@@ -27,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from atlas.errors import AtlasError
 from atlas.pending_asks import PendingAsk, PendingAsks
-from atlas.workers.link import Link, LinkClosed
+from atlas.workers.link import Link
 
 if TYPE_CHECKING:
     from atlas.workers.routing import Elsewhere
@@ -40,20 +39,7 @@ ANSWER = "asks_answer"
 WORKER_STOPPED = "closed: its worker process stopped"
 # A PendingAsk's fields that cross the link (not its future, nor how it ended).
 _SENT = tuple(f.name for f in fields(PendingAsk) if f.name not in ("answer", "outcome"))
-_background: set[asyncio.Task[Any]] = set()  # tells under way: kept until they end
-
-
-def _spawn(send: Awaitable[None]) -> None:
-    """Run a tell in the background. Tasks start in the order they are made, and a tell writes
-    its frame in its first step, so the home's process hears of a question before its end."""
-
-    async def quietly() -> None:
-        with contextlib.suppress(LinkClosed):
-            await send
-
-    task = asyncio.ensure_future(quietly())
-    _background.add(task)
-    task.add_done_callback(_background.discard)
+_watchers: set[asyncio.Task[None]] = set()  # serve_asks's, kept until their links close
 
 
 class ForwardedAsks(PendingAsks):
@@ -69,15 +55,14 @@ class ForwardedAsks(PendingAsks):
         pending.share = self._share
         super()._list(pending)
         sent = {name: getattr(pending, name) for name in _SENT}
-        if not self._link.closed.is_set():
-            _spawn(self._link.tell(PUT, sent))
+        # tell_soon keeps the order: the home's process hears of a question before its end.
+        self._link.tell_soon(PUT, sent)
 
     def _settle(self, pending: PendingAsk, outcome: str) -> None:
         if self.get(pending.id) is None:
             return  # closed already, and said so
         super()._settle(pending, outcome)
-        if not self._link.closed.is_set():
-            _spawn(self._link.tell(SETTLE, pending.id, outcome))
+        self._link.tell_soon(SETTLE, pending.id, outcome)
 
     async def _answered_on_page(self, ask_id: str, answer: object) -> None:
         pending = self.get(ask_id)
@@ -105,8 +90,7 @@ def serve_asks(link: Link, home_asks: Callable[[], Awaitable[PendingAsks]]) -> N
         pending = PendingAsk(**sent)
 
         def forward(answer: object) -> None:
-            if not link.closed.is_set():
-                _spawn(link.tell(ANSWER, pending.id, answer))
+            link.tell_soon(ANSWER, pending.id, answer)
 
         listed[pending.id] = asks
         asks.list_elsewhere(pending, forward)
@@ -124,8 +108,8 @@ def serve_asks(link: Link, home_asks: Callable[[], Awaitable[PendingAsks]]) -> N
     link.on(PUT, put)
     link.on(SETTLE, settle)
     watcher = asyncio.ensure_future(close_on_stop())
-    _background.add(watcher)
-    watcher.add_done_callback(_background.discard)
+    _watchers.add(watcher)
+    watcher.add_done_callback(_watchers.discard)
 
 
 def dispatchers_asks(elsewhere: Elsewhere) -> Callable[[], Awaitable[PendingAsks]]:
@@ -133,8 +117,7 @@ def dispatchers_asks(elsewhere: Elsewhere) -> Callable[[], Awaitable[PendingAsks
     before the home's dispatcher is made, so their first questions wait for it."""
 
     async def asks() -> PendingAsks:
-        await elsewhere._served.wait()  # set by Elsewhere.serve(dispatcher)
-        return elsewhere._here().asks
+        return (await elsewhere.dispatcher()).asks
 
     return asks
 

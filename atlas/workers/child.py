@@ -75,7 +75,7 @@ async def serve_share(home: Home, index: int, placement: Placement, link: Link) 
     running = await start_channels(home, dispatcher)
     try:
         for name, health in running.health.items():
-            health.listen(lambda name, current: _tell_health(link, name, current))
+            health.listen(lambda name, current: link.tell_soon("health", name, current))
             await link.tell("health", name, health.current)
         recovered = await resume_interrupted_turns(dispatcher, started_at=started_at)
         log.info(
@@ -96,13 +96,6 @@ async def serve_share(home: Home, index: int, placement: Placement, link: Link) 
         await stop_channels(running)
         await dispatcher.runtime.close()
         await link.close()
-
-
-def _tell_health(link: Link, name: str, current: object) -> None:
-    if link.closed.is_set():
-        return
-    task = asyncio.ensure_future(link.tell("health", name, current))
-    task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
 
 def end_with_the_home() -> None:

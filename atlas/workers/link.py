@@ -88,6 +88,19 @@ class Link:
     async def tell(self, op: str, *args: Any) -> None:
         await self._send(("tell", 0, op, args))
 
+    def tell_soon(self, op: str, *args: Any) -> None:
+        """`tell` from code that cannot wait (a listener, a callback): sent in the order asked
+        (each task writes its frame in its first step), nothing once the link is closed."""
+        if self.closed.is_set():
+            return
+        task = asyncio.ensure_future(self._tell_quietly(op, args))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def _tell_quietly(self, op: str, args: tuple[Any, ...]) -> None:
+        with contextlib.suppress(LinkClosed):
+            await self.tell(op, *args)
+
     async def close(self) -> None:
         if self._reader_task is not None:
             self._reader_task.cancel()
@@ -105,9 +118,9 @@ class Link:
     async def _send(self, frame: tuple[Any, ...]) -> None:
         if self._writer is None or self.closed.is_set():
             raise LinkClosed(f"{self.name} is not running")
-        body = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
+        data = _framed(frame)
         try:
-            self._writer.write(_LENGTH.pack(len(body)) + body)
+            self._writer.write(data)
             await self._writer.drain()
         except (ConnectionError, OSError) as exc:
             self._lost()
@@ -184,11 +197,11 @@ class Link:
         if self._writer is None or self.closed.is_set():
             return
         try:
-            body = pickle.dumps(("cancel", request_id, reason, None), pickle.HIGHEST_PROTOCOL)
+            data = _framed(("cancel", request_id, reason, None))
         except (pickle.PicklingError, TypeError, AttributeError):
-            body = pickle.dumps(("cancel", request_id, None, None), pickle.HIGHEST_PROTOCOL)
+            data = _framed(("cancel", request_id, None, None))
         with contextlib.suppress(ConnectionError, OSError):
-            self._writer.write(_LENGTH.pack(len(body)) + body)
+            self._writer.write(data)
 
     def _lost(self) -> None:
         if self._on_lost is not None and not self.closed.is_set():
@@ -199,6 +212,11 @@ class Link:
         for waiter in self._waiting.values():
             if not waiter.done():
                 waiter.set_exception(LinkClosed(f"{self.name} stopped before answering"))
+
+
+def _framed(frame: tuple[Any, ...]) -> bytes:
+    body = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
+    return _LENGTH.pack(len(body)) + body
 
 
 def socket_pair() -> tuple[socket.socket, socket.socket]:

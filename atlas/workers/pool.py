@@ -60,7 +60,6 @@ class Worker:
     share: int
     link: Link
     process: asyncio.subprocess.Process | None = None
-    restarts: int = 0
     up: asyncio.Event = field(default_factory=asyncio.Event)  # its link is open
 
 
@@ -91,13 +90,6 @@ class WorkerPool:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(worker.up.wait(), RESTART_WAIT)
         return worker.link
-
-    def pids(self) -> dict[int, int]:
-        return {
-            share: worker.process.pid
-            for share, worker in self._workers.items()
-            if worker.process is not None and worker.process.returncode is None
-        }
 
     async def start(self) -> None:
         """Start every worker process (not waiting for them to be ready)."""
@@ -194,7 +186,6 @@ class WorkerPool:
             while True:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, MAX_DELAY)
-                worker.restarts += 1
                 try:
                     await self._spawn(worker)
                     break

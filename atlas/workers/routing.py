@@ -6,12 +6,17 @@ worker (op "route"). Each op runs the same code in the owning process as it woul
 process: a message is stored and answered by the owner's dispatcher, a routine's run by the
 owner's tool loop, a report by the owner's outbox.
 
-  submit         an inbound message or notice for a bot (message_agent, the dashboard's chat)
+  submit         an inbound message or notice for a conversation (the dashboard's chat, a
+                 spread bot's messages from its channel's process)
   run_detached   a turn of its own (a routine's run), its outcome back
-  outbox_*       a report or notice through the owner's outbox, how it went back
+  outbox_*       a report or notice through the outbox of the conversation's process
   deliver        message_agent's delivery; the reply comes back by
   notify         ... into the conversation it came from, in the sender's process
-  stop_turn      the dashboard's stop of a conversation's running turn
+  stop_turn      a stop of a conversation's running turn
+  channel        a call on a channel that lives in the process (forwarded_channel.py)
+
+A conversation lives in `Placement.share_for(address)`'s process, a bot's channels and its
+detached runs in `Placement.owner(bot)`'s. `Elsewhere.call` runs an op for this process here.
 """
 
 from __future__ import annotations
@@ -90,6 +95,12 @@ class Elsewhere:
         await self._served.wait()
         return await self._ops[op](*args)
 
+    async def dispatcher(self) -> Dispatcher:
+        """This process's dispatcher, once `serve` gave it: a worker starts (and may ask) before
+        the home's dispatcher is made, so what it asks first waits for it."""
+        await self._served.wait()
+        return self._here()
+
     def is_local(self, bot: str) -> bool:
         """Whether this process runs the bot's channels."""
         return self.placement.owner(bot) == self.here
@@ -131,11 +142,21 @@ class Elsewhere:
         )
         return detached
 
+    # enqueue, wait and send as the Outbox has them (the routine scheduler's outbox, for any
+    # conversation of the home: the outbox of the process holding it sends).
+
     async def enqueue(
-        self, address: Address, text: str, files: tuple[Path, ...], kind: Kind, key: str | None
+        self,
+        address: Address,
+        text: str,
+        files: tuple[Path, ...] | list[Path] = (),
+        *,
+        kind: Kind,
+        key: str | None = None,
     ) -> int:
         share = self.placement.share_for(address)
-        row_id: int = await self.call(share, "outbox_enqueue", address, text, files, kind, key)
+        args = (address, text, tuple(files), kind, key)
+        row_id: int = await self.call(share, "outbox_enqueue", *args)
         return row_id
 
     async def wait(self, address: Address, row_id: int) -> Delivery:
@@ -143,6 +164,18 @@ class Elsewhere:
             self.placement.share_for(address), "outbox_wait", address, row_id
         )
         return delivery
+
+    async def send(
+        self,
+        address: Address,
+        text: str,
+        files: tuple[Path, ...] | list[Path] = (),
+        *,
+        kind: Kind,
+        key: str | None = None,
+    ) -> Delivery:
+        row_id = await self.enqueue(address, text, files, kind=kind, key=key)
+        return await self.wait(address, row_id)
 
     async def deliver(
         self, delivery_id: str, sender: str, target: str, text: str, notify: Notifier | None
@@ -221,44 +254,6 @@ def agents_address(target: str, sender: str) -> Address:
     return Address(target, "agents", sender)
 
 
-class RoutedOutbox:
-    """The outbox as the routine scheduler uses it, for any bot: the owner's outbox sends."""
-
-    def __init__(self, dispatcher: Dispatcher, elsewhere: Elsewhere) -> None:
-        self._dispatcher = dispatcher
-        self._elsewhere = elsewhere
-
-    async def enqueue(
-        self,
-        address: Address,
-        text: str,
-        files: tuple[Path, ...] | list[Path] = (),
-        *,
-        kind: Kind,
-        key: str | None = None,
-    ) -> int:
-        if self._elsewhere.is_here(address):
-            return await self._dispatcher.outbox.enqueue(address, text, files, kind=kind, key=key)
-        return await self._elsewhere.enqueue(address, text, tuple(files), kind, key)
-
-    async def wait(self, address: Address, row_id: int) -> Delivery:
-        if self._elsewhere.is_here(address):
-            return await self._dispatcher.outbox.wait(address, row_id)
-        return await self._elsewhere.wait(address, row_id)
-
-    async def send(
-        self,
-        address: Address,
-        text: str,
-        files: tuple[Path, ...] | list[Path] = (),
-        *,
-        kind: Kind,
-        key: str | None = None,
-    ) -> Delivery:
-        row_id = await self.enqueue(address, text, files, kind=kind, key=key)
-        return await self.wait(address, row_id)
-
-
 class RoutedRuns:
     """What the routine scheduler runs through (runner.RunsDetached), for every bot of the
     home: a bot of another process runs there."""
@@ -266,7 +261,7 @@ class RoutedRuns:
     def __init__(self, dispatcher: Dispatcher, elsewhere: Elsewhere) -> None:
         self._dispatcher = dispatcher
         self._elsewhere = elsewhere
-        self.outbox = RoutedOutbox(dispatcher, elsewhere)
+        self.outbox = elsewhere
 
     async def run_detached(
         self,
