@@ -7,17 +7,26 @@ from __future__ import annotations
 from atlas.store.home_db import GateRecord, HomeStore
 
 
-async def record_action(audit: HomeStore, bot: str, tool: str, summary: str, reason: str) -> None:
+async def record_action(
+    audit: HomeStore,
+    bot: str,
+    tool: str,
+    summary: str,
+    reason: str,
+    *,
+    rule: str = "dashboard:person",
+    conversation_id: int = 0,
+) -> None:
     await audit.record_decision(
         GateRecord(
             bot=bot,
-            conversation_id=0,
+            conversation_id=conversation_id,
             run_kind="dashboard",
             tool=tool,
             arguments_digest="",
             summary=summary,
             verdict="allow",
-            rule="dashboard:person",
+            rule=rule,
             reason=reason,
             answered_by="user",
         )

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, get_args
 import tomlkit
 
 from atlas.config import BotSettings, Settings, load_bot_settings
+from atlas.dashboard.actions import record_action
 from atlas.errors import AtlasError
 from atlas.home import Home
 from atlas.locks import held
-from atlas.store.home_db import GateRecord, HomeStore
+from atlas.store.home_db import HomeStore
 
 if TYPE_CHECKING:
     from atlas.tools.registry import ConversationState
@@ -57,19 +58,13 @@ async def set_bot_mode(
     home.__dict__.pop("main_bot", None)  # a cached_property holding the old Bot
     if workers is not None:
         await workers.bot_settings(name, settings)
-    await audit.record_decision(
-        GateRecord(
-            bot=name,
-            conversation_id=0,
-            run_kind="dashboard",
-            tool="mode",
-            arguments_digest="",
-            summary=f"mode {previous} -> {mode}",
-            verdict="allow",
-            rule=f"mode:{mode}",
-            reason="the person changed the bot's mode on the dashboard",
-            answered_by="user",
-        )
+    await record_action(
+        audit,
+        name,
+        "mode",
+        f"mode {previous} -> {mode}",
+        "the person changed the bot's mode on the dashboard",
+        rule=f"mode:{mode}",
     )
     return previous
 
@@ -97,18 +92,13 @@ async def set_conversation_mode(
         previous = found or None
     else:
         raise AtlasError(f"conversation {bot} #{conversation_id} has no state in this daemon")
-    await audit.record_decision(
-        GateRecord(
-            bot=bot,
-            conversation_id=conversation_id,
-            run_kind="dashboard",
-            tool="mode",
-            arguments_digest="",
-            summary=f"conversation mode {previous or BOTS_OWN} -> {mode or BOTS_OWN}",
-            verdict="allow",
-            rule=f"mode:{mode or 'bot'}",
-            reason="the person changed the conversation's mode on the dashboard",
-            answered_by="user",
-        )
+    await record_action(
+        audit,
+        bot,
+        "mode",
+        f"conversation mode {previous or BOTS_OWN} -> {mode or BOTS_OWN}",
+        "the person changed the conversation's mode on the dashboard",
+        rule=f"mode:{mode or 'bot'}",
+        conversation_id=conversation_id,
     )
     return previous
