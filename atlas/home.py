@@ -6,7 +6,7 @@ import logging
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -211,6 +211,11 @@ class Home:
     @cached_property
     def main_bot(self) -> Bot:
         return self.bots[self.settings.main]
+
+    def replace_bot_settings(self, name: str, settings: BotSettings) -> None:
+        """The live home's copy of a bot, with new settings (a mode changed on the dashboard)."""
+        self.bots[name] = replace(self.bot(name), settings=settings)
+        self.__dict__.pop("main_bot", None)  # the cached_property holds the old Bot
 
     def served_bots(self) -> list[Bot]:
         return [bot for name, bot in self.bots.items() if name in self.served]

@@ -4,7 +4,6 @@ the live home given the new settings, and the change recorded in the gate's log.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -54,8 +53,7 @@ async def set_bot_mode(
     bot = home.bot(name)
     previous = bot.settings.mode
     settings = await asyncio.to_thread(_write_mode, bot.root / "bot.toml", mode, home.settings)
-    home.bots[name] = dataclasses.replace(bot, settings=settings)
-    home.__dict__.pop("main_bot", None)  # a cached_property holding the old Bot
+    home.replace_bot_settings(name, settings)
     if workers is not None:
         await workers.bot_settings(name, settings)
     await record_action(

@@ -88,11 +88,7 @@ def serve_dashboard_ops(link: Link, dispatcher: Dispatcher, share: int) -> None:
     home = runtime.home
 
     async def bot_settings(name: str, settings: BotSettings) -> None:
-        bot = home.bots.get(name)
-        if bot is None:
-            raise AtlasError(f"no bot {name!r} in worker {share}")
-        home.bots[name] = dataclasses.replace(bot, settings=settings)
-        home.__dict__.pop("main_bot", None)  # a cached_property holding the old Bot
+        home.replace_bot_settings(name, settings)  # AtlasError naming the bots if none
 
     async def conversation_modes() -> list[tuple[str, int, str]]:
         states = runtime.conversation_states()
