@@ -7,6 +7,7 @@ import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -21,6 +22,30 @@ from atlas.tools.registry import ConversationState
 from tests.helpers import close_test_stores, make_home, open_store_for_tests
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's: Playwright cannot download one here
+
+
+@asynccontextmanager
+async def logged_in_tab(base: str, home_root: Path) -> AsyncIterator[tuple[Any, list[str]]]:
+    """Real Chromium with one tab logged in to the dashboard at `base` through a one-time
+    link, and the page's problems as they come: console errors (a CSP violation shows there)
+    and uncaught script errors. The browser is closed at the end."""
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            page = await browser.new_page()
+            problems: list[str] = []
+            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: problems.append(str(e)))
+            await page.goto(f"{base}/login?token={issue_login_token(home_root)}")
+            await page.get_by_role("button", name="Log in").click()
+            yield page, problems
+        finally:
+            await browser.close()
 
 
 async def store_conversation(home: Home, bot: str = "atlas") -> int:

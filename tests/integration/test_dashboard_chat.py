@@ -11,28 +11,19 @@ import pytest
 from atlas.dashboard.auth import issue_login_token
 from atlas.dashboard.chat_channel import web_address
 from atlas.providers.scripted import Reply
+from tests.dashboard_rig import CHROMIUM, logged_in_tab
 from tests.unit.test_dashboard_chat import chat_rig
 
-CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="no system Chromium installed")
 
 
 async def test_chat_with_a_bot_and_see_the_reply_stream(home_path: Path) -> None:
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
     async with chat_rig(home_path) as rig:
         base = str(rig.client.make_url("")).rstrip("/")
         rig.model.add(Reply("The zeppelin leaves at 14:05 from pier three."))
-        async with async_playwright() as playwright:
-            browser = await playwright.chromium.launch(
-                executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"]
-            )
-            page = await browser.new_page()
-            problems: list[str] = []
-            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: problems.append(str(e)))
-            await page.goto(f"{base}/login?token={issue_login_token(rig.home.root)}")
-            await page.get_by_role("button", name="Log in").click()
+        async with logged_in_tab(base, rig.home.root) as (page, problems):
             await page.get_by_role("link", name="Chat").click()
             await expect(page.get_by_role("heading", name="Chat with atlas")).to_be_visible()
             assert rig.dashboard.chat is not None
@@ -54,7 +45,6 @@ async def test_chat_with_a_bot_and_see_the_reply_stream(home_path: Path) -> None
             await expect(reply).not_to_contain_text("zeppelin")  # the finished one is in the log
             await expect(page.get_by_label("Message to atlas")).to_have_value("")
             assert problems == []
-            await browser.close()
 
 
 async def test_the_daemon_serves_the_chat_over_a_streaming_model(home_path: Path) -> None:

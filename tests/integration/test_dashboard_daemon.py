@@ -20,9 +20,8 @@ from atlas.errors import ConfigError
 from atlas.home import Home
 from atlas.providers.base import Message, ToolCall
 from atlas.store.conversations import ConversationStore
+from tests.dashboard_rig import CHROMIUM
 from tests.helpers import BASE_CONFIG, make_home
-
-CHROMIUM = Path("/usr/bin/chromium")
 
 
 async def until(predicate: Callable[[], object], timeout: float = 20) -> None:

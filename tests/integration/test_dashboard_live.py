@@ -11,17 +11,17 @@ from aiohttp import web
 
 from atlas.channels.supervisor import ChannelHealth
 from atlas.dashboard.app import build_app
-from atlas.dashboard.auth import Signer, issue_login_token, read_secret
+from atlas.dashboard.auth import Signer, read_secret
 from atlas.dashboard.context import Dashboard
 from atlas.store.home_db import HomeStore
+from tests.dashboard_rig import CHROMIUM, logged_in_tab
 from tests.helpers import close_test_stores, make_home, open_store_for_tests
 
-CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="no system Chromium installed")
 
 
 async def test_home_shows_a_channel_change_without_a_reload(home_path: Path) -> None:
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
     home = make_home(home_path)
     audit = HomeStore(home.db_path)
@@ -36,15 +36,7 @@ async def test_home_shows_a_channel_change_without_a_reload(home_path: Path) -> 
     await site.start()
     base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
     try:
-        async with async_playwright() as playwright:
-            browser = await playwright.chromium.launch(
-                executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"]
-            )
-            page = await browser.new_page()
-            problems: list[str] = []
-            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-            await page.goto(f"{base}/login?token={issue_login_token(home.root)}")
-            await page.get_by_role("button", name="Log in").click()
+        async with logged_in_tab(base, home.root) as (page, problems):
             await expect(page.locator("#live")).to_contain_text("telegram:atlas: starting since")
             for _ in range(100):  # until the page's event stream is open
                 if dashboard.events.streams:
@@ -54,7 +46,6 @@ async def test_home_shows_a_channel_change_without_a_reload(home_path: Path) -> 
             health["telegram:atlas"].reconnecting("ConnectionError: refused; restart 1")
             await expect(page.locator("#live")).to_contain_text("reconnecting since")
             assert problems == []
-            await browser.close()
     finally:
         dashboard.events.close()  # as DashboardServer.stop does: open streams end
         await runner.cleanup()

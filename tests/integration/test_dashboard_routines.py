@@ -9,16 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from atlas.dashboard.auth import issue_login_token
 from atlas.routines.store import RoutineStore
 from atlas.store.home_db import HomeStore
+from tests.dashboard_rig import CHROMIUM, logged_in_tab
 
-CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="no system Chromium installed")
 
 
 async def test_run_a_routine_now_and_see_its_outcome(home_path: Path) -> None:
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
     from atlas.daemon import serve
     from atlas.dashboard.server import running_url
@@ -43,16 +42,7 @@ async def test_run_a_routine_now_and_see_its_outcome(home_path: Path) -> None:
                 await asyncio.sleep(0.05)
             url = running_url(home_path)
             assert url is not None, task.exception() if task.done() else "no URL"
-            async with async_playwright() as playwright:
-                browser = await playwright.chromium.launch(
-                    executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"]
-                )
-                page = await browser.new_page()
-                problems: list[str] = []
-                page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-                page.on("pageerror", lambda e: problems.append(str(e)))
-                await page.goto(f"{url}/login?token={issue_login_token(home.root)}")
-                await page.get_by_role("button", name="Log in").click()
+            async with logged_in_tab(url, home.root) as (page, problems):
                 await page.get_by_role("link", name="Routines").click()
                 await expect(page.get_by_role("heading", name="Routines")).to_be_visible()
                 await expect(page.get_by_text("every day at 18:00")).to_be_visible()
@@ -70,7 +60,6 @@ async def test_run_a_routine_now_and_see_its_outcome(home_path: Path) -> None:
                 await expect(runs.locator("td.verdict").first).to_have_text("ok")
                 await expect(runs).to_contain_text("manual")
                 assert problems == []
-                await browser.close()
         finally:
             stop.set()
             await asyncio.wait_for(task, 30)

@@ -21,8 +21,8 @@ import pytest_asyncio
 
 from atlas.dashboard.auth import issue_login_token
 from atlas.home import Home
+from tests.dashboard_rig import CHROMIUM
 
-CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = [
     pytest.mark.skipif(not CHROMIUM.exists(), reason="no system Chromium installed"),
     pytest.mark.asyncio(loop_scope="module"),

@@ -11,21 +11,21 @@ import pytest
 from aiohttp import web
 
 from atlas.dashboard.app import build_app
-from atlas.dashboard.auth import Signer, issue_login_token, read_secret
+from atlas.dashboard.auth import Signer, read_secret
 from atlas.dashboard.context import Dashboard
 from atlas.providers.scripted import Reply
 from atlas.trust.gate import ALLOW_ONCE
+from tests.dashboard_rig import CHROMIUM, logged_in_tab
 from tests.helpers import open_store_for_tests
 from tests.integration.test_telegram import OWNER, TOOL_RUNS, AskForShout, _harness
 
-CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="no system Chromium installed")
 
 
 async def test_an_approval_a_telegram_turn_waits_on_is_answered_in_chromium(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
     gate = AskForShout()
     gate.ask_timeout = 60
@@ -40,16 +40,7 @@ async def test_an_approval_a_telegram_turn_waits_on_is_answered_in_chromium(
         await site.start()
         base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
         try:
-            async with async_playwright() as playwright:
-                browser = await playwright.chromium.launch(
-                    executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"]
-                )
-                page = await browser.new_page()
-                problems: list[str] = []
-                page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-                page.on("pageerror", lambda e: problems.append(str(e)))
-                await page.goto(f"{base}/login?token={issue_login_token(tg.home.root)}")
-                await page.get_by_role("button", name="Log in").click()
+            async with logged_in_tab(base, tg.home.root) as (page, problems):
                 await page.get_by_role("link", name="Waiting").click()
                 await expect(page.get_by_text("Nothing is waiting for you.")).to_be_visible()
                 for _ in range(100):  # until the page's event stream is open
@@ -74,7 +65,6 @@ async def test_an_approval_a_telegram_turn_waits_on_is_answered_in_chromium(
                 assert "reply_markup" not in edited["edited"]
                 await expect(page.get_by_text("Nothing is waiting for you.")).to_be_visible()
                 assert problems == []
-                await browser.close()
         finally:
             dashboard.events.close()
             await runner.cleanup()

@@ -24,6 +24,7 @@ from atlas.dashboard.server import running_url
 from atlas.home import Home
 from atlas.trust.gate import ALLOW_ONCE
 from scripts.loadkit import FIRST_CHAT, Fakes, bot_token, token_env
+from tests.dashboard_rig import CHROMIUM, logged_in_tab
 from tests.integration.test_workers import until, worker_pids
 
 BOTS = 3  # atlas and bot02 in the home's process, bot01 in worker 1
@@ -265,42 +266,27 @@ async def test_a_workers_subagent_is_listed_on_the_workbench_and_stopped_from_it
     assert f"stop subagent {found.group(1)}" in await page.get("/trust?tool=delegate")
 
 
-CHROMIUM = Path("/usr/bin/chromium")
-
-
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="no system Chromium installed")
 async def test_a_workers_approval_appears_live_and_is_answered_in_chromium(
     running: tuple[Home, Fakes, Page],
 ) -> None:
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
     home, fakes, page = running
     telegram = fakes.telegrams[1]
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"]
+    async with logged_in_tab(page.url, home.root) as (tab, problems):
+        await tab.get_by_role("link", name="Waiting").click()
+        await expect(tab.get_by_text("Nothing is waiting for you.")).to_be_visible()
+        await asyncio.sleep(0.5)  # the page's event stream is open
+        # bot01's Telegram turn (in worker 1) asks; the page shows it without a reload.
+        fakes.model.reply(calls=[read_config_call(home)])
+        await telegram.push(telegram.message("T1-0-9 read the config", user_id=FIRST_CHAT))
+        await expect(tab.get_by_text(re.compile("wants to read"))).to_be_visible()
+        await tab.get_by_role("button", name=ALLOW_ONCE).click()
+        await expect(tab.get_by_text(f"Answered: {ALLOW_ONCE}.")).to_be_visible()
+        await telegram.wait_for(
+            lambda: any("T1-0-9 done" in t for t in telegram.sent_texts(FIRST_CHAT)),
+            timeout=30,
         )
-        try:
-            tab = await browser.new_page()
-            problems: list[str] = []
-            tab.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-            tab.on("pageerror", lambda e: problems.append(str(e)))
-            await tab.goto(f"{page.url}/login?token={issue_login_token(home.root)}")
-            await tab.get_by_role("button", name="Log in").click()
-            await tab.get_by_role("link", name="Waiting").click()
-            await expect(tab.get_by_text("Nothing is waiting for you.")).to_be_visible()
-            await asyncio.sleep(0.5)  # the page's event stream is open
-            # bot01's Telegram turn (in worker 1) asks; the page shows it without a reload.
-            fakes.model.reply(calls=[read_config_call(home)])
-            await telegram.push(telegram.message("T1-0-9 read the config", user_id=FIRST_CHAT))
-            await expect(tab.get_by_text(re.compile("wants to read"))).to_be_visible()
-            await tab.get_by_role("button", name=ALLOW_ONCE).click()
-            await expect(tab.get_by_text(f"Answered: {ALLOW_ONCE}.")).to_be_visible()
-            await telegram.wait_for(
-                lambda: any("T1-0-9 done" in t for t in telegram.sent_texts(FIRST_CHAT)),
-                timeout=30,
-            )
-            await expect(tab.get_by_text("Nothing is waiting for you.")).to_be_visible()
-            assert problems == []
-        finally:
-            await browser.close()
+        await expect(tab.get_by_text("Nothing is waiting for you.")).to_be_visible()
+        assert problems == []
