@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from atlas.errors import AtlasError
-from atlas.process import run, setup_logging
+from atlas.process import pause_collection_while_starting, run, setup_logging
 
 
 def _home_path(args: argparse.Namespace) -> Path:
@@ -51,6 +51,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    pause_collection_while_starting()  # until the daemon is up
     home = _load_home(args)  # first: a broken config fails at once, before the slow imports
     from atlas.daemon import serve
 

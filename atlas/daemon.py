@@ -7,32 +7,23 @@ import asyncio
 import logging
 import signal
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from atlas.channels.base import Channel
-from atlas.channels.health_file import HealthWriter, health_path
-from atlas.channels.manager import RunningChannels, start_channels, stop_channels
-from atlas.channels.supervisor import ChannelHealth
-from atlas.dashboard.chat_channel import WEB_CHANNEL, BrowserChannel
-from atlas.dashboard.server import DashboardServer, dashboard_listen, start_dashboard
+from atlas.dashboard.listen import dashboard_listen
 from atlas.errors import AtlasError
-from atlas.executors.bridge import ExecutorBridge, serve_plugin
-from atlas.executors.record import DelegationRecord
 from atlas.home import Home
-from atlas.process import freeze_long_lived_objects
-from atlas.recovery import resume_interrupted_turns
-from atlas.routines.scheduler import RoutineScheduler
-from atlas.sandbox.proxy import stop_proxies
-from atlas.services import home_services, start_core, stop_turns
 from atlas.start_checks import check_before_start
-from atlas.store.home_db import HomeStore
-from atlas.workers.asks import dispatchers_asks, serve_asks
-from atlas.workers.forwarded_channel import stand_ins
-from atlas.workers.home_db import serve_home_db
 from atlas.workers.link import Link
 from atlas.workers.plan import Placement, worker_count
 from atlas.workers.pool import WorkerPool
-from atlas.workers.routines import serve_routines
-from atlas.workers.routing import HOME_SHARE, Elsewhere, RoutedRuns
+
+if TYPE_CHECKING:
+    from atlas.channels.base import Channel
+    from atlas.channels.health_file import HealthWriter
+    from atlas.channels.supervisor import ChannelHealth
+    from atlas.dashboard.server import DashboardServer
+    from atlas.executors.bridge import ExecutorBridge
+    from atlas.routines.scheduler import RoutineScheduler
 
 log = logging.getLogger("atlas.daemon")
 
@@ -59,12 +50,7 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
     # The bots spread over worker processes ([daemon] workers); this process serves share 0
     # and the home's shared duties (atlas/workers/).
     placement = Placement.of(home, worker_count(home))
-    home.served = placement.served_by(HOME_SHARE)
-    home.owned = frozenset(placement.shares[HOME_SHARE])
-    audit = HomeStore(home.db_path)  # the one writer of atlas.db, for the workers too
-    channels: dict[str, Channel] = {}
     pool: WorkerPool | None = None
-    elsewhere = Elsewhere(placement, HOME_SHARE, lambda share: _pool(pool).link(share))
     routines: RoutineScheduler | None = None  # a worker's cronjob_manage reaches it, once set
 
     def serve_worker(link: Link) -> None:
@@ -73,10 +59,36 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
         serve_routines(link, lambda: routines)
         serve_asks(link, dispatchers_asks(elsewhere))  # its questions on the Waiting page
 
-    if placement.count > 1:  # started first: their start-up overlaps this one's
+    if placement.count > 1:
         pool = WorkerPool(home, placement, on_link=serve_worker, log_level=log.getEffectiveLevel())
-        await pool.start()
+        await pool.spawn()  # their links open below, once this process can serve them
     try:
+        # The rest of the daemon loads only now, while the workers load theirs: their start-up
+        # overlaps this process's imports (docs/benchmarks.md, start-up).
+        from atlas.channels.health_file import HealthWriter, health_path
+        from atlas.channels.manager import RunningChannels, start_channels, stop_channels
+        from atlas.dashboard.chat_channel import WEB_CHANNEL, BrowserChannel
+        from atlas.executors.bridge import serve_plugin
+        from atlas.executors.record import DelegationRecord
+        from atlas.process import freeze_long_lived_objects
+        from atlas.recovery import resume_interrupted_turns
+        from atlas.routines.scheduler import RoutineScheduler
+        from atlas.sandbox.proxy import stop_proxies
+        from atlas.services import home_services, start_core, stop_turns
+        from atlas.store.home_db import HomeStore
+        from atlas.workers.asks import dispatchers_asks, serve_asks
+        from atlas.workers.forwarded_channel import stand_ins
+        from atlas.workers.home_db import serve_home_db
+        from atlas.workers.routines import serve_routines
+        from atlas.workers.routing import HOME_SHARE, Elsewhere, RoutedRuns
+
+        home.served = placement.served_by(HOME_SHARE)
+        home.owned = frozenset(placement.shares[HOME_SHARE])
+        audit = HomeStore(home.db_path)  # the one writer of atlas.db, for the workers too
+        channels: dict[str, Channel] = {}
+        elsewhere = Elsewhere(placement, HOME_SHARE, lambda share: _pool(pool).link(share))
+        if pool is not None:
+            await pool.connect()
         dispatcher = await start_core(home, channels, audit=audit)
     except BaseException:
         if pool is not None:
@@ -120,6 +132,8 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
         home_services(dispatcher).serve_routines(routines)  # cronjob_manage's, once started
         log.info("routine files: %s", (await routines.start()).summary())
         if listen is not None:  # the web dashboard (docs/dashboard.md), over this runtime
+            from atlas.dashboard.server import start_dashboard  # aiohttp.web, the pages: late
+
             dashboard = await start_dashboard(runtime, listen, every_health, dispatcher)
         # The Claude Code plugin's socket: the person's own sessions (docs/executors.md).
         services = home_services(dispatcher)

@@ -12,7 +12,6 @@ Host header that is not a loopback name is refused (a DNS-rebinding page cannot 
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -23,6 +22,7 @@ from aiohttp import web
 from atlas.dashboard import events, login
 from atlas.dashboard.auth import SESSION_COOKIE
 from atlas.dashboard.context import DASHBOARD, NAV, SESSION, Dashboard, dashboard_of
+from atlas.dashboard.listen import loopback_host
 from atlas.dashboard.pages import PAGES
 
 log = logging.getLogger(__name__)
@@ -36,21 +36,6 @@ CSP = (
     "object-src 'none'"
 )
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def loopback_host(host: str) -> bool:
-    """Whether a Host header (or a listen host) names this machine only."""
-    name = host.strip().lower()
-    if name.startswith("["):  # [::1]:8765
-        name = name[1 : name.find("]")] if "]" in name else name
-    elif name.count(":") == 1:  # 127.0.0.1:8765, localhost:8765
-        name = name.partition(":")[0]
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:

@@ -6,7 +6,8 @@ import sys
 from typing import TextIO
 
 from atlas.dashboard.auth import LINK_MINUTES, ensure_secret, issue_login_token, rotate_secret
-from atlas.dashboard.server import listen_of, running_url
+from atlas.dashboard.listen import listen_of
+from atlas.dashboard.server import running_url
 from atlas.errors import AtlasError
 from atlas.home import Home
 

@@ -8,16 +8,15 @@ import json
 import logging
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from atlas.config import DashboardSettings
-from atlas.dashboard.app import build_app, loopback_host
-from atlas.dashboard.auth import Signer, read_secret
+from atlas.dashboard.app import build_app
+from atlas.dashboard.auth import Signer
 from atlas.dashboard.context import Dashboard
+from atlas.dashboard.listen import Listen, listen_of
 from atlas.errors import AtlasError, ConfigError
 
 if TYPE_CHECKING:
@@ -27,35 +26,6 @@ if TYPE_CHECKING:
     from atlas.runtime import Runtime
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Listen:
-    host: str
-    port: int
-    remote: bool  # reachable from other machines
-
-    @property
-    def url(self) -> str:
-        """Where a browser on this machine finds it."""
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
-        host = "[::1]" if host == "::" else host
-        shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
-        return f"http://{shown}:{self.port}"
-
-
-def listen_of(settings: DashboardSettings, config_path: Path | str = "config.toml") -> Listen:
-    """`[dashboard] listen`, refused beyond loopback unless `allow_remote` says so."""
-    host, _, port = settings.listen.rpartition(":")
-    host = host.strip("[]")
-    remote = not loopback_host(f"[{host}]" if ":" in host else host)
-    if remote and not settings.allow_remote:
-        raise ConfigError(
-            f"{config_path}: dashboard.listen = {settings.listen!r} is reachable from other "
-            "machines; set [dashboard] allow_remote = true to allow it (and put it behind "
-            "TLS), or listen on 127.0.0.1"
-        )
-    return Listen(host, int(port), remote)
 
 
 class DashboardServer:
@@ -125,21 +95,6 @@ def running_url(home_root: Path) -> str | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return url if pid_alive(pid) else None
-
-
-def dashboard_listen(home: Home) -> Listen | None:
-    """Where `atlas run` serves the dashboard; None when it is off. Raises ConfigError for an
-    address beyond loopback without allow_remote: the daemon stops before starting anything."""
-    settings = home.settings.dashboard
-    if not settings.enabled:
-        return None
-    listen = listen_of(settings, home.config_path)
-    try:
-        read_secret(home.root)  # made if missing; one others may read is refused now, not later
-    except OSError as exc:  # a home Atlas cannot write: the daemon runs, without the dashboard
-        log.error("dashboard: off, its secret cannot be made or read: %s", exc)
-        return None
-    return listen
 
 
 async def start_dashboard(

@@ -110,8 +110,10 @@ def end_with_the_home() -> None:
 
 
 def main(argv: list[str]) -> int:
-    from atlas.process import run, setup_logging
+    from atlas.process import pause_collection_while_starting, run, setup_logging
     from atlas.secrets import redact_logs
+
+    pause_collection_while_starting()  # until its bots are up
 
     root, index, fd = Path(argv[0]), int(argv[1]), int(argv[2])
     level = int(argv[3])

@@ -14,6 +14,7 @@ import ctypes
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -60,6 +61,7 @@ class Worker:
     share: int
     link: Link
     process: asyncio.subprocess.Process | None = None
+    home_end: socket.socket | None = None  # this process's end of its link, until it is opened
     up: asyncio.Event = field(default_factory=asyncio.Event)  # its link is open
 
 
@@ -92,11 +94,22 @@ class WorkerPool:
         return worker.link
 
     async def start(self) -> None:
-        """Start every worker process (not waiting for them to be ready)."""
+        """Start every worker process and open its link (not waiting for them to be ready)."""
+        await self.spawn()
+        await self.connect()
+
+    async def spawn(self) -> None:
+        """Start every worker process. Their links open in `connect`: a worker's first
+        requests wait in its socket until then (it spends its first second importing)."""
         for share in range(1, self.placement.count):
             worker = self._workers[share] = Worker(share, Link(f"worker {share}"))
-            await self._spawn(worker)
-            self._keepers.append(asyncio.create_task(self._keep(worker), name=f"worker {share}"))
+            await self._start_process(worker)
+
+    async def connect(self) -> None:
+        """Open each spawned worker's link, served by `on_link`, and keep the worker running."""
+        for worker in self._workers.values():
+            await self._open_link(worker)
+            self._keepers.append(asyncio.create_task(self._keep(worker), name=worker.link.name))
 
     async def wait_ready(self, timeout: float) -> list[int]:
         """The shares that became ready within `timeout` seconds (each answered its channels'
@@ -127,8 +140,12 @@ class WorkerPool:
         if process is None or process.returncode is not None:
             await worker.link.close()
             return
-        with contextlib.suppress(LinkClosed):
-            await worker.link.tell("stop")
+        if worker.home_end is not None:  # spawned, never connected: it ends on the closed end
+            worker.home_end.close()
+            worker.home_end = None
+        else:
+            with contextlib.suppress(LinkClosed):
+                await worker.link.tell("stop")
         try:
             await asyncio.wait_for(process.wait(), STOP_WAIT)
         except TimeoutError:
@@ -138,20 +155,34 @@ class WorkerPool:
         await worker.link.close()
 
     async def _spawn(self, worker: Worker) -> None:
+        await self._start_process(worker)
+        await self._open_link(worker)
+
+    async def _start_process(self, worker: Worker) -> None:
         home_end, worker_end = socket_pair()
         args = [str(self.home.root), str(worker.share), str(worker_end.fileno())]
-        worker.process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "atlas.workers.child",
-            *args,
-            str(self._log_level),
-            self.placement.to_json(),
-            pass_fds=[worker_end.fileno()],
-            stdin=DEVNULL,
-            preexec_fn=dies_with_this_process(),
-        )
-        worker_end.close()
+        try:
+            worker.process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "atlas.workers.child",
+                *args,
+                str(self._log_level),
+                self.placement.to_json(),
+                pass_fds=[worker_end.fileno()],
+                stdin=DEVNULL,
+                preexec_fn=dies_with_this_process(),
+            )
+        except BaseException:
+            home_end.close()
+            raise
+        finally:
+            worker_end.close()
+        worker.home_end = home_end
+
+    async def _open_link(self, worker: Worker) -> None:
+        assert worker.process is not None and worker.home_end is not None
+        home_end, worker.home_end = worker.home_end, None
         worker.link = Link(f"worker {worker.share}")
         self._on_link(worker.link)
         worker.link.on("health", self._health)

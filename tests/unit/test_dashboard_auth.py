@@ -100,7 +100,7 @@ def test_the_secret_is_private_and_made_once(home_path: Path) -> None:
 
 def test_listening_beyond_loopback_needs_allow_remote(home_path: Path) -> None:
     from atlas.config import DashboardSettings
-    from atlas.dashboard.server import listen_of
+    from atlas.dashboard.listen import listen_of
 
     with pytest.raises(ConfigError, match="allow_remote"):
         listen_of(DashboardSettings(listen="0.0.0.0:8765"))
@@ -195,7 +195,8 @@ def test_doctor_warns_when_the_dashboard_is_reachable_from_other_machines(home_p
 async def test_serving_beyond_loopback_says_so_in_the_log(
     rig: Rig, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from atlas.dashboard.server import DashboardServer, Listen, running_url
+    from atlas.dashboard.listen import Listen
+    from atlas.dashboard.server import DashboardServer, running_url
 
     assert rig.dashboard is not None
     # Bound to loopback all the same: the test only needs the start to take the remote path.

@@ -100,3 +100,20 @@ async def test_the_pool_starts_its_workers_so(
     with pytest.raises(OSError):
         await pool._spawn(worker)
     assert callable(seen["preexec_fn"])
+
+
+async def test_a_worker_spawned_but_never_connected_ends_when_the_pool_stops(
+    tmp_path: Path,
+) -> None:
+    """`atlas run` spawns its workers before it imports the rest of the daemon; a start that
+    fails in between stops the pool with no link open: the worker must end, not linger."""
+    home = make_home(tmp_path / "home")
+    opened: list[Link] = []
+    pool = WorkerPool(home, Placement((("atlas",), ("other",))), on_link=opened.append)
+    await pool.spawn()
+    worker = pool._workers[1]
+    assert worker.process is not None and worker.process.returncode is None
+    assert worker.home_end is not None and not opened, "no link is opened before connect"
+    await asyncio.wait_for(pool.stop(), pool_module.STOP_WAIT + 5)
+    assert worker.process.returncode is not None, "the worker ended with the pool"
+    assert worker.home_end is None
