@@ -14,6 +14,7 @@ import pytest
 from atlas.channels.access import approve_pairing, list_pairings
 from atlas.channels.base import Address
 from atlas.channels.manager import RunningChannels, start_channels, stop_channels
+from atlas.channels.telegram import sending as telegram_sending
 from atlas.channels.telegram.channel import TelegramChannel
 from atlas.channels.telegram.delivery import Chunk, send_chunk
 from atlas.dispatch import Dispatcher
@@ -122,7 +123,8 @@ async def tg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[H
         yield harness
 
 
-async def test_dm_round_trip_with_a_tool_call(tg: Harness) -> None:
+async def test_dm_round_trip_with_a_tool_call(tg: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(telegram_sending, "TYPING_AFTER", 0.01)  # the tool takes 0.05 s
     tg.model.add(Reply(calls=[("shout", {"text": "hi"})]), Reply("I said **HI**."))
     assert "telegram:atlas" in tg.dispatcher.channels
     await tg.fake.push(tg.fake.message("please shout hi", user_id=OWNER))
@@ -134,6 +136,16 @@ async def test_dm_round_trip_with_a_tool_call(tg: Harness) -> None:
     assert tg.fake.calls_to("sendChatAction"), "a typing indicator was shown during the turn"
     assert tg.model.requests[0].messages[-1].content == "please shout hi"
     tg.model.assert_complete()
+
+
+async def test_a_quick_reply_shows_no_typing_indicator(tg: Harness) -> None:
+    """The Bot API recommends "typing…" only for a reply that takes a noticeable time; a
+    reply sooner than TYPING_AFTER costs no request for it."""
+    tg.model.add(Reply("At once."))
+    await tg.fake.push(tg.fake.message("quick one", user_id=OWNER))
+    assert await tg.replies(OWNER, 1) == ["At once."]
+    assert telegram_sending.TYPING_AFTER >= 0.5
+    assert not tg.fake.calls_to("sendChatAction")
 
 
 async def test_group_answers_only_when_mentioned_each_person_their_own(tg: Harness) -> None:

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TYPING_EVERY = 4.0  # Telegram shows "typing…" for about five seconds
+# A reply within this long shows no "typing…": the Bot API recommends the action only for a
+# reply that takes a noticeable time, and it is one request more per turn (docs/channels.md).
+TYPING_AFTER = 1.0
 TYPING_LIMIT = 600.0  # a turn that never replies must not type forever
 
 
@@ -79,6 +82,7 @@ class TelegramSending:
         from aiogram.exceptions import AiogramError
 
         chat_id, thread_id = target(address)
+        await asyncio.sleep(TYPING_AFTER)  # cancelled by a reply sent sooner
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(TYPING_LIMIT):
                 while self.tg is not None:
@@ -238,4 +242,4 @@ class TelegramSending:
             log.warning("%s: could not edit the question message: %s", self.name, exc)
 
 
-__all__ = ["TYPING_EVERY", "TYPING_LIMIT", "TelegramSending", "target"]
+__all__ = ["TYPING_AFTER", "TYPING_EVERY", "TYPING_LIMIT", "TelegramSending", "target"]
