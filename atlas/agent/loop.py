@@ -169,7 +169,7 @@ class ToolLoop:
         rounds = round_cap(run)
         for round_number in range(1, rounds + 1):
             # Listed per round: a deferred tool loaded by the last round joins now, at the end.
-            specs = [t.spec(run) for t in self.registry.for_run(run)]
+            specs = self.registry.specs_for_run(run)
             if over_budget(run, system, specs, history):
                 history = await self._compact(run, history, turn.notes)
             try:

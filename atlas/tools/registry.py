@@ -14,6 +14,7 @@ import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_type_hints
@@ -134,6 +135,16 @@ def _arguments_schema(arguments: type[BaseModel]) -> dict[str, Any]:
     return schema
 
 
+# The availability answers of one pass over a registry's tools for one run (ToolRegistry.offer):
+# each tool's rule runs once per pass, though tool_search's own rule and its description ask
+# about every deferred tool again. The pass is synchronous and the answers are dropped at its
+# end, so nothing is remembered from one model round to the next: a tool that becomes
+# (un)available between rounds (a skill added, the mode changed) is seen in the next round.
+_PASS: ContextVar[tuple[RunContext, dict[int, str | None]] | None] = ContextVar(
+    "atlas_tool_availability_pass", default=None
+)
+
+
 @dataclass(frozen=True)
 class Tool:
     name: str
@@ -150,12 +161,30 @@ class Tool:
     aliases: dict[str, str] = field(default_factory=dict)
     available: Availability | None = None
     describe: Callable[[RunContext], str] | None = None  # a description made for the run
+    # The spec last built, reused while its description stays the same: the tool list is
+    # asked for every model round and nearly always comes out the same (ToolSpec is frozen).
+    _last_spec: list[ToolSpec] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def spec(self, run: RunContext | None = None) -> ToolSpec:
         description = self.describe(run) if run is not None and self.describe else self.description
-        return ToolSpec(self.name, description, _arguments_schema(self.arguments))
+        last = self._last_spec
+        if last and last[0].description == description:
+            return last[0]
+        spec = ToolSpec(self.name, description, _arguments_schema(self.arguments))
+        last[:] = [spec]
+        return spec
 
     def unavailable_reason(self, run: RunContext) -> str | None:
+        current = _PASS.get()
+        if current is None or current[0] is not run:
+            return self._unavailable_reason(run)
+        answers = current[1]
+        key = id(self)  # the tools outlive the pass: an id is not reused within it
+        if key not in answers:
+            answers[key] = self._unavailable_reason(run)
+        return answers[key]
+
+    def _unavailable_reason(self, run: RunContext) -> str | None:
         allowed = run.bot.settings.tools
         # tool_search stays: it is how a bot reaches the deferred tools its list names.
         if allowed and self.name not in allowed and self.name != "tool_search":
@@ -262,6 +291,7 @@ class ToolRegistry:
 
     def __init__(self, tools: Sequence[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        self._always_on: list[Tool] | None = None  # in registry order; rebuilt after an add
         for t in tools:
             self.add(t)
 
@@ -269,6 +299,7 @@ class ToolRegistry:
         if t.name in self._tools:
             raise ValueError(f"tool {t.name!r} registered twice")
         self._tools[t.name] = t
+        self._always_on = None
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -283,9 +314,26 @@ class ToolRegistry:
         """The tools this run offers the model: the available always-on tools in registry
         order, then deferred tools in the order they were loaded. A loaded tool joins at the
         end so the tools before it (and the provider's cached prefix) stay byte-identical."""
-        always_on = [t for t in self._tools.values() if not t.deferred]
-        loaded = [self._tools[name] for name in run.state.loaded_tools if name in self._tools]
-        return [t for t in always_on + loaded if t.unavailable_reason(run) is None]
+        return self.offer(run)[0]
+
+    def specs_for_run(self, run: RunContext) -> list[ToolSpec]:
+        """What the model is told about for_run's tools: asked before every model call."""
+        return self.offer(run)[1]
+
+    def offer(self, run: RunContext) -> tuple[list[Tool], list[ToolSpec]]:
+        """for_run's tools and their specs, in one pass: each tool's availability is decided
+        once in it (see _PASS), however many descriptions ask about it."""
+        outer = _PASS.get()
+        token = _PASS.set((run, {})) if outer is None or outer[0] is not run else None
+        try:
+            if self._always_on is None:
+                self._always_on = [t for t in self._tools.values() if not t.deferred]
+            loaded = [self._tools[name] for name in run.state.loaded_tools if name in self._tools]
+            tools = [t for t in self._always_on + loaded if t.unavailable_reason(run) is None]
+            return tools, [t.spec(run) for t in tools]
+        finally:
+            if token is not None:
+                _PASS.reset(token)
 
     async def call(self, run: RunContext, name: str, raw: str | dict[str, Any]) -> ToolResult:
         t = self._tools.get(name)

@@ -13,6 +13,7 @@ other processes' calls never interleave with it.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -63,8 +64,43 @@ def context_window(run: RunContext) -> int:
 # ---- use_skill --------------------------------------------------------------------------------
 
 
+@dataclass
+class _SkillCheck:
+    """The last answer of `any_skill` for one bot, and the skills folders' times it saw."""
+
+    bot: object  # the Bot itself: kept so that its id is not reused by another while cached
+    folders: tuple[str, ...]
+    mtimes: tuple[int, ...]
+    exists: bool
+
+
+_SKILL_CHECKS: dict[int, _SkillCheck] = {}  # id(bot) -> its last check
+
+
+def _mtime_ns(folder: str) -> int:
+    try:
+        return os.stat(folder).st_mtime_ns
+    except OSError:
+        return 0
+
+
 def _when_a_skill_exists(run: RunContext) -> str | None:
-    if any_skill(run.home.skills_dir, run.bot.skills_dir, run.bot.listed_skills):
+    """Asked every model round. `any_skill`'s answer depends only on the bot (a Bot is
+    replaced, not changed, when its settings change) and on its skills folders' modification
+    times, so it is asked again only when one of those times changes (a skill added or
+    removed): a stat per folder, without rebuilding the folders' paths each round."""
+    bot = run.bot
+    check = _SKILL_CHECKS.get(id(bot))
+    if check is None or check.bot is not bot:
+        if len(_SKILL_CHECKS) > 256:  # bots replaced over a long run: stay bounded
+            _SKILL_CHECKS.clear()
+        folders = tuple(dict.fromkeys((str(run.home.skills_dir), str(bot.skills_dir))))
+        check = _SKILL_CHECKS[id(bot)] = _SkillCheck(bot, folders, (), False)
+    mtimes = tuple(_mtime_ns(folder) for folder in check.folders)
+    if mtimes != check.mtimes:
+        check.exists = any_skill(run.home.skills_dir, bot.skills_dir, bot.listed_skills)
+        check.mtimes = mtimes
+    if check.exists:
         return None
     return "not available: there are no skills yet"
 
