@@ -12,7 +12,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from atlas.agent.tokens import count_tokens, count_tokens_cached, message_tokens, tool_tokens
+from atlas.agent.tokens import (
+    count_tokens,
+    count_tokens_cached,
+    message_tokens,
+    message_tokens_at_most,
+    tokens_at_most,
+    tool_tokens,
+    tool_tokens_at_most,
+)
 from atlas.errors import AtlasError
 from atlas.providers.base import CompletionRequest, Message, ModelClient, ToolSpec
 from atlas.tools.registry import RunContext
@@ -47,11 +55,23 @@ def request_tokens(system: str, tools: list[ToolSpec], messages: list[Message]) 
     )
 
 
+def request_tokens_at_most(system: str, tools: list[ToolSpec], messages: list[Message]) -> int:
+    """A bound on `request_tokens` with no tokenizer (atlas/agent/tokens.py)."""
+    return (
+        tokens_at_most(system)
+        + sum(tool_tokens_at_most(t) for t in tools)
+        + sum(message_tokens_at_most(m) for m in messages)
+    )
+
+
 def over_budget(
     run: RunContext, system: str, tools: list[ToolSpec], messages: list[Message]
 ) -> bool:
     limits = run.settings.limits
-    return request_tokens(system, tools, messages) > limits.context_window * limits.compact_at
+    budget = limits.context_window * limits.compact_at
+    if request_tokens_at_most(system, tools, messages) <= budget:
+        return False  # fits even at a token per byte: nothing to count
+    return request_tokens(system, tools, messages) > budget
 
 
 def split_point(messages: list[Message], keep_tokens: int) -> int | None:

@@ -27,6 +27,14 @@ def count_tokens(text: str) -> int:
     return len(_encoding().encode(text, disallowed_special=()))
 
 
+def tokens_at_most(text: str) -> int:
+    """A bound `count_tokens(text)` never exceeds, with no tokenizer: a byte-level BPE token
+    stands for one byte of UTF-8 or more. "Does it fit?" asks this first and counts only when
+    it may not: loading the encoding costs ~0.2 s of a process's start, and counting a request
+    every model round ~1 % of a turn's CPU (docs/benchmarks.md)."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 @lru_cache(maxsize=1024)
 def count_tokens_cached(text: str) -> int:
     """For texts sent again and again unchanged: tool definitions, a system prompt."""
@@ -50,7 +58,7 @@ def tool_tokens(spec: ToolSpec) -> int:
     return tokens
 
 
-def _wire_tokens(spec: ToolSpec) -> int:
+def _wire_form(spec: ToolSpec) -> str:
     wire = {
         "type": "function",
         "function": {
@@ -59,7 +67,11 @@ def _wire_tokens(spec: ToolSpec) -> int:
             "parameters": spec.parameters,
         },
     }
-    return count_tokens_cached(json.dumps(wire, ensure_ascii=False))
+    return json.dumps(wire, ensure_ascii=False)
+
+
+def _wire_tokens(spec: ToolSpec) -> int:
+    return count_tokens_cached(_wire_form(spec))
 
 
 # hash(content) → tokens: a history is loaded afresh every turn, its texts mostly seen before.
@@ -75,6 +87,24 @@ def _content_tokens(text: str) -> int:
             _CONTENT_COUNTS.clear()
         _CONTENT_COUNTS[key] = count_tokens(text)
     return _CONTENT_COUNTS[key]
+
+
+def message_tokens_at_most(message: Message) -> int:
+    """`message_tokens`' bound, without counting (the exact count when it is already known)."""
+    if message.token_estimate is not None:
+        return message.token_estimate
+    total = MESSAGE_OVERHEAD + tokens_at_most(message.content)
+    for call in message.tool_calls:
+        total += tokens_at_most(call.name) + tokens_at_most(call.arguments)
+    return total + 800 * len(message.images)
+
+
+def tool_tokens_at_most(spec: ToolSpec) -> int:
+    """`tool_tokens`' bound: the bytes of its wire form (the exact count once known)."""
+    key = (spec.name, spec.description, id(spec.parameters))
+    if key in _TOOL_COUNTS:
+        return _TOOL_COUNTS[key][1]
+    return tokens_at_most(_wire_form(spec))
 
 
 def message_tokens(message: Message) -> int:

@@ -19,7 +19,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from atlas.agent.tokens import count_tokens
+from atlas.agent.tokens import count_tokens, tokens_at_most
 from atlas.errors import ToolError
 from atlas.providers.base import Message
 from atlas.tools.registry import RunContext, Tool, ToolRegistry, tool
@@ -205,6 +205,11 @@ def describe_tool_search(run: RunContext) -> str:
 # counting every name's tokens each time cost ~10 % of a turn's CPU (docs/benchmarks.md).
 @functools.lru_cache(maxsize=64)
 def _description(budget: int, groups: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
+    whole = BASE_DESCRIPTION + "".join(
+        f"\n{source}: " + ", ".join(names) for source, names in groups
+    )
+    if tokens_at_most(whole) <= budget:
+        return whole  # every name fits even at a token per byte: nothing to count
     limit = budget - 25  # room for the closing note
     lines = [BASE_DESCRIPTION]
     used = count_tokens(BASE_DESCRIPTION)

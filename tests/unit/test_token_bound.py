@@ -1,0 +1,80 @@
+"""The tokenizer-free bound (`tokens_at_most`): never below the real count, and "does it fit?"
+answered without loading the tokenizer when the request is clearly small."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from atlas.agent import tokens
+from atlas.agent.compaction import over_budget, request_tokens, request_tokens_at_most
+from atlas.providers.base import Image, Message, ToolCall, ToolSpec
+from atlas.tools.tool_search import _description
+from tests.helpers import make_home, run_context
+
+SAMPLES = [
+    "",
+    "plain English words, punctuation; numbers 12345 67.89",
+    "Ünïcödé àccents, ß, Œuvre, naïve café",
+    "日本語のテキストと中文文本和한국어",
+    "emoji 🎉🚀👩‍👩‍👧‍👦 and flags 🇫🇷🇯🇵",
+    "<|endoftext|> <|fim_prefix|> special-looking strings",
+    '    indented\n\tcode()\n{"json": [1, 2, 3]}\r\n',
+    "a" * 5000,
+    "\x00\x01 control \x7f bytes",
+    "lone surrogate \ud800 in a str",
+]
+
+
+@pytest.mark.parametrize("text", SAMPLES)
+def test_the_bound_is_never_below_the_count(text: str) -> None:
+    assert tokens.tokens_at_most(text) >= tokens.count_tokens(text)
+
+
+def test_message_and_tool_bounds_are_never_below_their_counts() -> None:
+    for text in SAMPLES:
+        message = Message(
+            "assistant", text, tool_calls=[ToolCall("c1", "read_file", '{"path": "é.txt"}')]
+        )
+        bound = tokens.message_tokens_at_most(message)
+        assert bound >= tokens.message_tokens(Message(message.role, text, message.tool_calls))
+    with_image = Message("user", "look", images=[Image("image/png", "eA==")])
+    assert tokens.message_tokens_at_most(with_image) >= tokens.message_tokens(
+        Message("user", "look", images=[Image("image/png", "eA==")])
+    )
+    spec = ToolSpec("read_file", "Read a file — «quoted» ✓", {"type": "object", "properties": {}})
+    assert tokens.tool_tokens_at_most(spec) >= tokens.tool_tokens(spec)
+
+
+@pytest.fixture
+def no_tokenizer_loaded() -> Iterator[None]:
+    tokens._encoding.cache_clear()
+    yield
+    tokens._encoding.cache_clear()
+
+
+@pytest.mark.usefixtures("no_tokenizer_loaded")
+def test_a_small_request_is_judged_without_loading_the_tokenizer(tmp_path: Path) -> None:
+    run = run_context(make_home(tmp_path / "home"))
+    history = [Message("user", f"question {n} ¿qué?") for n in range(20)]
+    spec = ToolSpec("find_files", "Find files by glob.", {"type": "object", "properties": {}})
+    assert not over_budget(run, "You are a helpful bot.", [spec], history)
+    assert _description(1000, (("built-in", ("web_fetch", "web_search")),)).endswith("web_search")
+    assert tokens._encoding.cache_info().currsize == 0, "the tokenizer was loaded"
+
+
+def test_over_budget_still_counts_when_the_bound_is_over(tmp_path: Path) -> None:
+    run = run_context(make_home(tmp_path / "home"))
+    limits = run.settings.limits
+    budget = limits.context_window * limits.compact_at
+    # ~4 bytes a token: bytes over the budget, tokens well under it
+    words = ["word"] * int(budget * 0.5)
+    history = [Message("user", " ".join(words))]
+    assert request_tokens_at_most("", [], history) > budget
+    assert request_tokens("", [], history) < budget
+    assert not over_budget(run, "", [], history)
+    history.append(Message("user", " ".join(words)))
+    history.append(Message("user", " ".join(words)))
+    assert over_budget(run, "", [], history) == (request_tokens("", [], history) > budget)
