@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from atlas.process import run, setup_logging
+from atlas.process import pause_collection_while_starting, run, setup_logging
 from atlas.store.message_index import INDEXES
 from atlas.workers.plan import WORKERS_ENV
 
@@ -550,7 +550,9 @@ def child_main(argv: list[str]) -> int:
     parser.add_argument("--report", type=Path, required=True)
     parser.add_argument("--profile", type=Path)
     args = parser.parse_args(argv)
-    # As `atlas run` sets it up (atlas/cli.py), so logging costs what it costs there.
+    # As `atlas run` sets it up (atlas/cli.py), so logging costs what it costs there, and
+    # garbage collection waits until the daemon is up.
+    pause_collection_while_starting()
     setup_logging(logging.INFO)
     run(_child(args.home, args.report, args.profile))
     return 0
