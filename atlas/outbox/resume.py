@@ -20,7 +20,7 @@ from typing import Any
 
 from atlas.channels.base import Address
 from atlas.outbox.notes import unsure_note
-from atlas.outbox.rows import OutboxRow, get_row, mark_failed, mark_maybe, open_rows
+from atlas.outbox.rows import OutboxRow, mark_failed, mark_maybe, open_rows
 from atlas.outbox.sender import Outbox
 from atlas.store.db import write_transaction
 
@@ -94,8 +94,7 @@ async def resume_outbox(
 
 def _caught_sending(conn: Any, row: OutboxRow) -> OutboxRow | None:
     with write_transaction(conn):
-        note_id = mark_maybe(conn, row, STOPPED_WHILE_SENDING, unsure_note(row, restarted=True))
-    return get_row(conn, note_id, row.address.bot) if note_id is not None else None
+        return mark_maybe(conn, row, STOPPED_WHILE_SENDING, unsure_note(row, restarted=True))
 
 
 __all__ = ["LOOK_BACK", "ResumeReport", "resume_outbox"]

@@ -4,7 +4,9 @@ conversations.db (made by migration 009_outbox, atlas/store/conversation_schema.
 Every function here takes the open `sqlite_utils.Database` and is one transaction (or a step of
 the caller's), so a row's state and what it stands for change together: an answer and its row
 are written by one INSERT pair (`ConversationStore.append(..., also=...)`), a row caught by a
-crash becomes `maybe` in the same transaction that queues the note about it.
+crash becomes `maybe` in the same transaction that queues the note about it. A change of one
+row alone is one statement, which commits itself (the connection is in autocommit mode:
+atlas/store/db.py): no BEGIN and COMMIT around it.
 
 States: pending → sending → delivered | maybe | failed | kept (kept → sending again later).
 """
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from atlas.channels.base import Address
-from atlas.store.db import utc_now_iso
+from atlas.store.db import fetch_dicts, utc_now_iso
 
 if TYPE_CHECKING:  # see atlas/routines/store.py: sqlite-utils is imported late
     import sqlite_utils
@@ -72,6 +74,38 @@ def _files_json(files: tuple[Path, ...] | list[Path]) -> str | None:
     return json.dumps([str(p) for p in files]) if files else None
 
 
+_INSERT_ROW = (
+    "INSERT INTO outbox (channel, chat, thread, user, kind, text, files, message_id, key, "
+    "state, attempts, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?) "
+    "ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING"
+)
+
+
+def _row_values(
+    address: Address,
+    kind: Kind,
+    text: str,
+    files: tuple[Path, ...] | list[Path],
+    message_id: int | None,
+    key: str | None,
+    state: State,
+    now: str | None,
+) -> list[Any]:
+    return [
+        address.channel,
+        address.chat,
+        address.thread,
+        address.user,
+        kind,
+        text,
+        _files_json(files),
+        message_id,
+        key,
+        state,
+        now or utc_now_iso(),
+    ]
+
+
 def insert_row(
     db: sqlite_utils.Database,
     address: Address,
@@ -82,31 +116,33 @@ def insert_row(
     message_id: int | None = None,
     key: str | None = None,
     state: State = "pending",
+    now: str | None = None,
 ) -> int:
-    """A new row (or, when `key` is stored already, the id of that row: enqueueing the same
+    """A new row's id (or, when `key` is stored already, that row's: enqueueing the same
     thing twice, say after a crash between enqueueing and recording it, makes one row)."""
-    cursor = db.execute(
-        "INSERT INTO outbox (channel, chat, thread, user, kind, text, files, message_id, key, "
-        "state, attempts, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?) "
-        "ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING",
-        [
-            address.channel,
-            address.chat,
-            address.thread,
-            address.user,
-            kind,
-            text,
-            _files_json(files),
-            message_id,
-            key,
-            state,
-            utc_now_iso(),
-        ],
-    )
+    values = _row_values(address, kind, text, files, message_id, key, state, now)
+    cursor = db.conn.execute(_INSERT_ROW, values)
     if cursor.rowcount:
         return int(cursor.lastrowid)  # type: ignore[arg-type]
-    found = db.execute("SELECT id FROM outbox WHERE key = ?", [key]).fetchone()
-    return int(found[0])
+    return int(db.conn.execute("SELECT id FROM outbox WHERE key = ?", [key]).fetchone()[0])
+
+
+def add_row(
+    db: sqlite_utils.Database,
+    address: Address,
+    kind: Kind,
+    text: str,
+    files: tuple[Path, ...] | list[Path] = (),
+    *,
+    message_id: int | None = None,
+    key: str | None = None,
+) -> OutboxRow:
+    """`insert_row`, returning the row as stored: the new one from its INSERT (RETURNING), or
+    the one `key` found (perhaps settled since), read then."""
+    values = _row_values(address, kind, text, files, message_id, key, "pending", None)
+    made = fetch_dicts(db, f"{_INSERT_ROW} RETURNING *", values)
+    found = made or fetch_dicts(db, "SELECT * FROM outbox WHERE key = ?", [key])
+    return row_from(found[0], address.bot)
 
 
 @dataclass
@@ -127,7 +163,7 @@ class Outgoing:
         written.append((self.text, self.files, self.kind, message_id))
         now = utc_now_iso()
         for text, files, kind, stored_id in written:
-            row_id = insert_row(db, self.address, kind, text, files, message_id=stored_id)
+            row_id = insert_row(db, self.address, kind, text, files, message_id=stored_id, now=now)
             self.rows.append(
                 OutboxRow(
                     row_id, self.address, kind, text, files, stored_id, "pending", 0, "", None, now
@@ -136,13 +172,14 @@ class Outgoing:
 
 
 def get_row(db: sqlite_utils.Database, row_id: int, bot: str) -> OutboxRow | None:
-    found = next(db.query("SELECT * FROM outbox WHERE id = ?", [row_id]), None)
-    return row_from(found, bot) if found else None
+    found = fetch_dicts(db, "SELECT * FROM outbox WHERE id = ?", [row_id])
+    return row_from(found[0], bot) if found else None
 
 
 def open_rows(db: sqlite_utils.Database, bot: str, *, before: str) -> list[OutboxRow]:
     """Rows created before `before` (a UTC ISO time) that are not settled, oldest first."""
-    found = db.query(
+    found = fetch_dicts(
+        db,
         "SELECT * FROM outbox WHERE state IN ('pending', 'sending', 'kept') AND created_at < ? "
         "ORDER BY id",
         [before],
@@ -152,14 +189,14 @@ def open_rows(db: sqlite_utils.Database, bot: str, *, before: str) -> list[Outbo
 
 def mark_sending(db: sqlite_utils.Database, row_id: int) -> None:
     """From here on a crash leaves the row `sending`: it may have arrived, never sent again."""
-    db.execute(
+    db.conn.execute(
         "UPDATE outbox SET state = 'sending', attempts = attempts + 1, sending_at = ? WHERE id = ?",
         [utc_now_iso(), row_id],
     )
 
 
 def mark_delivered(db: sqlite_utils.Database, row_id: int, platform_id: str | None) -> None:
-    db.execute(
+    db.conn.execute(
         "UPDATE outbox SET state = 'delivered', platform_id = ?, error = NULL, settled_at = ? "
         "WHERE id = ?",
         [platform_id, utc_now_iso(), row_id],
@@ -204,11 +241,11 @@ def mark_unsure(db: sqlite_utils.Database, row_id: int, error: str) -> None:
 
 def mark_maybe(
     db: sqlite_utils.Database, row: OutboxRow, error: str, note: str | None
-) -> int | None:
+) -> OutboxRow | None:
     """The row may or may not have arrived: never sent again. With `note`, in the same
     transaction, the note telling the person so is queued once (its key is the row's): stored
     as the conversation's answer too when the row delivers a stored message, so the model
-    knows. Returns the note's row id."""
+    knows. Returns the note's row as stored."""
     db.execute(
         "UPDATE outbox SET state = 'maybe', error = ?, settled_at = ? WHERE id = ?",
         [error, utc_now_iso(), row.id],
@@ -216,26 +253,24 @@ def mark_maybe(
     if note is None:
         return None
     message_id = _store_note(db, row.message_id, note) if row.message_id is not None else None
-    return insert_row(db, row.address, "notice", note, message_id=message_id, key=f"maybe:{row.id}")
+    return add_row(db, row.address, "notice", note, message_id=message_id, key=f"maybe:{row.id}")
 
 
 def _store_note(db: sqlite_utils.Database, answer_id: int, note: str) -> int | None:
     """The note as an assistant message after the answer it speaks for, with the same
     `answers_upto` (recovery reads a conversation's last final answer by it)."""
-    found = db.execute(
-        "SELECT conversation_id, answers_upto FROM messages WHERE id = ?", [answer_id]
-    ).fetchone()
-    if found is None:
-        return None
-    conversation_id, answers_upto = found
     now = utc_now_iso()
-    cursor = db.execute(
+    stored = db.conn.execute(
         "INSERT INTO messages (conversation_id, role, content, kind, answers_upto, created_at) "
-        "VALUES (?, 'assistant', ?, 'message', ?, ?)",
-        [conversation_id, note, answers_upto, now],
-    )
-    db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", [now, conversation_id])
-    return int(cursor.lastrowid)  # type: ignore[arg-type]
+        "SELECT conversation_id, 'assistant', ?, 'message', answers_upto, ? FROM messages "
+        "WHERE id = ? RETURNING id, conversation_id",
+        [note, now, answer_id],
+    ).fetchall()  # all fetched: the statement has finished
+    if not stored:  # the answer is gone
+        return None
+    message_id, conversation_id = stored[0]
+    db.conn.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", [now, conversation_id])
+    return int(message_id)
 
 
 __all__ = [
@@ -246,6 +281,7 @@ __all__ = [
     "State",
     "get_row",
     "Outgoing",
+    "add_row",
     "insert_row",
     "mark_delivered",
     "mark_failed",

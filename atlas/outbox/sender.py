@@ -34,6 +34,7 @@ from atlas.outbox.rows import (
     Kind,
     OutboxRow,
     State,
+    add_row,
     get_row,
     insert_row,
     mark_delivered,
@@ -158,16 +159,9 @@ class Outbox:
         db = await self.database(address.bot)
         files = tuple(files)
 
-        def insert(conn: Any) -> OutboxRow:
-            with write_transaction(conn):
-                row_id = insert_row(conn, address, kind, text, files, key=key)
-            if key is not None:  # perhaps made before, and settled since: as stored
-                found = get_row(conn, row_id, address.bot)
-                assert found is not None
-                return found
-            return OutboxRow(row_id, address, kind, text, files, None, "pending", 0, "", None, "")
-
-        row = await db.quick(insert)
+        # One statement, committed by itself; with `key`, perhaps a row made before and
+        # settled since: as stored.
+        row = await db.quick(lambda conn: add_row(conn, address, kind, text, files, key=key))
         if row.state in ("pending", "kept"):
             self.queue([row])
         return row.id
@@ -289,8 +283,7 @@ class Outbox:
 
         def settle(conn: Any) -> OutboxRow | None:
             with write_transaction(conn):
-                note_id = mark_maybe(conn, row, error, note)
-            return get_row(conn, note_id, address.bot) if note_id is not None else None
+                return mark_maybe(conn, row, error, note)
 
         note_row = await db.quick(settle)
         log.warning("outbox: row %d to %s may not have arrived: %s", row.id, address, error)

@@ -8,7 +8,7 @@ from typing import Literal
 import sqlite_utils
 
 from atlas.store.db import Migration
-from atlas.store.message_index import defer_message_indexing
+from atlas.store.message_index import defer_message_indexing, index_only_in_batches
 
 ConversationKind = Literal["conversation", "bot", "routine", "subagent"]
 MessageKind = Literal["message", "notice"]
@@ -169,6 +169,7 @@ MIGRATIONS: list[Migration] = [
     ("007_sending", _track_sending),
     ("008_deferred_message_index", defer_message_indexing),
     ("009_outbox", _create_outbox),
+    ("010_message_index_in_batches_only", index_only_in_batches),
 ]
 
 

@@ -29,7 +29,13 @@ from atlas.store.conversation_schema import (
     ConversationKind,
     MessageKind,
 )
-from atlas.store.db import Database, utc_now_iso, write_transaction
+from atlas.store.db import (
+    Database,
+    fetch_dicts,
+    insert_dict,
+    utc_now_iso,
+    write_transaction,
+)
 from atlas.store.history_cache import (
     Compaction,
     HistoryCache,
@@ -78,6 +84,19 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+_SELECT_CONVERSATION = (
+    "SELECT * FROM conversations WHERE channel = :channel AND chat = :chat "
+    "AND thread = :thread AND user = :user"
+)
+_INSERT_MESSAGE = (
+    "INSERT INTO messages (conversation_id, role, content, tool_calls, tool_call_id, name, "
+    "images, usage, model, event_id, kind, answers_upto, created_at) "
+    "VALUES (:conversation_id, :role, :content, :tool_calls, :tool_call_id, :name, :images, "
+    ":usage, :model, :event_id, :kind, :answers_upto, :now) "
+    "ON CONFLICT (conversation_id, event_id) WHERE event_id IS NOT NULL DO NOTHING"
+)
 
 
 def _json_or_none(items: list[dict[str, Any]] | dict[str, Any] | None) -> str | None:
@@ -133,29 +152,29 @@ class ConversationStore:
         key = {"channel": channel, "chat": chat, "thread": thread or "", "user": user or ""}
 
         def get_or_create(db: sqlite_utils.Database) -> dict[str, Any]:
+            # Read first: a conversation is made once and read on every first contact after.
+            # No transaction: the INSERT makes the row or finds it made, atomically by itself.
+            found = fetch_dicts(db, _SELECT_CONVERSATION, key)
+            if found:
+                return found[0]
             now = utc_now_iso()
-            with write_transaction(db):
-                db.execute(
-                    "INSERT INTO conversations "
-                    "(bot, channel, chat, thread, user, kind, title, created_at, updated_at) "
-                    "VALUES (:bot, :channel, :chat, :thread, :user, :kind, :title, :now, :now) "
-                    "ON CONFLICT (channel, chat, thread, user) DO NOTHING",
-                    {**key, "bot": bot, "kind": kind, "title": title, "now": now},
-                )
-                return next(
-                    db.query(
-                        "SELECT * FROM conversations WHERE channel = :channel AND chat = :chat "
-                        "AND thread = :thread AND user = :user",
-                        key,
-                    )
-                )
+            made = fetch_dicts(
+                db,
+                "INSERT INTO conversations "
+                "(bot, channel, chat, thread, user, kind, title, created_at, updated_at) "
+                "VALUES (:bot, :channel, :chat, :thread, :user, :kind, :title, :now, :now) "
+                "ON CONFLICT (channel, chat, thread, user) DO NOTHING RETURNING *",
+                {**key, "bot": bot, "kind": kind, "title": title, "now": now},
+            )
+            # Nothing returned: another process made it between the two statements.
+            return (made or fetch_dicts(db, _SELECT_CONVERSATION, key))[0]
 
         return Conversation(**await self.db.quick(get_or_create))
 
     async def get_conversation(self, conversation_id: int) -> Conversation | None:
         def get(db: sqlite_utils.Database) -> dict[str, Any] | None:
-            rows = db.query("SELECT * FROM conversations WHERE id = ?", [conversation_id])
-            return next(rows, None)
+            rows = fetch_dicts(db, "SELECT * FROM conversations WHERE id = ?", [conversation_id])
+            return rows[0] if rows else None
 
         row = await self.db.quick(get)
         return Conversation(**row) if row else None
@@ -198,36 +217,30 @@ class ConversationStore:
 
         def insert(db: sqlite_utils.Database) -> int | None:
             now = utc_now_iso()
+            conn = db.conn  # statements of the hot path, without sqlite-utils' wrapper
             with write_transaction(db):
                 if (
-                    db.execute(
-                        "SELECT 1 FROM conversations WHERE id = ?", [conversation_id]
-                    ).fetchone()
-                    is None
-                ):
-                    raise AtlasError(f"{self.path}: no conversation with id {conversation_id}")
-                if (
                     unless_user_after is not None
-                    and db.execute(
+                    and conn.execute(
                         "SELECT 1 FROM messages WHERE conversation_id = ? AND role = 'user' "
                         "AND id > ? LIMIT 1",
                         [conversation_id, unless_user_after],
                     ).fetchone()
                 ):
                     return None
-                cursor = db.execute(
-                    "INSERT INTO messages (conversation_id, role, content, tool_calls, "
-                    "tool_call_id, name, images, usage, model, event_id, kind, answers_upto, "
-                    "created_at) "
-                    "VALUES (:conversation_id, :role, :content, :tool_calls, :tool_call_id, "
-                    ":name, :images, :usage, :model, :event_id, :kind, :answers_upto, :now) "
-                    "ON CONFLICT (conversation_id, event_id) WHERE event_id IS NOT NULL DO NOTHING",
-                    {**row, "now": now},
-                )
+                try:
+                    cursor = conn.execute(_INSERT_MESSAGE, {**row, "now": now})
+                except sqlite3.IntegrityError as exc:
+                    # The foreign key names a missing conversation: no SELECT needed before.
+                    if "FOREIGN KEY" not in str(exc):
+                        raise
+                    raise AtlasError(
+                        f"{self.path}: no conversation with id {conversation_id}"
+                    ) from exc
                 if cursor.rowcount == 0:
                     return None
                 message_id = cursor.lastrowid
-                db.execute(
+                conn.execute(
                     "UPDATE conversations SET updated_at = ? WHERE id = ?", [now, conversation_id]
                 )
                 if also is not None:
@@ -255,7 +268,7 @@ class ConversationStore:
             "summary": summary,
             "created_at": utc_now_iso(),
         }
-        await self.db.quick(lambda db: db["compactions"].insert(row))
+        await self.db.quick(lambda db: insert_dict(db, "compactions", row))
 
     async def last_compaction(self, conversation_id: int) -> Compaction | None:
         """(first kept message id, summary) of the conversation's latest compaction."""
@@ -385,7 +398,7 @@ class ConversationStore:
         sql = f"SELECT {sums} FROM messages WHERE conversation_id = ? AND usage IS NOT NULL"
 
         def select(db: sqlite_utils.Database) -> dict[str, Any]:
-            return next(db.query(sql, [conversation_id]))
+            return fetch_dicts(db, sql, [conversation_id])[0]
 
         row = await self.db.call(select)
         return Usage(**{name: int(row[name]) for name in names})

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -48,13 +50,45 @@ UPKEEP_EVERY = 100
 
 
 def utc_now_iso() -> str:
-    """The current time as an ISO 8601 UTC string, always with microseconds so strings sort."""
-    return datetime.now(UTC).isoformat(timespec="microseconds")
+    """The current time as an ISO 8601 UTC string, always with microseconds so strings sort:
+    `datetime.now(UTC).isoformat(timespec="microseconds")`, at less than half its cost (a turn
+    stamps five rows), the date and time of day made once per second."""
+    seconds, nanoseconds = divmod(time.time_ns(), 1_000_000_000)
+    return f"{_utc_second(seconds)}.{nanoseconds // 1000:06d}+00:00"
+
+
+@functools.lru_cache(maxsize=4)
+def _utc_second(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def iso_utc(timestamp: float) -> str:
     """A POSIX timestamp (a file's mtime) in the same form as `utc_now_iso`."""
     return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="microseconds")
+
+
+def fetch_dicts(
+    db: sqlite_utils.Database, sql: str, parameters: Sequence[Any] | dict[str, Any] = ()
+) -> list[dict[str, Any]]:
+    """Every row of one statement as a dict. sqlite-utils' `query` wraps each statement in a
+    savepoint (SAVEPOINT, the statement, RELEASE: three for one SELECT) so that it can undo a
+    statement that returns no rows; ours all return rows. Fetched at once, so a statement
+    with RETURNING has finished (and, outside a transaction, committed) when this returns."""
+    cursor = db.conn.execute(sql, parameters)
+    if cursor.description is None:
+        raise ValueError(f"fetch_dicts is for statements that return rows, not {sql!r}")
+    keys = [column[0] for column in cursor.description]
+    return [dict(zip(keys, row, strict=True)) for row in cursor.fetchall()]
+
+
+def insert_dict(db: sqlite_utils.Database, table: str, row: dict[str, Any]) -> int:
+    """Insert one row (names from our own code, never from input) and return its rowid: one
+    statement, committed by itself outside a transaction. sqlite-utils' `table.insert` reads
+    sqlite_master three times to find the table and wraps the INSERT in BEGIN and COMMIT."""
+    columns = ", ".join(f'"{name}"' for name in row)
+    marks = ", ".join(f":{name}" for name in row)
+    cursor = db.conn.execute(f'INSERT INTO "{table}" ({columns}) VALUES ({marks})', row)
+    return int(cursor.lastrowid)  # type: ignore[arg-type]
 
 
 def apply_migrations(
@@ -240,8 +274,13 @@ class Database:
             raise
 
     def _connect_checked(self) -> sqlite_utils.Database:
-        # Shared between this thread and the loop, never at once: see `quick`.
-        conn = sqlite3.connect(self.path, timeout=self.busy_timeout, check_same_thread=False)
+        # Shared between this thread and the loop, never at once: see `quick`. Autocommit
+        # (isolation_level=None): a lone statement commits itself, with no BEGIN and COMMIT
+        # around it; every transaction of more than one statement is explicit
+        # (`write_transaction`, sqlite-utils' `atomic`), as sqlite-utils writes its own anyway.
+        conn = sqlite3.connect(
+            self.path, timeout=self.busy_timeout, check_same_thread=False, isolation_level=None
+        )
         try:
             # No plugins: the store must not behave differently with whatever is installed.
             db = sqlite_utils.Database(conn, execute_plugins=False)

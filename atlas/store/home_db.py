@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import sqlite_utils
 
 from atlas.store.conversation_schema import FTS_TOKENIZE
-from atlas.store.db import Database, Migration, utc_now_iso
+from atlas.store.db import Database, Migration, fetch_dicts, insert_dict, utc_now_iso
 
 T = TypeVar("T")
 
@@ -272,25 +272,25 @@ class HomeStore:
 
     async def record_decision(self, record: GateRecord) -> None:
         row = {"at": utc_now_iso(), **record.__dict__}
-        await self.quick(lambda db: db["gate_decisions"].insert(row))
+        await self.quick(lambda db: insert_dict(db, "gate_decisions", row))
 
     async def recent_decisions(self, limit: int = 20) -> list[dict[str, Any]]:
         def select(db: sqlite_utils.Database) -> list[dict[str, Any]]:
-            return list(db.query("SELECT * FROM gate_decisions ORDER BY id DESC LIMIT ?", [limit]))
+            return fetch_dicts(db, "SELECT * FROM gate_decisions ORDER BY id DESC LIMIT ?", [limit])
 
         return await self.call(select)
 
     async def record_delegation(self, row: dict[str, Any]) -> None:
         """A new subagent's row (see the `delegations` table)."""
         row = {"created_at": utc_now_iso(), **row}
-        await self.quick(lambda db: db["delegations"].insert(row))
+        await self.quick(lambda db: insert_dict(db, "delegations", row))
 
     async def update_delegation(self, delegation_id: str, **fields: Any) -> None:
         await self.quick(lambda db: db["delegations"].update(delegation_id, fields))
 
     async def delegation(self, delegation_id: str) -> dict[str, Any] | None:
         def select(db: sqlite_utils.Database) -> dict[str, Any] | None:
-            rows = list(db.query("SELECT * FROM delegations WHERE id = ?", [delegation_id]))
+            rows = fetch_dicts(db, "SELECT * FROM delegations WHERE id = ?", [delegation_id])
             return rows[0] if rows else None
 
         return await self.quick(select)
@@ -301,12 +301,11 @@ class HomeStore:
         """The subagents one conversation started, newest first."""
 
         def select(db: sqlite_utils.Database) -> list[dict[str, Any]]:
-            return list(
-                db.query(
-                    "SELECT * FROM delegations WHERE bot = ? AND parent_conversation_id = ? "
-                    "ORDER BY created_at DESC, id LIMIT ?",
-                    [bot, parent_conversation_id, limit],
-                )
+            return fetch_dicts(
+                db,
+                "SELECT * FROM delegations WHERE bot = ? AND parent_conversation_id = ? "
+                "ORDER BY created_at DESC, id LIMIT ?",
+                [bot, parent_conversation_id, limit],
             )
 
         return await self.call(select)

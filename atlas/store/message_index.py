@@ -10,7 +10,10 @@ search always sees every stored message.
 
 Rows at or below the watermark are in both indexes, and triggers keep them in step with
 edits and deletes; rows above it are in neither (an external-content FTS5 index must be told
-exactly what it holds, so those triggers skip them).
+exactly what it holds, so those triggers skip them). No trigger runs on an insert (migration
+010): a trigger naming the indexes, even one whose condition is false, makes every INSERT into
+`messages` open both FTS5 tables. A new row's id is above the watermark because deleting the
+newest indexed rows lowers the watermark to the newest row left.
 """
 
 from __future__ import annotations
@@ -19,6 +22,11 @@ import sqlite_utils
 
 INDEXES = ("messages_fts", "messages_trigram")
 _WATERMARK = "(SELECT indexed_upto FROM message_index)"
+# Past the newest row left (its newest rows deleted), the watermark comes down to that row.
+_LOWER_WATERMARK = (
+    "UPDATE message_index SET indexed_upto = (SELECT COALESCE(MAX(id), 0) FROM messages) "
+    "WHERE indexed_upto > (SELECT COALESCE(MAX(id), 0) FROM messages);"
+)
 
 
 def _insert(table: str, row: str) -> str:
@@ -54,6 +62,21 @@ def defer_message_indexing(db: sqlite_utils.Database) -> None:
         f"BEGIN {deletes} {inserts} END",
     ):
         db.execute(f"CREATE TRIGGER {trigger}")
+
+
+def index_only_in_batches(db: sqlite_utils.Database) -> None:
+    """Migration: no trigger on insert. The one 008 made indexed a row whose id was at or below
+    the watermark (the newest message deleted, its id given again); instead the delete lowers
+    the watermark, so every new id is above it and indexed in the next batch."""
+    db.execute("DROP TRIGGER message_index_ai")
+    db.execute("DROP TRIGGER message_index_ad")
+    db.execute(
+        f"CREATE TRIGGER message_index_ad AFTER DELETE ON messages WHEN old.id <= {_WATERMARK} "
+        f"BEGIN {''.join(_delete(table) for table in INDEXES)} {_LOWER_WATERMARK} END"
+    )
+    # Rows the old trigger indexed at or below the watermark stay indexed: the watermark only
+    # comes down to the newest row, never below a row that is not indexed.
+    db.execute(_LOWER_WATERMARK)
 
 
 def index_pending_messages(db: sqlite_utils.Database) -> int:

@@ -639,12 +639,42 @@ async def test_edits_and_deletes_of_stored_messages_keep_the_indexes_exact(
     assert await store.search("pelican") == []
     assert {hit.message_id for hit in await store.search("cormorant")} == {indexed, pending}
     await store.db.call(_check_indexes)
-    # The newest message deleted once indexed: its id comes back, and is indexed at once.
+    # The newest message deleted once indexed: its id comes back, above the watermark (which
+    # came down with the delete), so the next batch indexes it like any new message.
+    await store.db.call(index_pending_messages)
     await store.db.call(lambda db: db.execute("DELETE FROM messages WHERE id = ?", [pending]))
     again = await store.append(conversation_id, Message("user", "a returning gannet"))
     assert again == pending
+    assert pending not in _indexed_ids(store.path, "messages_fts")  # no trigger on insert
     assert [hit.message_id for hit in await store.search("gannet")] == [again]
     await store.db.call(_check_indexes)
+
+
+async def test_migration_010_lowers_a_watermark_left_above_the_newest_message(
+    tmp_path: Path,
+) -> None:
+    """A store whose newest indexed message was deleted before 010: the watermark stayed above
+    every id, and the id given again was indexed by 008's insert trigger, which 010 drops."""
+    path = tmp_path / "conversations.db"
+    await _old_store_with_a_message(path, MIGRATIONS[:9], "an old tern")
+    async with Database(path, MIGRATIONS[:9]) as old:
+
+        def index_then_delete_the_newest(db: sqlite_utils.Database) -> None:
+            db.execute(
+                "INSERT INTO messages (conversation_id, role, content, created_at) "
+                "VALUES (1, 'user', 'a deleted tern', '2024-01-01')"
+            )
+            index_pending_messages(db)
+            db.execute("DELETE FROM messages WHERE id = 2")
+
+        await old.call(index_then_delete_the_newest)
+    async with ConversationStore(path) as store:
+        again = await store.append(1, Message("user", "a returning tern"))
+        assert again == 2
+        assert {hit.message_id for hit in await store.search("tern")} == {1, again}
+        for table in INDEXES:
+            assert _indexed_ids(path, table) == [1, again]
+        await store.db.call(_check_indexes)
 
 
 async def test_delivery_times_leave_the_indexes_alone(store: ConversationStore) -> None:

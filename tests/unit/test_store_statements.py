@@ -1,0 +1,132 @@
+"""The SQL one turn costs: every statement a plain turn's store work runs (a person's message
+stored, its history read, one answer stored with its outbox row, the row sent and delivered),
+listed by sqlite3's trace callback on a real store. A statement added to the hot path (a schema
+lookup, a SELECT whose answer is known, a BEGIN around a lone UPDATE, a trigger that opens the
+full-text indexes on every insert) fails here; take it out, or change the list on purpose."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from atlas.channels.base import Address
+from atlas.outbox.rows import Outgoing
+from atlas.outbox.sender import Outbox
+from atlas.providers.base import Message, Usage
+from atlas.store.conversations import ConversationStore
+from atlas.store.db import utc_now_iso
+from atlas.store.home_db import GateRecord, HomeStore
+
+HERE = Address("atlas", "fake", "42")
+
+# What one turn runs, in order: four commits (each of them needed by itself, see
+# atlas/outbox/rows.py) and one read; nothing else.
+ONE_TURN = [
+    # the person's message and its conversation's time: one transaction
+    "BEGIN IMMEDIATE",
+    "INSERT INTO messages",
+    "UPDATE conversations",
+    "COMMIT",
+    # the history the model is sent: the compaction and the newer rows (the rest is cached)
+    "SELECT compactions",
+    "SELECT messages",
+    # the answer and the row that delivers it: one transaction
+    "BEGIN IMMEDIATE",
+    "INSERT INTO messages",
+    "UPDATE conversations",
+    "INSERT INTO outbox",
+    "COMMIT",
+    # handed to the platform, then delivered: each one statement that commits itself
+    "UPDATE outbox",
+    "UPDATE outbox",
+]
+
+
+class Adapter:
+    name = "fake"
+
+    async def send(self, address: Address, text: str, files: list[Path] | None = None) -> str:
+        return "p1"
+
+
+def _shape(sql: str) -> str:
+    """A statement as its verb and table: `INSERT INTO messages`, `SELECT compactions`."""
+    words = sql.split()
+    verb = words[0].upper()
+    if verb in ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE", "PRAGMA"):
+        return " ".join(words[:2]) if verb == "BEGIN" else verb
+    if verb == "SELECT":
+        found = re.search(r"\bFROM\s+(\w+)", sql, re.IGNORECASE)
+        return f"SELECT {found.group(1) if found else '?'}"
+    if verb == "INSERT":
+        return f"INSERT INTO {words[2].strip(chr(34))}"
+    return f"{verb} {words[1]}"
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[ConversationStore]:
+    async with ConversationStore(tmp_path / "conversations.db") as opened:
+        yield opened
+
+
+async def _turn(store: ConversationStore, outbox: Outbox, conversation_id: int, n: int) -> None:
+    await store.append(conversation_id, Message("user", f"question {n}"), event_id=f"u{n}")
+    await store.history_and_compaction(conversation_id)
+    outgoing = Outgoing(HERE, f"answer {n}")
+    await store.append(
+        conversation_id,
+        Message("assistant", f"answer {n}"),
+        usage=Usage(10, 5),
+        model="m",
+        answers_upto=1,
+        also=outgoing,
+    )
+    await outbox.deliver(outgoing.rows)
+
+
+async def test_one_turn_runs_thirteen_statements(store: ConversationStore) -> None:
+    async def database(bot: str) -> object:
+        return store.db
+
+    outbox = Outbox({"fake": Adapter()}, database)  # type: ignore[arg-type]
+    conversation_id = (await store.conversation("fake", "42", bot="atlas")).id
+    await _turn(store, outbox, conversation_id, 1)  # the first read of a history is whole
+    seen: list[str] = []
+    connection = store.db._connection().conn
+    connection.set_trace_callback(seen.append)
+    try:
+        await _turn(store, outbox, conversation_id, 2)
+    finally:
+        connection.set_trace_callback(None)
+        await outbox.shutdown()
+    # Statements run inside SQLite (an FTS5 table's own) are traced too, prefixed "--".
+    assert [_shape(sql) for sql in seen] == ONE_TURN, "\n".join(seen)
+    assert not connection.in_transaction
+
+
+async def test_a_gate_decision_is_one_statement(tmp_path: Path) -> None:
+    home = HomeStore(tmp_path / "atlas.db")
+    record = GateRecord("atlas", 1, "conversation", "shell", "ab12", "ls", "allow", "r", "", "")
+    await home.record_decision(record)  # opens the file
+    seen: list[str] = []
+    connection = home.db._connection().conn
+    connection.set_trace_callback(seen.append)
+    try:
+        await home.record_decision(record)
+    finally:
+        connection.set_trace_callback(None)
+    assert [_shape(sql) for sql in seen] == ["INSERT INTO gate_decisions"], seen
+    assert len(await home.recent_decisions()) == 2
+    await home.close()
+
+
+def test_utc_now_iso_is_datetimes_own_form() -> None:
+    before = datetime.now(UTC).isoformat(timespec="microseconds")
+    stamp = utc_now_iso()
+    after = datetime.now(UTC).isoformat(timespec="microseconds")
+    assert before <= stamp <= after
+    assert datetime.fromisoformat(stamp).isoformat(timespec="microseconds") == stamp
