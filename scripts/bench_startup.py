@@ -13,6 +13,10 @@
 - idle_rss_mb: the daemon's RSS after `--idle-seconds` with every bot polling and no traffic
   (measured in the last run), and its peak: the home's process; idle_rss_mb_all: the home's
   process and its workers together;
+- bytecode: Atlas's own modules are byte-compiled first (as any start after the first finds
+  them, unless PYTHONDONTWRITEBYTECODE is set, as on the machine these figures come from);
+  `packages_bytecode` says whether the installed packages were compiled at install (`uv sync`
+  does, [tool.uv] compile-bytecode): without it every start compiles them again;
 - `--workers N`: `[daemon] workers = N` in the home (and $ATLAS_WORKERS=N for the daemon);
   without it the daemon's default (one per core). workers_ready_s: the phase at which the home's
   process logs that its workers are ready (with more than one process).
@@ -35,9 +39,21 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from atlas.process import run as run_on_uvloop  # the harness too: its fakes cost less
 from scripts.loadkit import FIRST_CHAT, Daemon, Fakes, machine, print_result
 
 ATLAS = Path(sys.executable).parent / "atlas"
+
+
+def compile_bytecode() -> bool:
+    """Compile Atlas's own modules; whether the installed packages have their bytecode."""
+    import compileall
+    import importlib.util
+
+    compileall.compile_dir(str(Path(__file__).resolve().parent.parent / "atlas"), quiet=1)
+    spec = importlib.util.find_spec("aiogram.types")  # the largest of them
+    assert spec is not None and spec.origin is not None
+    return Path(importlib.util.cache_from_source(spec.origin)).exists()
 
 
 def time_help(runs: int) -> list[float]:
@@ -117,8 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    packages_bytecode = compile_bytecode()
     helps = time_help(args.runs)
-    measured = asyncio.run(time_ready(args))
+    measured = run_on_uvloop(time_ready(args))
     result: dict[str, Any] = {
         "bots": args.bots,
         "workers": measured["workers"],
@@ -132,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             for phase in PHASES[:-1]
             if not any(math.isnan(seconds) for seconds in measured["phases"][phase])
         },
+        "packages_bytecode": packages_bytecode,
         "idle_seconds": args.idle_seconds,
         "idle_rss_mb": round(measured["idle"].get("VmRSS", 0) / 1024, 1),
         "idle_peak_rss_mb": round(measured["idle"].get("VmHWM", 0) / 1024, 1),
