@@ -9,6 +9,8 @@ row alone is one statement, which commits itself (the connection is in autocommi
 atlas/store/db.py): no BEGIN and COMMIT around it.
 
 States: pending → sending → delivered | maybe | failed | kept (kept → sending again later).
+The settled ones (delivered, maybe, failed) and only they set `settled_at`: what a start resumes
+is found by `settled_at IS NULL` (`open_rows`).
 """
 
 from __future__ import annotations
@@ -177,11 +179,13 @@ def get_row(db: sqlite_utils.Database, row_id: int, bot: str) -> OutboxRow | Non
 
 
 def open_rows(db: sqlite_utils.Database, bot: str, *, before: str) -> list[OutboxRow]:
-    """Rows created before `before` (a UTC ISO time) that are not settled, oldest first."""
+    """Rows created before `before` (a UTC ISO time) that are not settled, oldest first.
+    Every settled state sets `settled_at`, and the open rows are found by it (the index
+    `outbox_unsettled`, migration 011), never by reading the whole outbox."""
     found = fetch_dicts(
         db,
-        "SELECT * FROM outbox WHERE state IN ('pending', 'sending', 'kept') AND created_at < ? "
-        "ORDER BY id",
+        "SELECT * FROM outbox WHERE settled_at IS NULL AND state IN ('pending', 'sending', "
+        "'kept') AND created_at < ? ORDER BY id",
         [before],
     )
     return [row_from(record, bot) for record in found]

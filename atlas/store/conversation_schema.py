@@ -159,6 +159,14 @@ def _create_outbox(db: sqlite_utils.Database) -> None:
     )
 
 
+def _index_unsettled_outbox_rows(db: sqlite_utils.Database) -> None:
+    """What a start resumes, found by `settled_at IS NULL` (pending, sending and kept rows:
+    every other state sets it) instead of by state: marking a row `sending`, once per message
+    sent, then leaves the index alone (one page less to write in that commit)."""
+    db.execute("DROP INDEX outbox_open")
+    db.execute("CREATE INDEX outbox_unsettled ON outbox (id) WHERE settled_at IS NULL")
+
+
 MIGRATIONS: list[Migration] = [
     ("001_conversations", _create_conversations),
     ("002_messages", _create_messages),
@@ -170,6 +178,7 @@ MIGRATIONS: list[Migration] = [
     ("008_deferred_message_index", defer_message_indexing),
     ("009_outbox", _create_outbox),
     ("010_message_index_in_batches_only", index_only_in_batches),
+    ("011_outbox_unsettled_index", _index_unsettled_outbox_rows),
 ]
 
 

@@ -425,6 +425,45 @@ async def test_answers_the_old_bookkeeping_owed_become_rows(tmp_path: Path) -> N
     assert sorted(adapter.texts()) == sorted(["never sent", RESTARTED_WHILE_SENDING])
 
 
+async def test_rows_of_every_state_from_before_011_resume_as_they_did(tmp_path: Path) -> None:
+    """Migration 011 finds open rows by `settled_at IS NULL`, not by state: rows written
+    before it, in every state, are resumed exactly as the state said."""
+    from atlas.outbox.rows import (
+        insert_row,
+        mark_delivered,
+        mark_failed,
+        mark_kept,
+        mark_sending,
+        mark_unsure,
+        open_rows,
+    )
+    from atlas.store.conversation_schema import MIGRATIONS
+
+    path = tmp_path / "c.db"
+    async with Database(path, MIGRATIONS[:10]) as old:
+
+        def fill(db) -> None:
+            ids = {state: insert_row(db, HERE, "note", state) for state in ("pending", "sending")}
+            ids |= {s: insert_row(db, HERE, "note", s) for s in ("kept", "delivered", "failed")}
+            ids["maybe"] = insert_row(db, HERE, "note", "maybe")
+            for state in ("sending", "delivered", "failed", "maybe"):
+                mark_sending(db, ids[state])
+            mark_kept(db, [ids["kept"]], "an outage")
+            mark_delivered(db, ids["delivered"], "m1")
+            mark_failed(db, ids["failed"], "refused")
+            mark_unsure(db, ids["maybe"], "cut")
+
+        await old.call(fill)
+    async with opened(path) as store:
+        later = datetime.now(UTC) + timedelta(seconds=1)
+        found = await store.db.call(lambda db: open_rows(db, "atlas", before=later.isoformat()))
+    assert [(row.text, row.state) for row in found] == [
+        ("pending", "pending"),
+        ("sending", "sending"),
+        ("kept", "kept"),
+    ]
+
+
 async def test_a_report_and_then_its_note_caught_tell_again_with_the_same_note(
     tmp_path: Path,
 ) -> None:

@@ -88,13 +88,17 @@ async def _turn(store: ConversationStore, outbox: Outbox, conversation_id: int, 
     await outbox.deliver(outgoing.rows)
 
 
-async def test_one_turn_runs_thirteen_statements(store: ConversationStore) -> None:
+async def test_one_turn_runs_thirteen_statements_and_writes_twelve_pages(
+    store: ConversationStore,
+) -> None:
     async def database(bot: str) -> object:
         return store.db
 
     outbox = Outbox({"fake": Adapter()}, database)  # type: ignore[arg-type]
     conversation_id = (await store.conversation("fake", "42", bot="atlas")).id
     await _turn(store, outbox, conversation_id, 1)  # the first read of a history is whole
+    wal = store.path.with_name(store.path.name + "-wal")
+    wal_before = wal.stat().st_size
     seen: list[str] = []
     connection = store.db._connection().conn
     connection.set_trace_callback(seen.append)
@@ -106,6 +110,13 @@ async def test_one_turn_runs_thirteen_statements(store: ConversationStore) -> No
     # Statements run inside SQLite (an FTS5 table's own) are traced too, prefixed "--".
     assert [_shape(sql) for sql in seen] == ONE_TURN, "\n".join(seen)
     assert not connection.in_transaction
+    # What the commits cost is mostly the pages they write to the WAL (no checkpoint runs in
+    # between, so it only grows): the message, its conversation's index and, for the
+    # person's, its event id's; the conversation; the outbox row and its open-rows index (not
+    # when it turns `sending`: migration 011).
+    page_size = connection.execute("PRAGMA page_size").fetchone()[0]
+    frames = (wal.stat().st_size - wal_before) / (page_size + 24)  # 24: each frame's header
+    assert frames == 4 + 5 + 1 + 2
 
 
 async def test_a_gate_decision_is_one_statement(tmp_path: Path) -> None:
