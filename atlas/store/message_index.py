@@ -87,8 +87,9 @@ def index_pending_messages(db: sqlite_utils.Database) -> int:
     # reading the watermark and moving it.
     conn.execute("BEGIN IMMEDIATE")
     try:
-        upto = conn.execute("SELECT indexed_upto FROM message_index").fetchone()[0]
-        newest = conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0]
+        upto, newest = conn.execute(
+            "SELECT indexed_upto, (SELECT COALESCE(MAX(id), 0) FROM messages) FROM message_index"
+        ).fetchone()
         if newest > upto:
             for table in INDEXES:
                 indexed = conn.execute(

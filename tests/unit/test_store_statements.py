@@ -6,6 +6,7 @@ full-text indexes on every insert) fails here; take it out, or change the list o
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -133,6 +134,41 @@ async def test_a_gate_decision_is_one_statement(tmp_path: Path) -> None:
     assert [_shape(sql) for sql in seen] == ["INSERT INTO gate_decisions"], seen
     assert len(await home.recent_decisions()) == 2
     await home.close()
+
+
+class Held(Adapter):
+    """A channel whose send never returns: the row stays `sending`."""
+
+    async def send(self, address: Address, text: str, files: list[Path] | None = None) -> str:
+        await asyncio.Event().wait()
+        return "never"
+
+
+async def test_a_keyed_row_is_one_statement_and_leaves_no_transaction_open(
+    store: ConversationStore,
+) -> None:
+    async def database(bot: str) -> object:
+        return store.db
+
+    outbox = Outbox({"fake": Held()}, database)  # type: ignore[arg-type]
+    seen: list[str] = []
+    connection = store.db._connection().conn
+    connection.set_trace_callback(seen.append)
+    try:
+        first = await outbox.enqueue(HERE, "a report", kind="report", key="run-1")
+        again = await outbox.enqueue(HERE, "a report", kind="report", key="run-1")
+    finally:
+        connection.set_trace_callback(None)
+        await outbox.shutdown()
+    assert again == first
+    shapes = [_shape(sql) for sql in seen]
+    assert shapes.count("UPDATE outbox") == 1, seen  # its worker marks it sending, then waits
+    assert [shape for shape in shapes if shape != "UPDATE outbox"] == [
+        "INSERT INTO outbox",  # made, and returned (RETURNING): no BEGIN, no SELECT after
+        "INSERT INTO outbox",  # the key is taken: nothing made ...
+        "SELECT outbox",  # ... so the row is read as it is now
+    ], seen
+    assert not connection.in_transaction  # the INSERT ... RETURNING committed by itself
 
 
 def test_utc_now_iso_is_datetimes_own_form() -> None:
