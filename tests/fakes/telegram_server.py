@@ -283,9 +283,8 @@ class FakeTelegram:
             self.updates = [u for u in self.updates if u["update_id"] >= offset or u.get("_again")]
             if not ready() and timeout:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        self._new_update.wait_for(lambda: bool(ready()) or self._stopping), timeout
-                    )
+                    async with asyncio.timeout(timeout):  # no task per poll, as wait_for makes
+                        await self._new_update.wait_for(lambda: bool(ready()) or self._stopping)
             handed = ready()
             self.updates = [u for u in self.updates if not (u.get("_again") and u in handed)]
         clean = [{k: v for k, v in u.items() if k != "_again"} for u in handed]
@@ -374,7 +373,7 @@ def _balanced(html: str) -> bool:
 
 async def serve_app(app: web.Application) -> tuple[web.AppRunner, str]:
     """`app` on a free port of 127.0.0.1: its runner and base URL."""
-    runner = web.AppRunner(app, shutdown_timeout=0.5)
+    runner = web.AppRunner(app, shutdown_timeout=0.5, access_log=None)  # no line per request
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
