@@ -267,14 +267,12 @@ def _store_note(db: sqlite_utils.Database, answer_id: int, note: str) -> int | N
     stored = db.conn.execute(
         "INSERT INTO messages (conversation_id, role, content, kind, answers_upto, created_at) "
         "SELECT conversation_id, 'assistant', ?, 'message', answers_upto, ? FROM messages "
-        "WHERE id = ? RETURNING id, conversation_id",
+        "WHERE id = ? RETURNING id",
         [note, now, answer_id],
     ).fetchall()  # all fetched: the statement has finished
     if not stored:  # the answer is gone
         return None
-    message_id, conversation_id = stored[0]
-    db.conn.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", [now, conversation_id])
-    return int(message_id)
+    return int(stored[0][0])  # its conversation's updated_at moved with it (migration 012)
 
 
 __all__ = [

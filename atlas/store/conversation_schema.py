@@ -167,6 +167,17 @@ def _index_unsettled_outbox_rows(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX outbox_unsettled ON outbox (id) WHERE settled_at IS NULL")
 
 
+def _touch_conversation_on_insert(db: sqlite_utils.Database) -> None:
+    """A stored message moves its conversation's `updated_at` (recovery and the lists by
+    latest read it) in its own INSERT statement: a message stored alone then needs no
+    transaction around two statements (atlas/store/conversations.py `append`)."""
+    db.execute(
+        "CREATE TRIGGER messages_touch_conversation AFTER INSERT ON messages BEGIN "
+        "UPDATE conversations SET updated_at = new.created_at WHERE id = new.conversation_id; "
+        "END"
+    )
+
+
 MIGRATIONS: list[Migration] = [
     ("001_conversations", _create_conversations),
     ("002_messages", _create_messages),
@@ -179,6 +190,7 @@ MIGRATIONS: list[Migration] = [
     ("009_outbox", _create_outbox),
     ("010_message_index_in_batches_only", index_only_in_batches),
     ("011_outbox_unsettled_index", _index_unsettled_outbox_rows),
+    ("012_messages_touch_their_conversation", _touch_conversation_on_insert),
 ]
 
 

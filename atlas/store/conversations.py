@@ -215,35 +215,33 @@ class ConversationStore:
             "answers_upto": answers_upto,
         }
 
+        def store_row(db: sqlite_utils.Database) -> int | None:
+            # The trigger of migration 012 moves the conversation's `updated_at` in the same
+            # statement, so a message alone is one INSERT that commits itself.
+            try:
+                cursor = db.conn.execute(_INSERT_MESSAGE, {**row, "now": utc_now_iso()})
+            except sqlite3.IntegrityError as exc:
+                # The foreign key names a missing conversation: no SELECT needed before.
+                if "FOREIGN KEY" not in str(exc):
+                    raise
+                raise AtlasError(f"{self.path}: no conversation with id {conversation_id}") from exc
+            return cursor.lastrowid if cursor.rowcount else None  # 0: the event was stored
+
         def insert(db: sqlite_utils.Database) -> int | None:
-            now = utc_now_iso()
-            conn = db.conn  # statements of the hot path, without sqlite-utils' wrapper
+            if unless_user_after is None and also is None:
+                return store_row(db)
             with write_transaction(db):
                 if (
                     unless_user_after is not None
-                    and conn.execute(
+                    and db.conn.execute(
                         "SELECT 1 FROM messages WHERE conversation_id = ? AND role = 'user' "
                         "AND id > ? LIMIT 1",
                         [conversation_id, unless_user_after],
                     ).fetchone()
                 ):
                     return None
-                try:
-                    cursor = conn.execute(_INSERT_MESSAGE, {**row, "now": now})
-                except sqlite3.IntegrityError as exc:
-                    # The foreign key names a missing conversation: no SELECT needed before.
-                    if "FOREIGN KEY" not in str(exc):
-                        raise
-                    raise AtlasError(
-                        f"{self.path}: no conversation with id {conversation_id}"
-                    ) from exc
-                if cursor.rowcount == 0:
-                    return None
-                message_id = cursor.lastrowid
-                conn.execute(
-                    "UPDATE conversations SET updated_at = ? WHERE id = ?", [now, conversation_id]
-                )
-                if also is not None:
+                message_id = store_row(db)
+                if message_id is not None and also is not None:
                     also(db, message_id)
                 return message_id
 

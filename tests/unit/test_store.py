@@ -353,6 +353,17 @@ async def test_append_bumps_updated_at(store: ConversationStore) -> None:
     assert after is not None
     assert after.updated_at > before.updated_at
     assert after.created_at == before.created_at
+    # In a transaction too (an answer with its outbox rows, a message checked against newer
+    # ones): the trigger of migration 012 moves it with the INSERT.
+    await asyncio.sleep(0.001)
+    await store.append(before.id, Message("user", "again"), unless_user_after=10**9)
+    again = await store.get_conversation(before.id)
+    assert again is not None and again.updated_at > after.updated_at
+    newest = await store.newest_user_message_id(before.id)
+    assert await store.append(before.id, Message("user", "no"), unless_user_after=0) is None
+    assert await store.newest_user_message_id(before.id) == newest
+    unchanged = await store.get_conversation(before.id)
+    assert unchanged is not None and unchanged.updated_at == again.updated_at
 
 
 async def test_append_to_missing_conversation(store: ConversationStore) -> None:
