@@ -143,8 +143,8 @@ class AutoOpenAIServer(FakeOpenAIServer):
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         started = time.monotonic()
         try:
-            # orjson: a load run's bodies are ~15 KB (the tools, the history), and the stdlib
-            # parser was a third of the fakes' CPU.
+            # orjson: a load run's bodies are ~15 KB (13 tools, the history), which it parses
+            # in half the stdlib's time; the same dicts, lists and strings.
             body = orjson.loads(await request.read())
         except ConnectionResetError:  # the client died mid-request (a crash test's SIGKILL)
             return web.Response(status=499)
