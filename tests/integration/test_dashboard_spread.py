@@ -54,6 +54,10 @@ async def test_a_spread_bots_question_answered_on_the_page_is_closed_on_telegram
     fakes.model.reply(calls=[read_config_call(home)])
     await telegram.push(telegram.message(f"T0-{chat}-1 read the config", user_id=chat))
     ask_id = await waiting_ask(page, "wants to read")
+    # The page may list the question before its post to Telegram has arrived.
+    await telegram.wait_for(
+        lambda: any("wants to read" in m["text"] for m in telegram.messages.values()), timeout=10
+    )
     [question_id] = [i for i, m in telegram.messages.items() if "wants to read" in m["text"]]
 
     await page.post(f"/waiting/{ask_id}/approval", htmx=True, choice=ALLOW_ONCE)
