@@ -225,7 +225,7 @@ class ConversationStore:
                 if "FOREIGN KEY" not in str(exc):
                     raise
                 raise AtlasError(f"{self.path}: no conversation with id {conversation_id}") from exc
-            return cursor.lastrowid if cursor.rowcount else None  # 0: the event was stored
+            return cursor.lastrowid if cursor.rowcount else None  # 0: its event was stored before
 
         def insert(db: sqlite_utils.Database) -> int | None:
             if unless_user_after is None and also is None:
