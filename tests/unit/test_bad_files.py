@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from atlas import cli, daemon
+from atlas import cli, services
 from atlas.doctor import run_checks
 from atlas.errors import ConfigError
 from atlas.home import Home
@@ -41,7 +41,7 @@ def run_atlas(root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]
         raise AssertionError("atlas run started its core despite a bad file")
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(daemon, "start_core", must_not_start)
+        patch.setattr(services, "start_core", must_not_start)  # imported when it is reached
         code = cli.main(["--home", str(root), "run"])
     return code, capsys.readouterr().err
 
