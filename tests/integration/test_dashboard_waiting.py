@@ -52,6 +52,8 @@ async def test_an_approval_a_telegram_turn_waits_on_is_answered_in_chromium(
                 tg.model.add(Reply(calls=[("shout", {"text": "ok"})]), Reply("shouted"))
                 await tg.fake.push(tg.fake.message("shout ok", user_id=OWNER))
                 await expect(page.get_by_text("Let the bot shout?")).to_be_visible()
+                # The page may show the question before its post to Telegram has arrived.
+                await tg.fake.wait_for(lambda: bool(tg.fake.messages))
                 message_id = next(iter(tg.fake.messages))
                 await page.get_by_role("button", name=ALLOW_ONCE).click()
                 await expect(page.get_by_text("Answered: allow once.")).to_be_visible()

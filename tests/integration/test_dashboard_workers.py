@@ -122,6 +122,10 @@ async def test_a_workers_approval_is_answered_on_the_page_and_the_chat_message_s
     ask_id = await waiting_ask(page, "wants to read")
     assert "bot01" in await page.get("/waiting/live")
     assert "wants to read" in await page.get("/")  # Home's "what waits for you" too
+    # The page may list the question before its post to Telegram has arrived.
+    await telegram.wait_for(
+        lambda: any("wants to read" in m["text"] for m in telegram.messages.values()), timeout=10
+    )
     [question_id] = [i for i, m in telegram.messages.items() if "wants to read" in m["text"]]
 
     answered = await page.post(f"/waiting/{ask_id}/approval", htmx=True, choice=ALLOW_ONCE)
@@ -144,6 +148,12 @@ async def test_a_workers_approval_is_answered_on_the_page_and_the_chat_message_s
     await telegram.push(telegram.message("T1-0-2 read it again", user_id=FIRST_CHAT))
     second = await waiting_ask(page, "wants to read")
     assert second != ask_id
+    await telegram.wait_for(
+        lambda: any(
+            i not in before and "wants to read" in m["text"] for i, m in telegram.messages.items()
+        ),
+        timeout=10,
+    )
     [asked] = [
         i for i, m in telegram.messages.items() if i not in before and "wants to read" in m["text"]
     ]
