@@ -99,12 +99,20 @@ def message_tokens_at_most(message: Message) -> int:
     return total + 800 * len(message.images)
 
 
+# Keyed as _TOOL_COUNTS: the bytes of a tool's wire form, asked for every model round.
+_TOOL_BOUNDS: dict[tuple[str, str, int], tuple[object, int]] = {}
+
+
 def tool_tokens_at_most(spec: ToolSpec) -> int:
     """`tool_tokens`' bound: the bytes of its wire form (the exact count once known)."""
     key = (spec.name, spec.description, id(spec.parameters))
     if key in _TOOL_COUNTS:
         return _TOOL_COUNTS[key][1]
-    return tokens_at_most(_wire_form(spec))
+    if key not in _TOOL_BOUNDS:
+        if len(_TOOL_BOUNDS) > 4096:  # per-run descriptions vary: stay bounded
+            _TOOL_BOUNDS.clear()
+        _TOOL_BOUNDS[key] = (spec.parameters, tokens_at_most(_wire_form(spec)))
+    return _TOOL_BOUNDS[key][1]
 
 
 def message_tokens(message: Message) -> int:

@@ -78,3 +78,14 @@ def test_over_budget_still_counts_when_the_bound_is_over(tmp_path: Path) -> None
     history.append(Message("user", " ".join(words)))
     history.append(Message("user", " ".join(words)))
     assert over_budget(run, "", [], history) == (request_tokens("", [], history) > budget)
+
+
+def test_a_tools_bound_is_worked_out_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Asked for every tool in every model round: its wire form is serialised once."""
+    spec = ToolSpec("once_only", "A tool asked about often.", {"type": "object"})
+    made: list[str] = []
+    real = tokens._wire_form
+    monkeypatch.setattr(tokens, "_wire_form", lambda s: made.append(s.name) or real(s))
+    first = tokens.tool_tokens_at_most(spec)
+    assert [tokens.tool_tokens_at_most(spec) for _ in range(5)] == [first] * 5
+    assert made == ["once_only"]
