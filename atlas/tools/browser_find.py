@@ -90,14 +90,22 @@ def find_browser(
     minute = int(time.monotonic() // RECHECK_SECONDS)
     if environ is not None:  # a test's own environment: nothing cached
         return _find(*key, env)
-    return _find_cached(*key, minute)
+    found = _find_cached(*key, minute)
+    if isinstance(found, BrowserNotFound):
+        raise BrowserNotFound(*found.args)
+    return found
 
 
 @functools.lru_cache(maxsize=8)
 def _find_cached(
     setting: str, config_path: str, path: str | None, platform: str, _minute: int
-) -> Browser:
-    return _find(setting, config_path, path, platform, os.environ)
+) -> Browser | BrowserNotFound:
+    """The search's answer, kept for the minute: "none found" too (browser_exec's availability
+    is asked every model round, and a search walks PATH and the usual places)."""
+    try:
+        return _find(setting, config_path, path, platform, os.environ)
+    except BrowserNotFound as exc:
+        return exc
 
 
 def _find(

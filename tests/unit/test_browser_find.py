@@ -132,3 +132,21 @@ def test_a_wrong_setting_makes_browser_exec_unavailable_naming_the_key(tmp_path:
     home = make_home(tmp_path / "home", config=config + '\n[browser]\nchrome = "/nowhere"\n')
     reason = default_registry().get("browser_exec").unavailable_reason(run_context(home))  # type: ignore[union-attr]
     assert reason and '[browser] chrome = "/nowhere"' in reason and str(home.config_path) in reason
+
+
+def test_none_found_is_kept_for_the_minute_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """browser_exec's availability is asked every model round: "none found" is not searched
+    for again each time, and still names where Atlas looked."""
+    browser_find._find_cached.cache_clear()
+    monkeypatch.setattr(browser_find, "LINUX_PLACES", ())
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    searches: list[str] = []
+    real = browser_find._find
+    monkeypatch.setattr(browser_find, "_find", lambda *a: searches.append("x") or real(*a))
+    for _ in range(3):
+        with pytest.raises(BrowserNotFound, match="no Chrome, Edge or Chromium on PATH"):
+            find_browser("", tmp_path / "config.toml")
+    assert searches == ["x"]
+    browser_find._find_cached.cache_clear()
