@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import Field
 
 from atlas.errors import ToolError
+from atlas.tools.fences import resolved_root
 from atlas.tools.registry import RunContext
 
 PathArg = Annotated[str, Field(description="relative to the workspace, or absolute")]
@@ -25,7 +26,7 @@ def shown_path(run: RunContext, resolved: Path) -> str:
     """How a path is named in answers: relative to the workspace when inside it (shorter, and it
     resolves back to the same file), absolute otherwise."""
     try:
-        rel = resolved.relative_to(run.bot.workspace.resolve())
+        rel = resolved.relative_to(resolved_root(run.bot.workspace))
     except ValueError:
         return str(resolved)
     return str(rel) if rel.parts else "."
