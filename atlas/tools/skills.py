@@ -13,9 +13,12 @@ other processes' calls never interleave with it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import tempfile
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
@@ -72,6 +75,12 @@ class _SkillCheck:
     folders: tuple[str, ...]
     mtimes: tuple[int, ...]
     exists: bool
+    checked_at: float = float("-inf")  # time.monotonic() of the last look at the folders
+
+
+# A skill added or removed while the daemon runs is seen within this long: the folders' times
+# are looked at no more often (a stat per folder per model round was ~1.5 % of a turn's CPU).
+SKILLS_RECHECK_SECONDS = 1.0
 
 
 _SKILL_CHECKS: dict[int, _SkillCheck] = {}  # id(bot) -> its last check
@@ -84,11 +93,21 @@ def _mtime_ns(folder: str) -> int:
         return 0
 
 
+@contextlib.contextmanager
+def _skills_changing() -> Iterator[None]:
+    """Around a change this process makes to a skills folder: use_skill's availability is
+    asked afresh at once (SKILLS_RECHECK_SECONDS is for changes made elsewhere)."""
+    try:
+        yield
+    finally:
+        _SKILL_CHECKS.clear()
+
+
 def _when_a_skill_exists(run: RunContext) -> str | None:
     """Asked every model round. `any_skill`'s answer depends only on the bot (a Bot is
     replaced, not changed, when its settings change) and on its skills folders' modification
     times, so it is asked again only when one of those times changes (a skill added or
-    removed): a stat per folder, without rebuilding the folders' paths each round."""
+    removed): a stat per folder at most once a second (SKILLS_RECHECK_SECONDS)."""
     bot = run.bot
     check = _SKILL_CHECKS.get(id(bot))
     if check is None or check.bot is not bot:
@@ -96,10 +115,13 @@ def _when_a_skill_exists(run: RunContext) -> str | None:
             _SKILL_CHECKS.clear()
         folders = tuple(dict.fromkeys((str(run.home.skills_dir), str(bot.skills_dir))))
         check = _SKILL_CHECKS[id(bot)] = _SkillCheck(bot, folders, (), False)
-    mtimes = tuple(_mtime_ns(folder) for folder in check.folders)
-    if mtimes != check.mtimes:
-        check.exists = any_skill(run.home.skills_dir, bot.skills_dir, bot.listed_skills)
-        check.mtimes = mtimes
+    now = time.monotonic()
+    if now - check.checked_at >= SKILLS_RECHECK_SECONDS:
+        check.checked_at = now
+        mtimes = tuple(_mtime_ns(folder) for folder in check.folders)
+        if mtimes != check.mtimes:
+            check.exists = any_skill(run.home.skills_dir, bot.skills_dir, bot.listed_skills)
+            check.mtimes = mtimes
     if check.exists:
         return None
     return "not available: there are no skills yet"
@@ -446,7 +468,7 @@ def write_skill_file(root: Path, name: str, text: str, skill: Skill | None) -> s
     op = _named(
         SkillOperation(action="create" if skill is None else "patch", content=text), name, 1
     )
-    with held(root):
+    with held(root), _skills_changing():
         if skill is None:  # a create: refused for a name taken meanwhile, as skill_manage's is
             _check_order(op.name, [(1, op)], discover(root, root))
         return _stage(root, op.name, [(1, op)], skill).install()
@@ -456,7 +478,7 @@ def delete_skill(root: Path, name: str) -> str:
     """The person deletes a skill of `root` (the dashboard), as skill_manage's delete does: the
     folder goes to the archive (restore brings it back), under the skills folder's lock.
     Blocking: call it in a thread."""
-    with held(root):
+    with held(root), _skills_changing():
         return _delete(name, discover(root, root))
 
 
@@ -483,7 +505,7 @@ async def skill_manage(
 
 
 def _manage_locked(run: RunContext, ops: list[SkillOperation]) -> str:
-    with held(run.bot.skills_dir):
+    with held(run.bot.skills_dir), _skills_changing():
         return _manage(run, ops)
 
 

@@ -12,6 +12,7 @@ from atlas.newbot import create_bot
 from atlas.skills.claude_code import import_skill, map_allowed_tools
 from atlas.skills.library import SkillError, count_tokens, discover, skill_index
 from atlas.skills.versions import ARCHIVE, HISTORY
+from atlas.tools import skills as skills_tools
 from atlas.tools.registry import RunContext
 from atlas.tools.skills import carried_skills, describe_use_skill, skill_manage, use_skill
 from tests.helpers import run_context
@@ -66,11 +67,27 @@ def test_the_bots_skill_wins_and_broken_ones_are_reported(home: Home) -> None:
     assert any("differs from its folder" in p for p in library.problems)
 
 
-async def test_use_skill_exists_only_when_there_is_a_skill(run: RunContext) -> None:
+async def test_use_skill_exists_only_when_there_is_a_skill(
+    run: RunContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(skills_tools, "SKILLS_RECHECK_SECONDS", 0.0)  # written by hand below
     assert "no skills" in (use_skill.unavailable_reason(run) or "")
     result = await use_skill.invoke(run, {"name": "anything"})
     assert result.is_error and "no skills" in result.text
     write_skill(run.home.skills_dir, "greet")
+    assert use_skill.unavailable_reason(run) is None
+
+
+async def test_a_skill_made_with_skill_manage_is_usable_in_the_next_round(
+    run: RunContext,
+) -> None:
+    """Changes from elsewhere are looked for once a second; the bot's own are seen at once."""
+    assert "no skills" in (use_skill.unavailable_reason(run) or "")
+    text = "---\nname: greet\ndescription: Say hello.\n---\nSay hello.\n"
+    made = await skill_manage.invoke(
+        run, {"operations": [{"action": "create", "name": "greet", "content": text}]}
+    )
+    assert not made.is_error, made.text
     assert use_skill.unavailable_reason(run) is None
 
 

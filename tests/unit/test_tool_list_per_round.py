@@ -7,8 +7,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from atlas.home import Home
 from atlas.providers.base import ToolSpec
+from atlas.tools import skills as skills_module
 from atlas.tools.registry import RunContext, Tool, ToolRegistry, _arguments_schema, tool
 from atlas.tools.skills import use_skill
 from atlas.tools.tool_search import TOOL_SEARCH_TOOLS, deferred_tools, registry_for
@@ -16,6 +19,14 @@ from tests.helpers import run_context
 from tests.unit.test_tool_search import services_over
 
 SWITCH = {"radio": True}
+
+
+@pytest.fixture(autouse=True)
+def skills_looked_at_every_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests change the skills folders between rounds: no wait between looks."""
+    monkeypatch.setattr(skills_module, "SKILLS_RECHECK_SECONDS", 0.0)
+
+
 ASKED: list[str] = []
 
 
@@ -141,3 +152,23 @@ def test_use_skill_asks_again_for_a_replaced_bot(home: Home) -> None:
     assert "no skills" in (use_skill.unavailable_reason(run_context(home, bot="helper")) or "")
     home.replace_bot_settings("helper", helper.settings.model_copy(update={"skills": ["greet"]}))
     assert use_skill.unavailable_reason(run_context(home, bot="helper")) is None
+
+
+def test_the_skills_folders_are_looked_at_once_a_second(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stat per folder per model round was ~1.5 % of a turn: a skill added shows within a
+    second, not in the very next round."""
+    monkeypatch.setattr(skills_module, "SKILLS_RECHECK_SECONDS", 1.0)
+    now = [5000.0]
+    monkeypatch.setattr(skills_module.time, "monotonic", lambda: now[0])
+    run = run_context(home)
+    assert "no skills" in (use_skill.unavailable_reason(run) or "")
+    folder = run.home.skills_dir / "greet"
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_text("---\nname: greet\ndescription: Say hi.\n---\nHi.\n")
+    _touch_later(run.home.skills_dir)
+    now[0] += 0.5
+    assert "no skills" in (use_skill.unavailable_reason(run) or ""), "not looked at yet"
+    now[0] += 0.5
+    assert use_skill.unavailable_reason(run) is None, "seen once the second is over"
