@@ -86,6 +86,8 @@ class OtherProcesses(Protocol):
 
     async def stop_turn(self, address: Address) -> bool: ...
 
+    async def conversation_mode(self, address: Address, conversation_id: int) -> str | None: ...
+
 
 class Dispatcher:
     def __init__(self, runtime: Runtime, channels: dict[str, Channel]) -> None:
@@ -167,6 +169,19 @@ class Dispatcher:
             kind=inbound.run_kind,
             bot=bot.name,
         )
+
+    def conversation_mode(self, address: Address, conversation_id: int) -> str | None:
+        """The mode a conversation held here chose with /mode; None: the bot's own."""
+        return self.runtime.state(self.runtime.home.bot(address.bot), conversation_id).mode
+
+    async def conversation_mode_anywhere(
+        self, address: Address, conversation_id: int
+    ) -> str | None:
+        """`conversation_mode` from the process that holds the conversation (a spread bot's
+        conversation may live in another worker than its channel)."""
+        if self.elsewhere is not None and not self.elsewhere.is_here(address):
+            return await self.elsewhere.conversation_mode(address, conversation_id)
+        return self.conversation_mode(address, conversation_id)
 
     async def _set_mode(self, inbound: Inbound, bot: Bot, store: ConversationStore) -> None:
         """`/mode [ask|auto|read-only]`: the gate mode of this conversation (until a restart)."""

@@ -13,6 +13,8 @@ owner's tool loop, a report by the owner's outbox.
   deliver        message_agent's delivery; the reply comes back by
   notify         ... into the conversation it came from, in the sender's process
   stop_turn      a stop of a conversation's running turn
+  mode           the mode a conversation chose with /mode (Telegram's /status, in its channel's
+                 process)
   channel        a call on a channel that lives in the process (forwarded_channel.py)
 
 A conversation lives in `Placement.share_for(address)`'s process, a bot's channels and its
@@ -51,6 +53,7 @@ OPS = (
     "deliver",
     "notify",
     "stop_turn",
+    "mode",
     "channel",
 )
 
@@ -81,6 +84,7 @@ class Elsewhere:
             "deliver": self._deliver_here,
             "notify": self._notify_here,
             "stop_turn": self._stop_turn_here,
+            "mode": self._mode_here,
             "channel": self._channel_here,
         }
         self._served.set()
@@ -190,6 +194,11 @@ class Elsewhere:
         stopped: bool = await self.call(self.placement.share_for(address), "stop_turn", address)
         return stopped
 
+    async def conversation_mode(self, address: Address, conversation_id: int) -> str | None:
+        share = self.placement.share_for(address)
+        mode: str | None = await self.call(share, "mode", address, conversation_id)
+        return mode
+
     # ------------------------------------------------------------ answering here
 
     def _here(self) -> Dispatcher:
@@ -211,6 +220,9 @@ class Elsewhere:
 
     async def _stop_turn_here(self, address: Address) -> bool:
         return self._here().stop_turn(address)
+
+    async def _mode_here(self, address: Address, conversation_id: int) -> str | None:
+        return self._here().conversation_mode(address, conversation_id)
 
     async def _deliver_here(
         self, origin: int, delivery_id: str, sender: str, target: str, text: str

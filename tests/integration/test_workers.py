@@ -248,3 +248,33 @@ async def test_a_killed_worker_recovers_only_its_share_of_a_spread_bot(
     finally:
         stop.set()
         await asyncio.wait_for(daemon, 30)
+
+
+async def test_status_on_telegram_shows_the_mode_the_worker_holds_for_a_spread_conversation(
+    tmp_path: Path, one_bot_fakes: Fakes
+) -> None:
+    """The bot's channel runs in the home's process; this chat's conversation in the worker,
+    where /mode set it: /status, answered by the channel, asks the worker."""
+    fakes = one_bot_fakes
+    home = spread_home(tmp_path / "home", fakes)
+    placement = Placement.of(home, 2)
+    chat = next(
+        c
+        for c in range(FIRST_CHAT, FIRST_CHAT + SPREAD_CHATS)
+        if placement.share_for(Address("atlas", "telegram:atlas", str(c))) == 1
+    )
+    assert placement.owner("atlas") == 0
+    bots_mode = home.bot("atlas").settings.mode
+    wanted = next(m for m in ("read-only", "ask", "auto") if m != bots_mode)
+    stop = asyncio.Event()
+    daemon = asyncio.create_task(serve(home, stop=stop))
+    try:
+        await until(lambda: len(worker_pids()) == 1)
+        await ask(fakes, 0, f"/mode {wanted}", chat=chat)
+        assert f"Mode for this conversation: {wanted}." in fakes.telegrams[0].sent_texts(chat)[-1]
+        await ask(fakes, 0, "/status", chat=chat)
+        status = fakes.telegrams[0].sent_texts(chat)[-1]
+        assert f"Mode:</b> {wanted}" in status, status
+    finally:
+        stop.set()
+        await asyncio.wait_for(daemon, 30)

@@ -333,13 +333,14 @@ class TelegramInbound(TelegramAsking):
         history = await store.history(conversation.id)
         used = sum(message_tokens(message) for message in history)
         window = runtime.home.settings.limits.context_window
-        state = runtime.state(self.bot, conversation.id)
+        # A spread bot's conversation may be held by another process than this channel's.
+        mode = await self.dispatcher.conversation_mode_anywhere(address, conversation.id)
         pending = self.pending_questions(target(address)[0])
         lines = [
             f"**Model:** {self.bot.model}",
             f"**Context:** about {used:,} of {window:,} tokens ({used / window:.0%}), "
             f"{len(history)} messages",
-            f"**Mode:** {state.mode or self.bot.settings.mode}",
+            f"**Mode:** {mode or self.bot.settings.mode}",
             "**Pending approvals:** " + ("none" if not pending else ""),
             *(f"- {question}" for question in pending),
         ]
