@@ -7,6 +7,8 @@
 - ready_s: `atlas run` (through scripts/loadkit.py's probe child, which adds nothing before
   `serve`) from spawn until a message sent to every bot at that moment has been answered by
   each (the fake model answers at once), median: ready as a person sees it;
+- home_cpu_at_ready_s / workers_cpu_at_ready_s: the CPU seconds the home's process and its
+  workers (together) had spent when the last bot answered, medians: what being ready costs;
 - its phases, medians, each from spawn: polling_s (every bot's fake Telegram has received a
   getUpdates call), daemon_ready_s (the daemon logs "ready", after the routine scheduler,
   the dashboard and the plugin socket have started), first_answer_s (the first bot's answer);
@@ -68,6 +70,7 @@ def time_help(runs: int) -> list[float]:
 READY_LOG = "ready; stop with"  # atlas/daemon.py's line once everything has started
 WORKERS_LOG = "workers ready:"  # atlas/daemon.py's, once each worker has started its bots
 PHASES = ("polling", "workers_ready", "daemon_ready", "first_answer", "ready")
+CPU_AT_READY = ("home_cpu", "workers_cpu")  # CPU seconds each side had spent by then
 
 
 async def one_start(fakes: Fakes, daemon: Daemon, run: int, workers: int) -> dict[str, float]:
@@ -81,24 +84,32 @@ async def one_start(fakes: Fakes, daemon: Daemon, run: int, workers: int) -> dic
         tag = f"T{bot}-{FIRST_CHAT}-{run}"
         answers.append(telegram.expect(tag))
         await telegram.push(telegram.message(f"{tag} please answer", user_id=FIRST_CHAT))
+
+    async def answered() -> tuple[list[float], tuple[float, float]]:
+        arrived = await asyncio.gather(*answers)
+        return arrived, daemon.cpu_split()  # read the moment the last bot has answered
+
+    answering = asyncio.create_task(answered())
     workers_logged = (
         daemon.wait_logged(WORKERS_LOG, 60) if workers > 1 else asyncio.sleep(0, float("nan"))
     )
     polling, workers_ready, logged = await asyncio.gather(
         fakes.wait_polling(before, 60), workers_logged, daemon.wait_logged(READY_LOG, 60)
     )
-    arrived = await asyncio.wait_for(asyncio.gather(*answers), 60)
+    arrived, (home_cpu, workers_cpu) = await asyncio.wait_for(answering, 60)
     return {
         "polling": polling,
         "workers_ready": workers_ready,
         "daemon_ready": logged,
         "first_answer": min(arrived) - started,
         "ready": max(arrived) - started,
+        "home_cpu": home_cpu,
+        "workers_cpu": workers_cpu if workers > 1 else float("nan"),
     }
 
 
 async def time_ready(args: argparse.Namespace) -> dict[str, Any]:
-    phases: dict[str, list[float]] = {phase: [] for phase in PHASES}
+    phases: dict[str, list[float]] = {phase: [] for phase in PHASES + CPU_AT_READY}
     idle: dict[str, int] = {}
     idle_all: dict[str, int] = {}
     processes = 0
@@ -148,6 +159,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{phase}_s": round(statistics.median(measured["phases"][phase]), 3)
             for phase in PHASES[:-1]
             if not any(math.isnan(seconds) for seconds in measured["phases"][phase])
+        },
+        **{
+            f"{figure}_at_ready_s": round(statistics.median(measured["phases"][figure]), 2)
+            for figure in CPU_AT_READY
+            if not any(math.isnan(seconds) for seconds in measured["phases"][figure])
         },
         "packages_bytecode": packages_bytecode,
         "idle_seconds": args.idle_seconds,
