@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 
 from atlas.errors import AtlasError
+from atlas.store.db import write_transaction
 from atlas.store.home_db import HomeStore
 
 CODE_LENGTH = 8
@@ -137,11 +138,10 @@ async def withdraw_pairing(store: HomeStore, code: str) -> None:
     """Forget a pending code that never reached its person, so that they get a new one."""
 
     def delete(db: sqlite_utils.Database) -> None:
-        with db.conn:
-            db.execute(
-                "DELETE FROM pairing_codes WHERE code = ? AND status = 'pending'",
-                [normalise_code(code)],
-            )
+        db.execute(
+            "DELETE FROM pairing_codes WHERE code = ? AND status = 'pending'",
+            [normalise_code(code)],
+        )
 
     await store.call(delete)
 
@@ -151,13 +151,17 @@ async def _decide(store: HomeStore, code: str, verdict: str, now: datetime | Non
     wanted = normalise_code(code)
 
     def decide(db: sqlite_utils.Database) -> dict[str, Any]:
-        rows = list(db.query("SELECT * FROM pairing_codes WHERE code = ?", [wanted]))
-        if not rows:
-            raise AtlasError(f"no pairing code {wanted!r}; `atlas pairing list` shows pending ones")
-        pairing = Pairing.from_row(rows[0], moment)
-        if pairing.status != "pending":
-            raise AtlasError(f"pairing code {wanted} is {pairing.status}, not pending")
-        with db.conn:
+        # One transaction from the read to the last write: the connection commits each lone
+        # statement itself, and two decisions on one code must not both find it pending.
+        with write_transaction(db):
+            rows = list(db.query("SELECT * FROM pairing_codes WHERE code = ?", [wanted]))
+            if not rows:
+                raise AtlasError(
+                    f"no pairing code {wanted!r}; `atlas pairing list` shows pending ones"
+                )
+            pairing = Pairing.from_row(rows[0], moment)
+            if pairing.status != "pending":
+                raise AtlasError(f"pairing code {wanted} is {pairing.status}, not pending")
             db.execute(
                 "UPDATE pairing_codes SET status = ?, decided_at = ? WHERE code = ?",
                 [verdict, moment.isoformat(), wanted],
@@ -174,7 +178,7 @@ async def _decide(store: HomeStore, code: str, verdict: str, now: datetime | Non
                     },
                     pk=("bot", "platform", "user_id"),
                 )
-        return {**rows[0], "status": verdict}
+            return {**rows[0], "status": verdict}
 
     return Pairing.from_row(await store.call(decide), moment)
 

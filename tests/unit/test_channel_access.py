@@ -137,3 +137,26 @@ async def test_when_the_private_message_fails_the_group_is_told_without_the_code
     # Writing privately now works as for anyone else.
     reply = await access.stranger("2", chat="2")
     assert reply is not None and len(attempts) == 3
+
+
+async def test_an_approval_that_fails_half_way_leaves_the_code_pending(
+    store: HomeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The code's status and the paired user are one transaction: the store's connection
+    commits each lone statement itself, so the status must not stay "approved" alone."""
+    import sqlite_utils.db
+
+    pairing = await request_pairing(store, "atlas", "telegram", "4")
+    assert pairing is not None
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(sqlite_utils.db.Table, "upsert", refused)
+    with pytest.raises(OSError, match="disk full"):
+        await approve_pairing(store, pairing.code)
+    monkeypatch.undo()
+    [still] = await list_pairings(store)
+    assert still.code == pairing.code and still.status == "pending"
+    assert not await Access(store, "atlas", "telegram", []).is_allowed("4")
+    assert (await approve_pairing(store, pairing.code)).status == "approved"
