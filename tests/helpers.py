@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
 
 from atlas.home import Home, init_home
 from atlas.tools.registry import RunContext, RunKind
 from atlas.tools.services import AgentServices
+
+if TYPE_CHECKING:
+    from scripts.loadkit import Fakes
 
 # Points every provider at a closed loopback port unless a test says otherwise.
 BASE_CONFIG = """\
@@ -85,3 +93,17 @@ class Person:
     async def __call__(self, question: str, choices: list[str]) -> str | None:
         self.asked.append((question, choices))
         return self.answer
+
+
+@contextlib.asynccontextmanager
+async def worker_fakes(monkeypatch: pytest.MonkeyPatch, bots: int) -> AsyncIterator[Fakes]:
+    """The load fakes (scripts/loadkit.py) for a daemon that really starts worker processes:
+    $ATLAS_WORKERS unset (tests/conftest.py sets it to 1 for every other test) and each fake
+    bot's token in the environment."""
+    from scripts.loadkit import Fakes, bot_token, token_env
+
+    monkeypatch.delenv("ATLAS_WORKERS")
+    for index in range(bots):
+        monkeypatch.setenv(token_env(index), bot_token(index))
+    async with Fakes(bots=bots, latency=0.0) as fakes:
+        yield fakes

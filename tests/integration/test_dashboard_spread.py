@@ -15,7 +15,8 @@ from atlas.channels.base import Address
 from atlas.home import Home
 from atlas.trust.gate import ALLOW_ONCE
 from atlas.workers.plan import Placement
-from scripts.loadkit import FIRST_CHAT, Fakes, bot_token, token_env
+from scripts.loadkit import FIRST_CHAT, Fakes
+from tests.helpers import worker_fakes
 from tests.integration.test_dashboard_workers import (
     Page,
     daemon_with_a_page,
@@ -28,9 +29,7 @@ CHATS = 8
 
 @pytest.fixture
 async def spread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Home, Fakes, Page]]:  # fmt: skip
-    monkeypatch.delenv("ATLAS_WORKERS")
-    monkeypatch.setenv(token_env(0), bot_token(0))
-    async with Fakes(bots=1, latency=0.0) as fakes:
+    async with worker_fakes(monkeypatch, 1) as fakes:
         root = tmp_path / "home"
         fakes.write_home(root, conversations=CHATS, workers=2, spread=True)
         home = Home(root)

@@ -23,8 +23,9 @@ from atlas.dashboard.auth import issue_login_token
 from atlas.dashboard.server import running_url
 from atlas.home import Home
 from atlas.trust.gate import ALLOW_ONCE
-from scripts.loadkit import FIRST_CHAT, Fakes, bot_token, token_env
+from scripts.loadkit import FIRST_CHAT, Fakes
 from tests.dashboard_rig import CHROMIUM, logged_in_tab
+from tests.helpers import worker_fakes
 from tests.integration.test_workers import until, worker_pids
 
 BOTS = 3  # atlas and bot02 in the home's process, bot01 in worker 1
@@ -34,10 +35,7 @@ APPROVAL_FORM = re.compile(r'action="/waiting/([0-9a-f]+)/approval"')
 
 @pytest.fixture
 async def fakes(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Fakes]:
-    monkeypatch.delenv("ATLAS_WORKERS")  # this test is about them
-    for index in range(BOTS):
-        monkeypatch.setenv(token_env(index), bot_token(index))
-    async with Fakes(bots=BOTS, latency=0.0) as made:
+    async with worker_fakes(monkeypatch, BOTS) as made:
         yield made
 
 

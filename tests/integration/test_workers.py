@@ -20,8 +20,9 @@ from atlas.channels.base import Address
 from atlas.daemon import serve
 from atlas.home import Home
 from atlas.workers.plan import Placement
-from scripts.loadkit import FIRST_CHAT, Fakes, bot_name, bot_token, token_env
+from scripts.loadkit import FIRST_CHAT, Fakes, bot_name
 from scripts.loadkit import worker_pids as loadkit_worker_pids
+from tests.helpers import worker_fakes
 
 BOTS = 3  # atlas and bot02 in the home's process, bot01 in worker 1
 
@@ -40,10 +41,7 @@ async def until(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-un
 
 @pytest.fixture
 async def fakes(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Fakes]:
-    monkeypatch.delenv("ATLAS_WORKERS")  # this test is about them
-    for index in range(BOTS):
-        monkeypatch.setenv(token_env(index), bot_token(index))
-    async with Fakes(bots=BOTS, latency=0.0) as made:
+    async with worker_fakes(monkeypatch, BOTS) as made:
         yield made
 
 
@@ -152,9 +150,7 @@ SPREAD_CHATS = 40  # enough at once for both processes to write the one store to
 
 @pytest.fixture
 async def one_bot_fakes(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Fakes]:
-    monkeypatch.delenv("ATLAS_WORKERS")
-    monkeypatch.setenv(token_env(0), bot_token(0))
-    async with Fakes(bots=1, latency=0.0) as made:
+    async with worker_fakes(monkeypatch, 1) as made:
         yield made
 
 

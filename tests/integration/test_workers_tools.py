@@ -20,17 +20,15 @@ from atlas.daemon import serve
 from atlas.home import Home
 from atlas.tools.routines import NOT_RUNNING
 from atlas.workers.plan import Placement
-from scripts.loadkit import FIRST_CHAT, Fakes, bot_token, token_env
+from scripts.loadkit import FIRST_CHAT, Fakes
+from tests.helpers import worker_fakes
 
 BOTS = 3  # atlas and bot02 in the home's process, bot01 in worker 1
 
 
 @pytest.fixture
 async def fakes(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Fakes]:
-    monkeypatch.delenv("ATLAS_WORKERS")  # this test is about them
-    for index in range(BOTS):
-        monkeypatch.setenv(token_env(index), bot_token(index))
-    async with Fakes(bots=BOTS, latency=0.0) as made:
+    async with worker_fakes(monkeypatch, BOTS) as made:
         made.model.keep_requests = True
         yield made
 
