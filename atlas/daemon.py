@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from atlas.dashboard.listen import dashboard_listen
 from atlas.errors import AtlasError
 from atlas.home import Home
+from atlas.process import freeze_long_lived_objects
 from atlas.start_checks import check_before_start
 from atlas.workers.link import Link
 from atlas.workers.plan import Placement, worker_count
@@ -70,7 +71,6 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
         from atlas.dashboard.chat_channel import WEB_CHANNEL, BrowserChannel
         from atlas.executors.bridge import serve_plugin
         from atlas.executors.record import DelegationRecord
-        from atlas.process import freeze_long_lived_objects
         from atlas.recovery import resume_interrupted_turns
         from atlas.routines.scheduler import RoutineScheduler
         from atlas.sandbox.proxy import stop_proxies

@@ -93,11 +93,6 @@ class WorkerPool:
                 await asyncio.wait_for(worker.up.wait(), RESTART_WAIT)
         return worker.link
 
-    async def start(self) -> None:
-        """Start every worker process and open its link (not waiting for them to be ready)."""
-        await self.spawn()
-        await self.connect()
-
     async def spawn(self) -> None:
         """Start every worker process. Their links open in `connect`: a worker's first
         requests wait in its socket until then (it spends its first second importing)."""
