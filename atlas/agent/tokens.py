@@ -42,21 +42,26 @@ def count_tokens_cached(text: str) -> int:
     return count_tokens(text)
 
 
-# (name, description, id of the schema dict) → (the schema, kept so its id stays unique; tokens)
-_TOOL_COUNTS: dict[tuple[str, str, int], tuple[object, int]] = {}
+# (name, description, id of the schema dict) → (the schema, kept so its id stays unique; size)
+SpecSizes = dict[tuple[str, str, int], tuple[object, int]]
+_TOOL_COUNTS: SpecSizes = {}  # tokens
+_TOOL_BOUNDS: SpecSizes = {}  # bytes of the wire form, the tokens' bound
+
+
+def _per_spec(sizes: SpecSizes, spec: ToolSpec, size: Callable[[ToolSpec], int]) -> int:
+    """`size(spec)`, worked out once per spec: specs are rebuilt every round around the same
+    schema objects."""
+    key = (spec.name, spec.description, id(spec.parameters))
+    if key not in sizes:
+        if len(sizes) > 4096:  # per-run descriptions (skills, tool_search) vary: stay bounded
+            sizes.clear()
+        sizes[key] = (spec.parameters, size(spec))
+    return sizes[key][1]
 
 
 def tool_tokens(spec: ToolSpec) -> int:
-    """A tool's cost as an OpenAI function definition (name, description, JSON schema).
-    Specs are rebuilt every round around the same schema objects: counted once each."""
-    key = (spec.name, spec.description, id(spec.parameters))
-    if key in _TOOL_COUNTS:
-        return _TOOL_COUNTS[key][1]
-    if len(_TOOL_COUNTS) > 4096:  # per-run descriptions (skills, tool_search) vary: stay bounded
-        _TOOL_COUNTS.clear()
-    tokens = _wire_tokens(spec)
-    _TOOL_COUNTS[key] = (spec.parameters, tokens)
-    return tokens
+    """A tool's cost as an OpenAI function definition (name, description, JSON schema)."""
+    return _per_spec(_TOOL_COUNTS, spec, _wire_tokens)
 
 
 def _wire_form(spec: ToolSpec) -> str:
@@ -105,20 +110,12 @@ def message_tokens_at_most(message: Message) -> int:
     return _message_size(message, tokens_at_most)
 
 
-# Keyed as _TOOL_COUNTS: the bytes of a tool's wire form, asked for every model round.
-_TOOL_BOUNDS: dict[tuple[str, str, int], tuple[object, int]] = {}
-
-
 def tool_tokens_at_most(spec: ToolSpec) -> int:
     """`tool_tokens`' bound: the bytes of its wire form (the exact count once known)."""
     key = (spec.name, spec.description, id(spec.parameters))
     if key in _TOOL_COUNTS:
         return _TOOL_COUNTS[key][1]
-    if key not in _TOOL_BOUNDS:
-        if len(_TOOL_BOUNDS) > 4096:  # per-run descriptions vary: stay bounded
-            _TOOL_BOUNDS.clear()
-        _TOOL_BOUNDS[key] = (spec.parameters, tokens_at_most(_wire_form(spec)))
-    return _TOOL_BOUNDS[key][1]
+    return _per_spec(_TOOL_BOUNDS, spec, lambda s: tokens_at_most(_wire_form(s)))
 
 
 def message_tokens(message: Message) -> int:
