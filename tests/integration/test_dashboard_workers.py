@@ -185,14 +185,24 @@ async def chat_events(page: Page, bot: str, seen: list[str]) -> None:
                 data = []
 
 
+@contextlib.asynccontextmanager
+async def chat_stream(page: Page, bot: str) -> AsyncIterator[list[str]]:
+    """The events of the bot's chat page, gathered while the block runs (its stream open)."""
+    seen: list[str] = []
+    reader = asyncio.create_task(chat_events(page, bot, seen))
+    try:
+        await asyncio.sleep(0.3)  # the stream is open
+        yield seen
+    finally:
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
+
+
 async def test_chat_with_a_workers_bot_streams_its_reply_and_stop_stops_it(
     running: tuple[Home, Fakes, Page],
 ) -> None:
     home, fakes, page = running
-    seen: list[str] = []
-    reader = asyncio.create_task(chat_events(page, "bot01", seen))
-    try:
-        await asyncio.sleep(0.3)  # the stream is open
+    async with chat_stream(page, "bot01") as seen:
         await page.post("/chat/bot01", text="T1-0-5 hello from the page")
         await until(lambda: any("Answer to T1-0-5." in event for event in seen))
         html = await page.get("/chat/bot01")  # stored in bot01's store, by the worker
@@ -206,9 +216,6 @@ async def test_chat_with_a_workers_bot_streams_its_reply_and_stop_stops_it(
         fakes.model.latency = 0.0
         await asyncio.sleep(0.5)
         assert not any("Answer to T1-0-6." in event for event in seen)
-    finally:
-        reader.cancel()
-        await asyncio.gather(reader, return_exceptions=True)
 
 
 async def status_of(page: Page, seen: list[str]) -> str:
@@ -222,10 +229,7 @@ async def test_a_mode_changed_on_trust_reaches_the_worker_and_its_conversations(
     running: tuple[Home, Fakes, Page],
 ) -> None:
     home, fakes, page = running
-    seen: list[str] = []
-    reader = asyncio.create_task(chat_events(page, "bot01", seen))
-    try:
-        await asyncio.sleep(0.3)
+    async with chat_stream(page, "bot01") as seen:
         assert "Mode: auto" in await status_of(page, seen)
         await page.post("/trust/mode", bot="bot01", mode="read-only")
         assert "Mode: read-only" in await status_of(page, seen)  # /status in the worker
@@ -241,9 +245,6 @@ async def test_a_mode_changed_on_trust_reaches_the_worker_and_its_conversations(
             "/trust/conversation-mode", bot="bot01", conversation=found.group(1), mode=""
         )
         assert "Mode: read-only" in await status_of(page, seen)
-    finally:
-        reader.cancel()
-        await asyncio.gather(reader, return_exceptions=True)
 
 
 async def test_a_workers_subagent_is_listed_on_the_workbench_and_stopped_from_it(
