@@ -53,9 +53,10 @@ def cmd_init(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     pause_collection_while_starting()  # until the daemon is up
     home = _load_home(args)  # first: a broken config fails at once, before the slow imports
-    from atlas.daemon import serve
+    from atlas.daemon import prepare, serve
 
-    run(serve(home))
+    start = prepare(home, fork=True)  # before the event loop: workers are forked here
+    run(serve(home, start=start))
     return 0
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from atlas.dashboard.listen import dashboard_listen
+from atlas.dashboard.listen import Listen, dashboard_listen
 from atlas.errors import AtlasError
 from atlas.home import Home
 from atlas.process import freeze_long_lived_objects
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from atlas.dashboard.server import DashboardServer
     from atlas.executors.bridge import ExecutorBridge
     from atlas.routines.scheduler import RoutineScheduler
+    from atlas.workers.fork import ForkedWorker
 
 log = logging.getLogger("atlas.daemon")
 
@@ -37,20 +39,49 @@ def _pool(pool: WorkerPool | None) -> WorkerPool:
     return pool
 
 
-async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
-    """Run until `stop` is set or a signal arrives; then stop everything in order."""
+@dataclass
+class Start:
+    """What is settled before the daemon's event loop runs: the checks have passed, where the
+    dashboard listens, which process serves which bot, the workers forked already."""
+
+    listen: Listen | None
+    placement: Placement
+    forked: dict[int, ForkedWorker] = field(default_factory=dict)
+
+
+def prepare(home: Home, *, fork: bool = False) -> Start:
+    """The checks, then (with `fork`, called before any event loop) the workers forked from
+    this process once it has imported what they use (atlas/workers/fork.py); where that is not
+    safe, or without `fork`, `serve` spawns them."""
     # Damaged databases, wrong [channels.*] keys, unset tokens, unknown tool names: the daemon
     # stops here, having started and changed nothing.
     check_before_start(home)
     listen = dashboard_listen(home)  # beyond loopback without allow_remote: stops here too
+    # The bots spread over worker processes ([daemon] workers); this process serves share 0
+    # and the home's shared duties (atlas/workers/).
+    start = Start(listen, Placement.of(home, worker_count(home)))
+    if fork and start.placement.count > 1:
+        from atlas.workers.fork import can_fork, fork_workers
+
+        if can_fork():
+            start.forked = fork_workers(home, start.placement, log.getEffectiveLevel())
+        else:
+            log.info("workers: started afresh (this process cannot fork them safely here)")
+    return start
+
+
+async def serve(
+    home: Home, *, stop: asyncio.Event | None = None, start: Start | None = None
+) -> None:
+    """Run until `stop` is set or a signal arrives; then stop everything in order. `start`:
+    what `prepare` settled before the event loop (else it is settled here, workers spawned)."""
+    start = start or prepare(home)
+    listen, placement = start.listen, start.placement
     started_at = datetime.now(UTC)  # before anything is stored: older messages are a crash's
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    # The bots spread over worker processes ([daemon] workers); this process serves share 0
-    # and the home's shared duties (atlas/workers/).
-    placement = Placement.of(home, worker_count(home))
     pool: WorkerPool | None = None
     routines: RoutineScheduler | None = None  # a worker's cronjob_manage reaches it, once set
 
@@ -62,7 +93,7 @@ async def serve(home: Home, *, stop: asyncio.Event | None = None) -> None:
 
     if placement.count > 1:
         pool = WorkerPool(home, placement, on_link=serve_worker, log_level=log.getEffectiveLevel())
-        await pool.spawn()  # their links open below, once this process can serve them
+        await pool.spawn(start.forked)  # links open below, once this process can serve them
     try:
         # The rest of the daemon loads only now, while the workers load theirs: their start-up
         # overlaps this process's imports (docs/benchmarks.md, start-up).

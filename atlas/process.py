@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -14,13 +15,36 @@ T = TypeVar("T")
 CHATTY_LIBRARIES = ("httpx", "httpx2", "httpcore", "httpcore2", "openai", "anthropic")
 
 
-def setup_logging(level: int, *, prefix: str = "") -> None:
-    """`prefix` marks a worker process's lines (they share the daemon's terminal)."""
+def setup_logging(level: int, *, prefix: str = "", replace: bool = False) -> None:
+    """`prefix` marks a worker process's lines (they share the daemon's terminal); `replace`
+    drops the handlers already set up (a worker forked from the home's process has its)."""
     logging.basicConfig(
-        level=level, format=f"%(asctime)s {prefix}%(levelname)s %(name)s: %(message)s"
+        level=level,
+        format=f"%(asctime)s {prefix}%(levelname)s %(name)s: %(message)s",
+        force=replace,
     )
     for name in CHATTY_LIBRARIES:
         logging.getLogger(name).setLevel(max(level, logging.WARNING))
+
+
+def prctl() -> Callable[..., int] | None:
+    """Linux's prctl(2), or None where there is none."""
+    try:
+        function: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return function
+
+
+PR_SET_NAME = 15  # linux/prctl.h
+
+
+def name_this_process(name: str) -> None:
+    """The name `ps` and /proc/PID/comm show for this process (the kernel keeps 15 bytes);
+    nothing where prctl does not exist."""
+    call = prctl()
+    if call is not None:
+        call(PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]))
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:

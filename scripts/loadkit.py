@@ -30,13 +30,18 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from atlas.process import pause_collection_while_starting, run, setup_logging
 from atlas.store.message_index import INDEXES
+from atlas.workers.child import WORKER_NAME_PREFIX
 from atlas.workers.plan import WORKERS_ENV
+
+if TYPE_CHECKING:
+    from atlas.daemon import Start
+    from atlas.home import Home
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -453,7 +458,8 @@ def process_cpu_seconds(pid: int, *, children: bool = False) -> float:
 
 
 def worker_pids(parent: int) -> list[int]:
-    """Live children of `parent` whose command line runs atlas.workers.child."""
+    """Live children of `parent` that are Atlas workers: named so (a forked worker keeps the
+    home's command line) or running atlas.workers.child (a spawned one, while it starts)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -462,7 +468,8 @@ def worker_pids(parent: int) -> list[int]:
             fields = _stat_fields(int(entry.name))
             if int(fields[1]) != parent or fields[0] == "Z":
                 continue
-            if b"atlas.workers.child" in (entry / "cmdline").read_bytes():
+            named = (entry / "comm").read_text().startswith(WORKER_NAME_PREFIX)
+            if named or b"atlas.workers.child" in (entry / "cmdline").read_bytes():
                 found.append(int(entry.name))
         except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
             continue  # ended while we looked
@@ -498,13 +505,11 @@ class LagMonitor:
             self.samples.append(max(0.0, time.monotonic() - before - LAG_TICK))
 
 
-async def _child(home_path: Path, report: Path, profile: Path | None) -> None:
+async def _child(home: Home, start: Start, report: Path, profile: Path | None) -> None:
     import cProfile
 
     from atlas.daemon import serve
-    from atlas.home import Home
 
-    home = Home(home_path)
     monitor = LagMonitor()
     profiler = cProfile.Profile() if profile else None
     loop = asyncio.get_running_loop()
@@ -539,7 +544,7 @@ async def _child(home_path: Path, report: Path, profile: Path | None) -> None:
     loop.add_signal_handler(signal.SIGUSR2, write_report)
     lag_task = asyncio.create_task(monitor.run())
     try:
-        await serve(home)
+        await serve(home, start=start)
     finally:
         lag_task.cancel()
 
@@ -554,7 +559,12 @@ def child_main(argv: list[str]) -> int:
     # garbage collection waits until the daemon is up.
     pause_collection_while_starting()
     setup_logging(logging.INFO)
-    run(_child(args.home, args.report, args.profile))
+    from atlas.daemon import prepare
+    from atlas.home import Home
+
+    home = Home(args.home)
+    start = prepare(home, fork=True)  # as `atlas run` does: its workers forked here
+    run(_child(home, start, args.report, args.profile))
     return 0
 
 

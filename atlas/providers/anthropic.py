@@ -145,12 +145,14 @@ def _from_anthropic(content: list[dict[str, Any]]) -> Message:
 class AnthropicProvider(SdkProvider):
     """One Anthropic Messages endpoint, named in config.toml [providers.NAME]."""
 
-    def _sdk_client_class(self) -> type[AsyncAnthropic]:
+    @classmethod
+    def _sdk_client_class(cls) -> type[AsyncAnthropic]:
         from anthropic import AsyncAnthropic
 
         return AsyncAnthropic
 
-    def _sdk_http_client_class(self) -> type[Any]:
+    @classmethod
+    def _sdk_http_client_class(cls) -> type[Any]:
         from anthropic import DefaultAioHttpClient
 
         return DefaultAioHttpClient

@@ -136,12 +136,14 @@ def _tool_call(index: int, call_id: str | None, name: str, arguments: str | None
 class OpenAIProvider(SdkProvider):
     """One OpenAI-compatible endpoint, named in config.toml [providers.NAME]."""
 
-    def _sdk_client_class(self) -> type[AsyncOpenAI]:
+    @classmethod
+    def _sdk_client_class(cls) -> type[AsyncOpenAI]:
         from openai import AsyncOpenAI
 
         return AsyncOpenAI
 
-    def _sdk_http_client_class(self) -> type[Any]:
+    @classmethod
+    def _sdk_http_client_class(cls) -> type[Any]:
         from openai import DefaultAioHttpClient
 
         return DefaultAioHttpClient

@@ -17,7 +17,7 @@ from atlas.providers.base import (
     ProviderCallError,
     TextSink,
 )
-from atlas.providers.wire import emit_text
+from atlas.providers.wire import SdkProvider, emit_text
 
 log = logging.getLogger(__name__)
 
@@ -29,15 +29,21 @@ class _Failure:
     error: Exception
 
 
-def _make_provider(name: str, settings: ProviderSettings) -> Provider:
+def provider_class(kind: str) -> type[SdkProvider]:
+    """The provider class of a `[providers.*] kind`."""
     # Imported here: the SDK modules behind them are slow to import and only one may be used.
-    if settings.kind == "anthropic":
+    if kind == "anthropic":
         from atlas.providers.anthropic import AnthropicProvider
 
-        return AnthropicProvider(name, settings)
+        return AnthropicProvider
     from atlas.providers.openai import OpenAIProvider
 
-    return OpenAIProvider(name, settings)
+    return OpenAIProvider
+
+
+def _make_provider(name: str, settings: ProviderSettings) -> Provider:
+    provider: Provider = provider_class(settings.kind)(name, settings)
+    return provider
 
 
 class ModelRouter:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import re
+import ssl
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -152,6 +154,16 @@ def malformed(where: str, exc: Exception) -> ProviderCallError:
     return ProviderCallError(f"{where}: the answer {detail}", retryable=True)
 
 
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The TLS context of every SDK client in this process: the one each client's transport
+    would make for itself (httpx2's defaults: the system's CA certificates, or $SSL_CERT_FILE
+    or $SSL_CERT_DIR), made once. Making one reads every CA certificate, 30-50 ms each time."""
+    import httpx2  # the SDKs' own HTTP library (their transports call the same function)
+
+    return httpx2.create_ssl_context()
+
+
 _SDKS_IN_USE: set[type] = set()  # SDK client classes a provider of this process has made
 
 
@@ -165,10 +177,20 @@ class SdkProvider:
         self.supports_images = settings.supports_images
         self._client: Any = None
 
-    def _sdk_client_class(self) -> Any:
+    @classmethod
+    def import_sdk(cls) -> None:
+        """Import the SDK, and make the TLS context, now rather than at the first call (the
+        home's process does, before forking its workers: atlas/workers/fork.py)."""
+        cls._sdk_client_class()
+        cls._sdk_http_client_class()
+        tls_context()
+
+    @classmethod
+    def _sdk_client_class(cls) -> Any:
         raise NotImplementedError
 
-    def _sdk_http_client_class(self) -> Any:
+    @classmethod
+    def _sdk_http_client_class(cls) -> Any:
         """The SDK's own aiohttp-backed client: with hundreds of calls in flight, httpx's
         connection pool scans every pooled connection per request and cost more CPU than
         the rest of a turn (docs/benchmarks.md); aiohttp's does not."""
@@ -204,7 +226,9 @@ class SdkProvider:
                 api_key=api_key,
                 max_retries=0,  # the router retries, with our backoff and logging
                 timeout=self.settings.timeout,
-                http_client=self._sdk_http_client_class()(timeout=self.settings.timeout),
+                http_client=self._sdk_http_client_class()(
+                    timeout=self.settings.timeout, verify=tls_context()
+                ),
             )
             if sdk not in _SDKS_IN_USE:  # its modules just imported: long-lived, like the rest
                 _SDKS_IN_USE.add(sdk)

@@ -1,5 +1,6 @@
-"""A worker process: `python -m atlas.workers.child HOME INDEX FD LEVEL PLACEMENT`, started by the
-home's process (atlas/workers/pool.py), never by hand.
+"""A worker process: forked from the home's process at start (atlas/workers/fork.py), or
+`python -m atlas.workers.child HOME INDEX FD LEVEL PLACEMENT` when the pool starts one afresh
+(atlas/workers/pool.py); never by hand.
 
 It serves its share of the home's bots as `atlas run` serves all of them in one process: their
 channels, conversation stores, lanes and outbox; recovery of their interrupted turns at start.
@@ -9,93 +10,14 @@ through its one link to the home's process, which it never outlives.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import os
-import signal
+import socket
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
 from atlas.home import Home
 from atlas.workers.link import Link, adopt_fd
 from atlas.workers.plan import Placement
-
-log = logging.getLogger("atlas.worker")
-
-
-async def serve_share(home: Home, index: int, placement: Placement, link: Link) -> None:
-    from atlas.channels.manager import start_channels, stop_channels
-    from atlas.process import freeze_long_lived_objects
-    from atlas.recovery import resume_interrupted_turns
-    from atlas.sandbox.proxy import stop_proxies
-    from atlas.services import home_services, start_core, stop_turns
-    from atlas.workers.asks import ForwardedAsks
-    from atlas.workers.dashboard_ops import serve_dashboard_ops
-    from atlas.workers.forwarded_channel import stand_ins
-    from atlas.workers.home_db import RemoteHomeStore
-    from atlas.workers.routines import RemoteRoutines
-    from atlas.workers.routing import Elsewhere
-
-    started_at = datetime.now(UTC)  # before anything is stored: older messages are a crash's
-    stop = asyncio.Event()
-    ready = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-
-    async def wait_ready() -> int:
-        await ready.wait()
-        return index
-
-    async def stop_now() -> None:
-        stop.set()
-
-    link.on("wait_ready", wait_ready)
-    link.on("stop", stop_now)
-    home.served = placement.served_by(index)
-    home.owned = frozenset(placement.shares[index])
-    dispatcher = await start_core(home, {}, audit=RemoteHomeStore(home.db_path, link))
-    # Its turns' questions listed on the dashboard's Waiting page; the dashboard's mode
-    # changes, conversation modes and workbench reach this process.
-    dispatcher.asks = ForwardedAsks(link, index)
-    serve_dashboard_ops(link, dispatcher, index)
-    # cronjob_manage's scheduler: the home's, over the link
-    home_services(dispatcher).serve_routines(RemoteRoutines(link, dispatcher.runtime.audit))
-
-    async def home_link(_share: int) -> Link:
-        return link  # every request for another share goes through the home's process
-
-    elsewhere = Elsewhere(placement, index, home_link)
-    elsewhere.serve(dispatcher)
-    elsewhere.handle_on(link)
-    dispatcher.elsewhere = elsewhere
-    # The dashboard's chat and spread bots' channels live elsewhere: stand-ins forward to them.
-    dispatcher.channels.update(stand_ins(home, placement, index, elsewhere.call))
-    running = await start_channels(home, dispatcher)
-    try:
-        for name, health in running.health.items():
-            health.listen(lambda name, current: link.tell_soon("health", name, current))
-            await link.tell("health", name, health.current)
-        recovered = await resume_interrupted_turns(dispatcher, started_at=started_at)
-        log.info(
-            "bots %s; interrupted turns: %s", ", ".join(sorted(home.served)), recovered.summary()
-        )
-        freeze_long_lived_objects()
-        ready.set()
-        link_gone = asyncio.create_task(link.closed.wait())
-        stopping = asyncio.create_task(stop.wait())
-        await asyncio.wait([link_gone, stopping], return_when=asyncio.FIRST_COMPLETED)
-        link_gone.cancel()
-        stopping.cancel()
-        if link.closed.is_set():
-            log.warning("the home's process is gone; stopping")
-    finally:
-        await stop_turns(dispatcher)
-        await stop_proxies()
-        await stop_channels(running)
-        await dispatcher.runtime.close()
-        await link.close()
 
 
 def end_with_the_home() -> None:
@@ -110,25 +32,51 @@ def end_with_the_home() -> None:
 
 
 def main(argv: list[str]) -> int:
-    from atlas.process import pause_collection_while_starting, run, setup_logging
-    from atlas.secrets import redact_logs
+    """A worker spawned afresh (a restart, or where forking is not safe: atlas/workers/fork.py)."""
+    from atlas.process import pause_collection_while_starting
 
     pause_collection_while_starting()  # until its bots are up
+    root, index, fd, level = Path(argv[0]), int(argv[1]), int(argv[2]), int(argv[3])
+    return serve_in_this_process(
+        Home(root), index, Placement.from_json(argv[4]), adopt_fd(fd), level
+    )
 
-    root, index, fd = Path(argv[0]), int(argv[1]), int(argv[2])
-    level = int(argv[3])
-    setup_logging(level, prefix=f"w{index} ")
-    home = Home(root)
+
+def serve_in_this_process(
+    home: Home,
+    index: int,
+    placement: Placement,
+    worker_end: socket.socket,
+    level: int,
+    *,
+    forked: bool = False,
+) -> int:
+    """Serve share `index` on `worker_end` until the home's process says stop. `forked`: this
+    process was forked from the home's, whose logging set-up it replaces with its own."""
+    from atlas.process import name_this_process, run, setup_logging
+    from atlas.secrets import redact_logs
+    from atlas.workers.share import serve_share
+
+    name_this_process(worker_process_name(index))
+    setup_logging(level, prefix=f"w{index} ", replace=forked)
     redact_logs(home)
-    placement = Placement.from_json(argv[4])
     link = Link(f"link to the home's process (worker {index})", on_lost=end_with_the_home)
 
     async def go() -> None:
-        await link.open(adopt_fd(fd))
+        await link.open(worker_end)
         await serve_share(home, index, placement, link)
 
     run(go())
     return 0
+
+
+WORKER_NAME_PREFIX = "atlas-worker"
+
+
+def worker_process_name(index: int) -> str:
+    """What `ps -o comm` and /proc/PID/comm show for worker `index` (the kernel keeps 15 bytes):
+    a forked worker's command line is the home's own, so this is how it is told apart."""
+    return f"{WORKER_NAME_PREFIX}{index}"
 
 
 if __name__ == "__main__":

@@ -10,21 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
 import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from subprocess import DEVNULL
+from typing import TYPE_CHECKING, Protocol
 
 from atlas.channels.supervisor import ChannelHealth, Health
 from atlas.home import Home
+from atlas.process import prctl
 from atlas.workers.link import Link, LinkClosed, socket_pair
 from atlas.workers.plan import Placement
+
+if TYPE_CHECKING:
+    from atlas.workers.fork import ForkedWorker
 
 log = logging.getLogger("atlas.workers")
 
@@ -37,30 +41,43 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def dies_with_this_process() -> Callable[[], None] | None:
-    """A child's preexec_fn (run between fork and exec) that has the kernel kill it when this
-    process dies (PDEATHSIG), or exits at once if this process died already. Set there, not in
-    the child's own start-up: a home's process killed while a new worker was still importing
-    left an orphan that polled its bots' updates beside the next start's worker and dropped
-    them (the crash test with --workers 2, seed 1). None where prctl does not exist."""
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
-    except (OSError, AttributeError):
+    """What a child runs first, between fork and exec (a `preexec_fn`) or right after a fork:
+    have the kernel kill it when this process dies (PDEATHSIG), or exit at once if this
+    process died already. Set there, not in the child's own start-up: a home's process killed
+    while a new worker was still importing left an orphan that polled its bots' updates beside
+    the next start's worker and dropped them (the crash test with --workers 2, seed 1). None
+    where prctl does not exist."""
+    call = prctl()  # looked up before the fork
+    if call is None:
         return None
     parent = os.getpid()
 
     def in_child() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        call(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:  # it died before the line above took effect
             os._exit(1)
 
     return in_child
 
 
+class WorkerProcess(Protocol):
+    """A worker's process: spawned (asyncio.subprocess.Process) or forked (fork.ForkedProcess)."""
+
+    pid: int
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    def kill(self) -> None: ...
+
+
 @dataclass
 class Worker:
     share: int
     link: Link
-    process: asyncio.subprocess.Process | None = None
+    process: WorkerProcess | None = None
     home_end: socket.socket | None = None  # this process's end of its link, until it is opened
     up: asyncio.Event = field(default_factory=asyncio.Event)  # its link is open
 
@@ -93,12 +110,16 @@ class WorkerPool:
                 await asyncio.wait_for(worker.up.wait(), RESTART_WAIT)
         return worker.link
 
-    async def spawn(self) -> None:
-        """Start every worker process. Their links open in `connect`: a worker's first
-        requests wait in its socket until then (it spends its first second importing)."""
+    async def spawn(self, forked: Mapping[int, ForkedWorker] | None = None) -> None:
+        """Start every worker process, or adopt the one forked for its share already
+        (atlas/workers/fork.py). Their links open in `connect`: a worker's first requests wait
+        in its socket until then (a spawned one spends its first second importing)."""
         for share in range(1, self.placement.count):
             worker = self._workers[share] = Worker(share, Link(f"worker {share}"))
-            await self._start_process(worker)
+            if forked and share in forked:
+                worker.process, worker.home_end = forked[share].process, forked[share].home_end
+            else:
+                await self._start_process(worker)
 
     async def connect(self) -> None:
         """Open each spawned worker's link, served by `on_link`, and keep the worker running."""

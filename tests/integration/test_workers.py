@@ -10,6 +10,7 @@ import asyncio
 import os
 import signal
 import sqlite3
+import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -274,3 +275,51 @@ async def test_status_on_telegram_shows_the_mode_the_worker_holds_for_a_spread_c
     finally:
         stop.set()
         await asyncio.wait_for(daemon, 30)
+
+
+async def test_atlas_run_forks_its_worker_which_answers_is_restarted_afresh_and_stops(
+    tmp_path: Path, fakes: Fakes
+) -> None:
+    """`atlas run` itself (not `serve` in this test's process, which spawns): its worker is
+    forked from the home's process once that has imported what the bots use, answers its
+    bot, is started again as a fresh interpreter when killed, and stops with the daemon."""
+    root = tmp_path / "home"
+    fakes.write_home(root, conversations=1, workers=2)
+    log_path = tmp_path / "daemon.log"
+    with log_path.open("wb") as log:
+        daemon = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "atlas.cli",
+            "run",
+            env=fakes.env(root, workers=2),
+            stdout=log,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+
+    def workers() -> list[int]:
+        return loadkit_worker_pids(daemon.pid)
+
+    def command_line(pid: int) -> bytes:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+
+    try:
+        await until(lambda: len(workers()) == 1, timeout=30)
+        [forked] = workers()
+        assert Path(f"/proc/{forked}/comm").read_text().strip() == "atlas-worker1"
+        assert command_line(forked) == command_line(daemon.pid), "forked, not a new interpreter"
+        await ask(fakes, 1, "T1-0-1 hello")  # bot01: worker 1's
+        os.kill(forked, signal.SIGKILL)
+        await until(lambda: workers() not in ([], [forked]), timeout=20)
+        [spawned] = workers()
+        assert b"atlas.workers.child" in command_line(spawned), "a restart starts afresh"
+        await ask(fakes, 1, "T1-0-2 hello again")
+        await ask(fakes, 0, "T0-0-1 and you?")  # the home's own bot answered throughout
+    finally:
+        if daemon.returncode is None:
+            daemon.terminate()
+        code = await asyncio.wait_for(daemon.wait(), 30)
+    written = log_path.read_text()
+    assert code == 0, written[-2000:]
+    assert "stopped cleanly" in written
+    assert not Path(f"/proc/{spawned}").exists(), "the worker stopped with the daemon"

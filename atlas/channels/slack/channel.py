@@ -16,6 +16,7 @@ next run opens a fresh client, waiting longer after each failure.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import re
 from collections import OrderedDict
@@ -51,6 +52,14 @@ SOCKET_CONNECTED = "connected (Socket Mode)"
 SOCKET_DOWN = "the Socket Mode connection is down; slack_sdk is reconnecting"
 
 
+# What a running Slack channel imports (the app, Socket Mode and the Web API client).
+SLACK_MODULES = (
+    "slack_bolt.async_app",
+    "slack_bolt.adapter.socket_mode.async_handler",
+    "slack_sdk.web.async_client",
+)
+
+
 class SocketModeDied(AtlasError):
     """slack_sdk's Socket Mode client stopped working and will not recover by itself."""
 
@@ -81,6 +90,13 @@ class SlackChannel(SlackInbound):
     @classmethod
     def create(cls, bot: Bot, dispatcher: Dispatcher) -> SlackChannel:
         return create_channel(bot, dispatcher)
+
+    @staticmethod
+    def import_libraries() -> None:
+        """slack-bolt's modules, imported before they are needed: the home's process does it
+        once for every worker it forks (atlas/workers/fork.py)."""
+        for module in SLACK_MODULES:
+            importlib.import_module(module)
 
     def __init__(
         self,

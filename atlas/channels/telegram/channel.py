@@ -76,6 +76,15 @@ class TelegramChannel(TelegramInbound):
     def create(cls, bot: Bot, dispatcher: Dispatcher) -> TelegramChannel:
         return create_channel(bot, dispatcher)
 
+    @staticmethod
+    def import_libraries() -> None:
+        """aiogram imported and the models of its answers built, before they are needed: the
+        home's process does it once for every worker it forks (atlas/workers/fork.py)."""
+        from atlas.channels.telegram.models import pin_response_models
+
+        import_aiogram()
+        pin_response_models()
+
     def __init__(
         self,
         bot: Bot,
