@@ -95,15 +95,12 @@ async def serve(
         pool = WorkerPool(home, placement, on_link=serve_worker, log_level=log.getEffectiveLevel())
         await pool.spawn(start.forked)  # links open below, once this process can serve them
     try:
-        # The rest of the daemon loads only now, while the workers load theirs: their start-up
-        # overlaps this process's imports (docs/benchmarks.md, start-up).
+        # The rest of the daemon loads only now: spawned workers load theirs meanwhile (forked
+        # ones have them already), so their start-up overlaps this process's imports.
         from atlas.channels.health_file import HealthWriter, health_path
         from atlas.channels.manager import RunningChannels, start_channels, stop_channels
         from atlas.dashboard.chat_channel import WEB_CHANNEL, BrowserChannel
-        from atlas.executors.bridge import serve_plugin
-        from atlas.executors.record import DelegationRecord
         from atlas.recovery import resume_interrupted_turns
-        from atlas.routines.scheduler import RoutineScheduler
         from atlas.sandbox.proxy import stop_proxies
         from atlas.services import home_services, start_core, stop_turns
         from atlas.store.home_db import HomeStore
@@ -159,6 +156,12 @@ async def serve(
         health = HealthWriter(health_path(home.root), every_health())
         # After the channels, so that catch-up runs of missed routines can be delivered.
         runs = RoutedRuns(dispatcher, elsewhere) if pool is not None else dispatcher
+        # The scheduler and the executor bridge (APScheduler, the plugin's socket) load only
+        # now: their imports no longer delay the bots' first answers.
+        from atlas.executors.bridge import serve_plugin
+        from atlas.executors.record import DelegationRecord
+        from atlas.routines.scheduler import RoutineScheduler
+
         routines = RoutineScheduler(home, runtime.audit, runs)
         home_services(dispatcher).serve_routines(routines)  # cronjob_manage's, once started
         log.info("routine files: %s", (await routines.start()).summary())
