@@ -81,3 +81,17 @@ def test_pinned_responses_build_the_models_they_carry_once() -> None:
     # Complete models are reused by each Response[...] instead of built again inside it.
     assert seen["complete"] == [True, True]
     assert (seen["reply_to"], seen["edited"]) == ("first", True)
+
+
+def test_a_module_keeps_its_own_names_and_gains_the_missing_ones() -> None:
+    from atlas.channels.telegram.aiogram_import import add_missing_names
+
+    own = object()
+    names = {"Message": own, "__name__": "aiogram.types.message"}
+    add_missing_names(names, {"Message": object(), "Chat": "chat", "User": "user"})
+    assert names == {
+        "Message": own,
+        "__name__": "aiogram.types.message",
+        "Chat": "chat",
+        "User": "user",
+    }

@@ -44,7 +44,12 @@ def import_aiogram() -> int:
     finally:
         BaseModel.model_rebuild = rebuild  # type: ignore[method-assign]
     for module, namespace in held.items():
-        names = vars(sys.modules[module])
-        for name, value in namespace.items():
-            names.setdefault(name, value)  # never over a name the module defines itself
+        add_missing_names(vars(sys.modules[module]), namespace)
     return len(held)
+
+
+def add_missing_names(names: dict[str, Any], namespace: dict[str, Any]) -> None:
+    """Give `names` (a module's globals) each name of `namespace` it lacks, never replacing one
+    it defines itself. (A set difference: ~300 modules of ~600 names each, and one setdefault
+    per name cost ~40 ms of every start.)"""
+    names.update({name: namespace[name] for name in namespace.keys() - names.keys()})
