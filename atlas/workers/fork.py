@@ -18,7 +18,6 @@ interpreter instead (`python -m atlas.workers.child`).
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import signal
 import socket
@@ -33,8 +32,6 @@ from atlas.home import Home
 from atlas.workers.link import socket_pair
 from atlas.workers.plan import Placement
 from atlas.workers.pool import dies_with_this_process
-
-log = logging.getLogger("atlas.workers")
 
 
 def can_fork() -> bool:
