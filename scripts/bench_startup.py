@@ -14,7 +14,9 @@
   the dashboard and the plugin socket have started), first_answer_s (the first bot's answer);
 - idle_rss_mb: the daemon's RSS after `--idle-seconds` with every bot polling and no traffic
   (measured in the last run), and its peak: the home's process; idle_rss_mb_all: the home's
-  process and its workers together;
+  process and its workers together (RSS counts the pages forked workers share with the home's
+  process once in each); idle_pss_mb_all: the same, each shared page divided among the
+  processes that share it, i.e. what they cost the machine together;
 - bytecode: Atlas's own modules are byte-compiled first (as any start after the first finds
   them, unless PYTHONDONTWRITEBYTECODE is set, as on the machine these figures come from);
   `packages_bytecode` says whether the installed packages were compiled at install (`uv sync`
@@ -170,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         "idle_rss_mb": round(measured["idle"].get("VmRSS", 0) / 1024, 1),
         "idle_peak_rss_mb": round(measured["idle"].get("VmHWM", 0) / 1024, 1),
         "idle_rss_mb_all": round(measured["idle_all"].get("VmRSS", 0) / 1024, 1),
+        "idle_pss_mb_all": round(measured["idle_all"].get("Pss", 0) / 1024, 1),
         **{f"machine_{key}": value for key, value in machine().items()},
     }
     print_result(result, args.json)

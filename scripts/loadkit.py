@@ -426,15 +426,18 @@ class Daemon:
         return process_cpu_seconds(self.pid, children=True), workers
 
     def memory_kb(self, *, every_process: bool = False) -> dict[str, int]:
-        """VmRSS (now) and VmHWM (peak) of the home's process in KiB; with `every_process`,
-        summed over it and its live workers (the peaks of each, so at most the peak of all)."""
-        found = {"VmRSS": 0, "VmHWM": 0}
+        """VmRSS (now), VmHWM (peak) and Pss of the home's process in KiB; with
+        `every_process`, summed over it and its live workers (the peaks of each, so at most
+        the peak of all). Pss shares each page among the processes that map it: forked
+        workers share the home's imported modules, which RSS counts once per process."""
+        found = {"VmRSS": 0, "VmHWM": 0, "Pss": 0}
         for pid in [self.pid, *(self.worker_pids() if every_process else [])]:
-            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    key, _, value = line.partition(":")
-                    if key in found:
-                        found[key] += int(value.split()[0])
+            for name in ("status", "smaps_rollup"):
+                with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                    for line in Path(f"/proc/{pid}/{name}").read_text().splitlines():
+                        key, _, value = line.partition(":")
+                        if key in found:
+                            found[key] += int(value.split()[0])
         return found
 
 

@@ -5,6 +5,8 @@ until they end."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -110,5 +112,42 @@ def test_cpu_counts_live_worker_children_and_reaped_ones(tmp_path: Path) -> None
         assert daemon.cpu_seconds() >= 0.35  # now in the parent's cutime
         assert daemon.memory_kb(every_process=True)["VmRSS"] > 0
     finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_a_forked_worker_is_found_by_its_name_and_its_shared_pages_counted_once(
+    tmp_path: Path,
+) -> None:
+    # A forked worker keeps its parent's command line: only its name tells it apart.
+    parent_code = (
+        "import os, sys, time\n"
+        "from atlas.process import name_this_process\n"
+        "from atlas.workers.child import worker_process_name\n"
+        "shared = b'x' * (64 * 1024 * 1024)  # pages both processes map after the fork\n"
+        "if os.fork() == 0:\n"
+        "    name_this_process(worker_process_name(1))\n"
+        "    time.sleep(30)\n"
+        "    os._exit(0)\n"
+        "print('forked', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE)
+    daemon = Daemon(tmp_path, {}, tmp_path / "log")
+    daemon.process = parent  # type: ignore[assignment]
+    try:
+        assert parent.stdout is not None
+        assert parent.stdout.readline() == b"forked\n"
+        deadline = time.monotonic() + 10
+        while not worker_pids(parent.pid):
+            assert time.monotonic() < deadline, "the forked child was not found by its name"
+            time.sleep(0.02)
+        memory = daemon.memory_kb(every_process=True)
+        # The 64 MiB are in both processes' RSS, and once in their proportional shares.
+        assert memory["Pss"] > 60 * 1024, memory
+        assert memory["VmRSS"] - memory["Pss"] > 48 * 1024, memory
+    finally:
+        for pid in worker_pids(parent.pid):
+            os.kill(pid, signal.SIGKILL)
         parent.kill()
         parent.wait()
