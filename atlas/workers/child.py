@@ -37,28 +37,27 @@ def main(argv: list[str]) -> int:
 
     pause_collection_while_starting()  # until its bots are up
     root, index, fd, level = Path(argv[0]), int(argv[1]), int(argv[2]), int(argv[3])
-    return serve_in_this_process(
-        Home(root), index, Placement.from_json(argv[4]), adopt_fd(fd), level
-    )
+    set_up_this_process(index, level)
+    return serve_in_this_process(Home(root), index, Placement.from_json(argv[4]), adopt_fd(fd))
 
 
-def serve_in_this_process(
-    home: Home,
-    index: int,
-    placement: Placement,
-    worker_end: socket.socket,
-    level: int,
-    *,
-    forked: bool = False,
-) -> int:
-    """Serve share `index` on `worker_end` until the home's process says stop. `forked`: this
-    process was forked from the home's, whose logging set-up it replaces with its own."""
-    from atlas.process import name_this_process, run, setup_logging
-    from atlas.secrets import redact_logs
-    from atlas.workers.share import serve_share
+def set_up_this_process(index: int, level: int, *, forked: bool = False) -> None:
+    """Its name and its logging; `forked`: a worker forked from the home's process replaces
+    the logging set-up it inherited."""
+    from atlas.process import name_this_process, setup_logging
 
     name_this_process(worker_process_name(index))
     setup_logging(level, prefix=f"w{index} ", replace=forked)
+
+
+def serve_in_this_process(
+    home: Home, index: int, placement: Placement, worker_end: socket.socket
+) -> int:
+    """Serve share `index` on `worker_end` until the home's process says stop."""
+    from atlas.process import run
+    from atlas.secrets import redact_logs
+    from atlas.workers.share import serve_share
+
     redact_logs(home)
     link = Link(f"link to the home's process (worker {index})", on_lost=end_with_the_home)
 

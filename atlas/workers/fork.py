@@ -117,9 +117,10 @@ def _be_worker(
         stdin = os.open(os.devnull, os.O_RDONLY)
         os.dup2(stdin, 0)
         os.close(stdin)
-        from atlas.workers.child import serve_in_this_process
+        from atlas.workers.child import serve_in_this_process, set_up_this_process
 
-        code = serve_in_this_process(home, share, placement, worker_end, log_level, forked=True)
+        set_up_this_process(share, log_level, forked=True)
+        code = serve_in_this_process(home, share, placement, worker_end)
     except KeyboardInterrupt:  # Ctrl-C before its event loop took the signal over
         code = 130
     except BaseException:  # its last words, whatever ended it
