@@ -7,9 +7,9 @@ Telegram. This measures, per call, the CPU this process spends (user + system, a
 while `--in-flight` calls run at once, `--calls` in all, each way:
 
 - `provider`: `OpenAIProvider.complete()`, what a turn pays for a model call (our message and
-  tool conversion, then the SDK's request path, then the answer read back);
+  tool conversion, then one aiohttp POST with the SDK client's headers: json_post.py);
 - `openai_sdk`: the same request body through the SDK's request path alone (`client.post`, as
-  the provider sends it);
+  the provider sent it until 2026-12-04);
 - `openai_plain`: the same body and headers as one aiohttp POST, the answer read with orjson;
 - `telegram_aiogram`: aiogram's `Bot.send_message`, as every reply goes out;
 - `telegram_plain`: the same form as one aiohttp POST, the answer read with orjson;
@@ -110,7 +110,6 @@ async def bench(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any
 
     from atlas.config import ProviderSettings
     from atlas.providers.openai import OpenAIProvider, to_openai_messages, to_openai_tools
-    from atlas.providers.wire import post_json
 
     request = _request()
     provider = OpenAIProvider("bench", ProviderSettings(kind="openai", base_url=urls["model"]))
@@ -124,6 +123,10 @@ async def bench(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any
     session = aiohttp.ClientSession()
     model_url = f"{urls['model']}/chat/completions"
     headers = {"Authorization": f"Bearer {client.api_key}", "Content-Type": "application/json"}
+
+    async def sdk_model_call() -> Any:  # the SDK's own request path, as turns went before
+        raw = await client.post("/chat/completions", cast_to=bytes, content=orjson.dumps(body))
+        return orjson.loads(raw)
 
     async def plain_model_call() -> Any:
         async with session.post(model_url, data=orjson.dumps(body), headers=headers) as response:
@@ -147,7 +150,7 @@ async def bench(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any
     try:
         ways: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
             ("provider", lambda: provider.complete(request)),
-            ("openai_sdk", lambda: post_json(client, "/chat/completions", body, "bench")),
+            ("openai_sdk", sdk_model_call),
             ("openai_plain", plain_model_call),
             ("telegram_aiogram", lambda: bot.send_message(CHAT_ID, REPLY, parse_mode="HTML")),
             ("telegram_plain", plain_telegram_call),

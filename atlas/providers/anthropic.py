@@ -25,7 +25,6 @@ from atlas.providers.wire import (
     SdkProvider,
     emit_text,
     malformed,
-    post_json,
     status_error,
     transport_error,
 )
@@ -175,7 +174,7 @@ class AnthropicProvider(SdkProvider):
         where = self._where(request.model)
         with self._sdk_errors(request.model):
             if on_text is None:
-                answer = await post_json(client, "/v1/messages", params, where)
+                answer = await self.poster().post("/v1/messages", params, where)
             else:
                 async with client.messages.stream(**params) as stream:
                     async for text in stream.text_stream:

@@ -22,7 +22,6 @@ from atlas.providers.wire import (
     SdkProvider,
     emit_text,
     malformed,
-    post_json,
     status_error,
     transport_error,
 )
@@ -161,17 +160,15 @@ class OpenAIProvider(SdkProvider):
             body["tools"] = to_openai_tools(request.tools)
         with self._sdk_errors(request.model):
             if on_text is None:
-                message, usage, finish = await self._complete_once(client, body)
+                message, usage, finish = await self._complete_once(body)
             else:
                 message, usage, finish = await self._complete_streaming(client, body, on_text)
         return CompletionResponse(
             message, usage, f"{self.name}/{request.model}", STOP_REASONS.get(finish, finish)
         )
 
-    async def _complete_once(
-        self, client: AsyncOpenAI, body: dict[str, Any]
-    ) -> tuple[Message, Usage, str]:
-        answer = await post_json(client, "/chat/completions", body, self._where(body["model"]))
+    async def _complete_once(self, body: dict[str, Any]) -> tuple[Message, Usage, str]:
+        answer = await self.poster().post("/chat/completions", body, self._where(body["model"]))
         try:
             choice = answer["choices"][0]
             reply = choice["message"]

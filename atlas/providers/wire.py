@@ -10,11 +10,14 @@ import ssl
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from atlas.config import ProviderSettings
 from atlas.process import freeze_long_lived_objects
 from atlas.providers.base import ProviderCallError, TextSink
+
+if TYPE_CHECKING:
+    from atlas.providers.json_post import JsonPoster
 
 # Local servers (Ollama, vLLM, LM Studio) ignore the key, but the SDKs insist on one.
 PLACEHOLDER_API_KEY = "no-key-needed"
@@ -134,20 +137,6 @@ async def emit_text(on_text: TextSink, text: str) -> None:
         await result
 
 
-async def post_json(client: Any, path: str, body: dict[str, Any], where: str) -> Any:
-    """POST `body` through the SDK's own request path (base URL, key, headers, its error
-    types), as plain JSON both ways. The SDKs' typed calls walk every parameter against their
-    TypedDicts and build pydantic models of the answer: the largest share of a turn's CPU
-    under load (docs/benchmarks.md). The bytes on the wire are the same."""
-    import orjson
-
-    raw = await client.post(path, cast_to=bytes, content=orjson.dumps(body))
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ProviderCallError(f"{where}: the answer is not JSON ({exc})", retryable=True) from exc
-
-
 def malformed(where: str, exc: Exception) -> ProviderCallError:
     """A JSON answer without the shape the API documents."""
     detail = "held no choices" if isinstance(exc, IndexError) else f"is malformed ({exc!r})"
@@ -176,6 +165,7 @@ class SdkProvider:
         self.settings = settings
         self.supports_images = settings.supports_images
         self._client: Any = None
+        self._poster: JsonPoster | None = None
 
     @classmethod
     def import_sdk(cls) -> None:
@@ -230,13 +220,27 @@ class SdkProvider:
                     timeout=self.settings.timeout, verify=tls_context()
                 ),
             )
+            from atlas.providers.json_post import JsonPoster
+
+            # A whole answer's POST skips the SDK's request path (atlas/providers/json_post.py).
+            self._poster = JsonPoster(self._client, tls_context())
             if sdk not in _SDKS_IN_USE:  # its modules just imported: long-lived, like the rest
                 _SDKS_IN_USE.add(sdk)
                 freeze_long_lived_objects()
         return self._client
 
+    def poster(self) -> JsonPoster:
+        """The plain-JSON POST of this provider's client (made with it on first use)."""
+        if self._poster is None:
+            self._get_client()
+        assert self._poster is not None
+        return self._poster
+
     async def close(self) -> None:
         """Close the client's connections (aiohttp warns about a session left open)."""
+        if self._poster is not None:
+            poster, self._poster = self._poster, None
+            await poster.close()
         if self._client is not None:
             client, self._client = self._client, None
             await client.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -200,6 +201,47 @@ async def test_empty_script_answers_500_and_counts_it(server: FakeModelServer) -
     assert caught.value.retryable
     assert "script ran out" in str(caught.value)
     assert server.overruns == 1
+
+
+# Headers the SDK writes per request kind or per connection, not per client.
+NOT_THE_CLIENTS = {"content-length", "connection", "x-stainless-timeout"}
+
+
+async def test_a_whole_answer_is_asked_for_with_the_sdks_own_url_and_headers(
+    server: FakeModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The non-streaming call skips the SDK's request path (atlas/providers/json_post.py) but
+    must send what the SDK's own `client.post` sends: an SDK upgrade that adds a header
+    (a version, the key in a new form) fails here."""
+    monkeypatch.setenv("FAKE_PROVIDER_API_KEY", "sk-test-123")
+    server.reply(text="direct")
+    server.reply(text="through the SDK")
+    provider = make_provider(server, api_key_env="FAKE_PROVIDER_API_KEY")
+    assert (await provider.complete(request())).message.content == "direct"
+    path = "/v1/messages" if isinstance(server, FakeAnthropicServer) else "/chat/completions"
+    await provider._get_client().post(
+        path, cast_to=bytes, content=json.dumps(server.requests[0]).encode()
+    )
+    direct, sdk = (
+        {k.lower(): v for k, v in headers.items() if k.lower() not in NOT_THE_CLIENTS}
+        for headers in server.request_headers
+    )
+    assert direct == sdk
+    assert "sk-test-123" in direct["authorization"]
+    assert server.requests[0] == server.requests[1]
+
+
+async def test_a_refused_connection_is_a_retryable_connection_failure() -> None:
+    with socket.socket() as probe:  # a port nobody listens on once it is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings = ProviderSettings(kind="openai", base_url=f"http://127.0.0.1:{port}/v1", timeout=5)
+    provider = OpenAIProvider("fake", settings)
+    _MADE.append(provider)
+    with pytest.raises(ProviderCallError) as caught:
+        await provider.complete(request())
+    assert caught.value.retryable
+    assert "connection failed" in str(caught.value) and "timed out" not in str(caught.value)
 
 
 # OpenAI: translation and usage.
