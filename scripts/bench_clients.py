@@ -7,7 +7,7 @@ Telegram. This measures, per call, the CPU this process spends (user + system, a
 while `--in-flight` calls run at once, `--calls` in all, each way:
 
 - `provider`: `OpenAIProvider.complete()`, what a turn pays for a model call (our message and
-  tool conversion, then one aiohttp POST with the SDK client's headers: json_post.py);
+  tool conversion, then one aiohttp POST with the SDK client's headers: wire.JsonPoster);
 - `openai_sdk`: the same request body through the SDK's request path alone (`client.post`, as
   the provider sent it until 2026-12-04);
 - `openai_plain`: the same body and headers as one aiohttp POST, the answer read with orjson;

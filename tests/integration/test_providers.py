@@ -210,7 +210,7 @@ NOT_THE_CLIENTS = {"content-length", "connection", "x-stainless-timeout"}
 async def test_a_whole_answer_is_asked_for_with_the_sdks_own_url_and_headers(
     server: FakeModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The non-streaming call skips the SDK's request path (atlas/providers/json_post.py) but
+    """The non-streaming call skips the SDK's request path (wire.JsonPoster) but
     must send what the SDK's own `client.post` sends: an SDK upgrade that adds a header
     (a version, the key in a new form) fails here."""
     monkeypatch.setenv("FAKE_PROVIDER_API_KEY", "sk-test-123")
