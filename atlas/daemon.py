@@ -65,6 +65,8 @@ def prepare(home: Home, *, fork: bool = False) -> Start:
 
         if can_fork():
             start.forked = fork_workers(home, start.placement, log.getEffectiveLevel())
+            pids = ", ".join(f"{w.share}: pid {w.process.pid}" for w in start.forked.values())
+            log.info("workers forked (%s)", pids)
         else:
             log.info("workers: started afresh (this process cannot fork them safely here)")
     return start

@@ -9,8 +9,9 @@
   each (the fake model answers at once), median: ready as a person sees it;
 - home_cpu_at_ready_s / workers_cpu_at_ready_s: the CPU seconds the home's process and its
   workers (together) had spent when the last bot answered, medians: what being ready costs;
-- its phases, medians, each from spawn: polling_s (every bot's fake Telegram has received a
-  getUpdates call), daemon_ready_s (the daemon logs "ready", after the routine scheduler,
+- its phases, medians, each from spawn: forked_s (with workers: the home's process has
+  imported what the bots use and forked its workers, atlas/workers/fork.py), polling_s (every
+  bot's fake Telegram has received a getUpdates call), daemon_ready_s (the daemon logs "ready", after the routine scheduler,
   the dashboard and the plugin socket have started), first_answer_s (the first bot's answer);
 - idle_rss_mb: the daemon's RSS after `--idle-seconds` with every bot polling and no traffic
   (measured in the last run), and its peak: the home's process; idle_rss_mb_all: the home's
@@ -38,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +72,9 @@ def time_help(runs: int) -> list[float]:
 
 
 READY_LOG = "ready; stop with"  # atlas/daemon.py's line once everything has started
+FORKED_LOG = "workers forked ("  # atlas/daemon.py's, once the shared imports are done
 WORKERS_LOG = "workers ready:"  # atlas/daemon.py's, once each worker has started its bots
-PHASES = ("polling", "workers_ready", "daemon_ready", "first_answer", "ready")
+PHASES = ("forked", "polling", "workers_ready", "daemon_ready", "first_answer", "ready")
 CPU_AT_READY = ("home_cpu", "workers_cpu")  # CPU seconds each side had spent by then
 
 
@@ -92,14 +95,18 @@ async def one_start(fakes: Fakes, daemon: Daemon, run: int, workers: int) -> dic
         return arrived, daemon.cpu_split()  # read the moment the last bot has answered
 
     answering = asyncio.create_task(answered())
-    workers_logged = (
-        daemon.wait_logged(WORKERS_LOG, 60) if workers > 1 else asyncio.sleep(0, float("nan"))
-    )
-    polling, workers_ready, logged = await asyncio.gather(
-        fakes.wait_polling(before, 60), workers_logged, daemon.wait_logged(READY_LOG, 60)
+    def logged_if_workers(text: str) -> Awaitable[float]:
+        return daemon.wait_logged(text, 60) if workers > 1 else asyncio.sleep(0, float("nan"))
+
+    forked, polling, workers_ready, logged = await asyncio.gather(
+        logged_if_workers(FORKED_LOG),
+        fakes.wait_polling(before, 60),
+        logged_if_workers(WORKERS_LOG),
+        daemon.wait_logged(READY_LOG, 60),
     )
     arrived, (home_cpu, workers_cpu) = await asyncio.wait_for(answering, 60)
     return {
+        "forked": forked,
         "polling": polling,
         "workers_ready": workers_ready,
         "daemon_ready": logged,
