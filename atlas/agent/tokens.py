@@ -107,7 +107,9 @@ def message_tokens_at_most(message: Message) -> int:
     """`message_tokens`' bound, without counting (the exact count when it is already known)."""
     if message.token_estimate is not None:
         return message.token_estimate
-    return _message_size(message, tokens_at_most)
+    if message.token_bound is None:  # a Message is never changed: sized once
+        message.token_bound = _message_size(message, tokens_at_most)
+    return message.token_bound
 
 
 def tool_tokens_at_most(spec: ToolSpec) -> int:

@@ -44,6 +44,9 @@ class Message:
     id: int | None = field(default=None, compare=False)
     # Filled in by atlas.agent.tokens on first count; a Message is never changed after it is made.
     token_estimate: int | None = field(default=None, compare=False, repr=False)
+    # Its tokenizer-free bound, by atlas.agent.tokens on first use: asked every model round for
+    # every message of the history (until the exact count above is known).
+    token_bound: int | None = field(default=None, compare=False, repr=False)
     # Its Chat Completions form, made by atlas.providers.openai on first use: a history kept
     # between turns is sent whole on every call.
     openai_form: dict[str, Any] | None = field(default=None, compare=False, repr=False)

@@ -89,3 +89,25 @@ def test_a_tools_bound_is_worked_out_once(monkeypatch: pytest.MonkeyPatch) -> No
     first = tokens.tool_tokens_at_most(spec)
     assert [tokens.tool_tokens_at_most(spec) for _ in range(5)] == [first] * 5
     assert made == ["once_only"]
+
+
+def test_a_messages_bound_is_worked_out_once_and_is_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bound is asked for every message before every model call: kept on the message (a
+    Message is never changed), never shared with another message."""
+    sized: list[str] = []
+    real = tokens._message_size
+    monkeypatch.setattr(
+        tokens, "_message_size", lambda m, size: sized.append(m.content) or real(m, size)
+    )
+    short, long = Message("user", "short"), Message("user", "a much longer message ✓" * 10)
+    history = [short, long]
+    first = request_tokens_at_most("", [], history)
+    assert request_tokens_at_most("", [], history) == first
+    assert sized == ["short", long.content]  # each sized once
+    assert tokens.message_tokens_at_most(short) == real(short, tokens.tokens_at_most)
+    assert tokens.message_tokens_at_most(long) == real(long, tokens.tokens_at_most)
+    assert tokens.message_tokens_at_most(Message("user", "short!")) == (
+        tokens.message_tokens_at_most(short) + 1
+    )
