@@ -7,10 +7,12 @@ full-text indexes on every insert) fails here; take it out, or change the list o
 from __future__ import annotations
 
 import asyncio
+import pickle
 import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -179,3 +181,22 @@ def test_utc_now_iso_is_datetimes_own_form() -> None:
     after = datetime.now(UTC).isoformat(timespec="microseconds")
     assert before <= stamp <= after
     assert datetime.fromisoformat(stamp).isoformat(timespec="microseconds") == stamp
+
+
+async def test_a_gate_decisions_write_crosses_processes_by_name(tmp_path: Path) -> None:
+    """A worker sends atlas.db work to the home's process pickled; a gate decision's is a
+    module function with its row (plain pickle can take it: no closure pickled by value)."""
+    sent: list[Any] = []
+
+    class Recording(HomeStore):
+        async def quick(self, fn: Any) -> Any:
+            sent.append(fn)
+            return await super().quick(pickle.loads(pickle.dumps(fn)))
+
+    home = Recording(tmp_path / "atlas.db")
+    record = GateRecord("atlas", 1, "conversation", "shell", "ab12", "ls", "allow", "r", "", "")
+    await home.record_decision(record)
+    assert len(sent) == 1
+    [row] = await home.recent_decisions()
+    assert (row["bot"], row["tool"], row["verdict"]) == ("atlas", "shell", "allow")
+    await home.close()
