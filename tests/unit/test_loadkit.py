@@ -78,6 +78,23 @@ def test_worker_count_follows_the_config_when_the_environment_agrees(
     assert worker_count(Home(tmp_path)) == 2
 
 
+def daemon_running(code: str, tmp_path: Path) -> tuple[subprocess.Popen[bytes], Daemon]:
+    """A Python process running `code`, looked at as loadkit looks at a daemon."""
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    daemon = Daemon(tmp_path, {}, tmp_path / "log")
+    daemon.process = parent
+    return parent, daemon
+
+
+def wait_for_a_worker(parent: subprocess.Popen[bytes], failure: str) -> float:
+    """Until `parent` has a child loadkit counts as a worker; the deadline (10 s) it kept."""
+    deadline = time.monotonic() + 10
+    while not worker_pids(parent.pid):
+        assert time.monotonic() < deadline, failure
+        time.sleep(0.02)
+    return deadline
+
+
 def test_cpu_counts_live_worker_children_and_reaped_ones(tmp_path: Path) -> None:
     # A parent that starts a CPU-burning "worker" and sleeps: the parent's own utime stays
     # near 0; its live child's CPU is counted through worker_pids, then through cutime.
@@ -90,14 +107,9 @@ def test_cpu_counts_live_worker_children_and_reaped_ones(tmp_path: Path) -> None
         "print('reaped', flush=True)\n"
         "time.sleep(30)\n"
     )
-    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE)
-    daemon = Daemon(tmp_path, {}, tmp_path / "log")
-    daemon.process = parent  # type: ignore[assignment]
+    parent, daemon = daemon_running(parent_code, tmp_path)
     try:
-        deadline = time.monotonic() + 10
-        while not worker_pids(parent.pid):
-            assert time.monotonic() < deadline, "the child did not start"
-            time.sleep(0.02)
+        deadline = wait_for_a_worker(parent, "the child did not start")
         (child,) = worker_pids(parent.pid)  # the other child is not a worker
         while process_cpu_seconds(child) < 0.3:
             assert time.monotonic() < deadline, "the child burnt no CPU"
@@ -132,16 +144,11 @@ def test_a_forked_worker_is_found_by_its_name_and_its_shared_pages_counted_once(
         "print('forked', flush=True)\n"
         "time.sleep(30)\n"
     )
-    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE)
-    daemon = Daemon(tmp_path, {}, tmp_path / "log")
-    daemon.process = parent  # type: ignore[assignment]
+    parent, daemon = daemon_running(parent_code, tmp_path)
     try:
         assert parent.stdout is not None
         assert parent.stdout.readline() == b"forked\n"
-        deadline = time.monotonic() + 10
-        while not worker_pids(parent.pid):
-            assert time.monotonic() < deadline, "the forked child was not found by its name"
-            time.sleep(0.02)
+        wait_for_a_worker(parent, "the forked child was not found by its name")
         memory = daemon.memory_kb(every_process=True)
         # The 64 MiB are in both processes' RSS, and once in their proportional shares.
         assert memory["Pss"] > 60 * 1024, memory
