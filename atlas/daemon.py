@@ -65,7 +65,7 @@ def prepare(home: Home, *, fork: bool = False) -> Start:
 
         if can_fork():
             start.forked = fork_workers(home, start.placement, log.getEffectiveLevel())
-            pids = ", ".join(f"{w.share}: pid {w.process.pid}" for w in start.forked.values())
+            pids = ", ".join(f"{n}: pid {w.process.pid}" for n, w in start.forked.items())
             log.info("workers forked (%s)", pids)
         else:
             log.info("workers: started afresh (this process cannot fork them safely here)")

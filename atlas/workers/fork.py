@@ -73,7 +73,8 @@ def import_what_the_bots_use(home: Home) -> None:
 
 @dataclass
 class ForkedWorker:
-    share: int
+    """A worker forked for a share (the key it is kept under)."""
+
     process: ForkedProcess
     home_end: socket.socket  # the home's end of its link, opened by the pool
 
@@ -93,7 +94,7 @@ def fork_workers(home: Home, placement: Placement, log_level: int) -> dict[int, 
             others = [home_end, *(worker.home_end for worker in forked.values())]
             _be_worker(home, share, placement, worker_end, log_level, in_child, others)
         worker_end.close()
-        forked[share] = ForkedWorker(share, ForkedProcess(pid), home_end)
+        forked[share] = ForkedWorker(ForkedProcess(pid), home_end)
     return forked
 
 
