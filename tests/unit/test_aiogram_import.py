@@ -11,7 +11,14 @@ import json, sys
 from atlas.channels.telegram.aiogram_import import import_aiogram
 held = import_aiogram()
 from aiogram.types import Message, Update
+from aiogram.methods import SendMessage, SetMyCommands
 built_before = Message.__pydantic_complete__
+method_built_before = SetMyCommands.__pydantic_complete__
+# Without it pydantic tries to build each method as it is declared, and fails (the types it
+# carries are not built yet): the same incomplete class, at a cost.
+method_deferred = SetMyCommands.model_config.get("defer_build")
+sent = SendMessage(chat_id=1, text="hello", reply_markup={"inline_keyboard": [[
+    {"text": "ok", "callback_data": "y"}]]})
 update = Update.model_validate({
     "update_id": 7,
     "message": {
@@ -25,6 +32,10 @@ print(json.dumps({
     "held": held,
     "again": import_aiogram(),
     "built_before": built_before,
+    "method_built_before": method_built_before,
+    "method_deferred": method_deferred,
+    "sent": [sent.text, sent.reply_markup.inline_keyboard[0][0].callback_data],
+    "method_built_after": SendMessage.__pydantic_complete__,
     "text": update.message.text,
     "sender": update.message.from_user.first_name,
     "button": update.message.reply_markup.inline_keyboard[0][0].callback_data,
@@ -44,6 +55,11 @@ def test_models_are_built_on_first_use_and_parse_a_whole_update() -> None:
     assert seen["held"] > 200  # aiogram.types' models, left to build when first used
     assert seen["again"] == 0  # a second call imports nothing
     assert seen["built_before"] is False
+    # The API methods too: each builds, complete with the types it carries, when first made.
+    assert seen["method_built_before"] is False
+    assert seen["method_deferred"] is True
+    assert seen["sent"] == ["hello", "y"]
+    assert seen["method_built_after"] is True
     # Nested models (the sender, a keyboard) resolve the names each model was handed.
     assert (seen["text"], seen["sender"], seen["button"]) == ("hi", "Ann", "y")
 
@@ -54,7 +70,7 @@ from atlas.channels.telegram.aiogram_import import import_aiogram
 import_aiogram()
 from atlas.channels.telegram.models import pin_response_models
 pinned = pin_response_models()
-from aiogram.methods import EditMessageText, GetUpdates, Response
+from aiogram.methods import EditMessageText, GetUpdates, Response, SendMessage, SetMyCommands
 from aiogram.types import Message, Update
 chat = {"id": 1, "type": "private"}
 raw = {"ok": True, "result": [{"update_id": 3, "message": {
@@ -66,6 +82,8 @@ edited = Response[EditMessageText.__returning__].model_validate({"ok": True, "re
 print(json.dumps({
     "pinned": pinned,
     "complete": [Message.__pydantic_complete__, Update.__pydantic_complete__],
+    "methods_built": [SendMessage.__pydantic_complete__, GetUpdates.__pydantic_complete__],
+    "unused_method_built": SetMyCommands.__pydantic_complete__,
     "reply_to": updates[0].message.reply_to_message.text,
     "edited": edited.result,
 }))
@@ -80,6 +98,10 @@ def test_pinned_responses_build_the_models_they_carry_once() -> None:
     assert seen["pinned"] == 10
     # Complete models are reused by each Response[...] instead of built again inside it.
     assert seen["complete"] == [True, True]
+    # The channel's methods are built ahead (in the home's process, before it forks); the
+    # rest wait for a first use.
+    assert seen["methods_built"] == [True, True]
+    assert seen["unused_method_built"] is False
     assert (seen["reply_to"], seen["edited"]) == ("first", True)
 
 

@@ -8,16 +8,27 @@ module is handed the names the call would have given it, so pydantic builds each
 complete, the first time it is used (a model nested in another resolves its names in its own
 module's globals, so that is where they go).
 
-If a later aiogram stops calling `model_rebuild` this way, nothing is deferred and the
-import is just slow again; `tests/unit/test_aiogram_import.py` notices.
+Its ~170 API methods (`aiogram.methods`) are pydantic models too, built as each class is
+declared: ~5 % of a worker's import instructions (callgrind, docs/benchmarks.md). Their base
+class is given `defer_build` as its module finishes loading, so each method builds when first
+called; the channel's own methods are built ahead by `pin_response_models`.
+
+If a later aiogram stops calling `model_rebuild` this way, or renames its methods' base class,
+nothing is deferred and the import is just slow again; `tests/unit/test_aiogram_import.py`
+notices.
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import sys
+from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 TYPES_PACKAGE = "aiogram.types."
+METHODS_BASE = "aiogram.methods.base"  # declares TelegramMethod, every API method's base
 
 
 def import_aiogram() -> int:
@@ -39,10 +50,14 @@ def import_aiogram() -> int:
         return rebuild.__func__(cls, *args, _types_namespace=_types_namespace, **kwargs)
 
     BaseModel.model_rebuild = classmethod(hold_back)  # type: ignore[assignment,method-assign]
+    deferring = _DeferMethods()
+    sys.meta_path.insert(0, deferring)
     try:
         import aiogram  # noqa: F401
     finally:
         BaseModel.model_rebuild = rebuild  # type: ignore[method-assign]
+        if deferring in sys.meta_path:
+            sys.meta_path.remove(deferring)
     for module, namespace in held.items():
         add_missing_names(vars(sys.modules[module]), namespace)
     return len(held)
@@ -53,3 +68,30 @@ def add_missing_names(names: dict[str, Any], namespace: dict[str, Any]) -> None:
     it defines itself. (A set difference: ~300 modules of ~600 names each, and one setdefault
     per name cost ~40 ms of every start.)"""
     names.update({name: namespace[name] for name in namespace.keys() - names.keys()})
+
+
+class _DeferMethods(importlib.abc.MetaPathFinder):
+    """Finds `aiogram.methods.base` as Python would, and once the module has run (before any
+    method subclasses its `TelegramMethod`), gives that class `defer_build`, which pydantic
+    hands on to each subclass's config. Removes itself once used."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != METHODS_BASE:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        loader = spec.loader if spec is not None else None
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        run_module = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            run_module(module)
+            base = getattr(module, "TelegramMethod", None)
+            if base is not None:
+                base.model_config = {**base.model_config, "defer_build": True}
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec

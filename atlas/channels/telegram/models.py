@@ -9,7 +9,9 @@ The types those answers carry are completed first, innermost first: aiogram's mo
 left to build on first use (atlas/channels/telegram/aiogram_import.py), and a generic built over an
 incomplete model generates that model's whole schema inside itself, so `Response[Message]`,
 `Response[Message | bool]` and `Response[list[Update]]` would each build Message again
-(0.69 s of start-up on the benchmark VM; 0.29 s with Message built once).
+(0.69 s of start-up on the benchmark VM; 0.29 s with Message built once). The methods
+themselves are built here too (aiogram's are deferred as well): in the home's process, once,
+rather than in each worker on its first call.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ _PINNED: list[Any] = []
 
 
 def pin_response_models() -> int:
-    """Build and hold `Response[T]` for the methods a running channel calls; idempotent.
+    """Build the methods a running channel calls and hold `Response[T]` for each; idempotent.
     Returns how many models are held."""
     if _PINNED:
         return len(_PINNED)
@@ -53,6 +55,8 @@ def pin_response_models() -> int:
         SendMessage,
         SetWebhook,
     )
+    for method in methods:
+        method.model_rebuild()
     _PINNED.extend(Response[method.__returning__] for method in methods)  # type: ignore[misc]
     return len(_PINNED)
 
