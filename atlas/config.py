@@ -137,9 +137,36 @@ class TrustSettings(Strict):
     ask_timeout: float = Field(120.0, gt=0)  # seconds a person has to answer; silence denies
 
 
-def _default_domains() -> list[str]:
-    from atlas.sandbox.proxy import DEFAULT_ALLOWED_DOMAINS  # late: the proxy imports the web tools
+# [sandbox] allowed_domains' default (atlas/sandbox/proxy.py): package registries and code
+# forges: what builds, installs and clones need.
+DEFAULT_ALLOWED_DOMAINS: tuple[str, ...] = (
+    "pypi.org",
+    "files.pythonhosted.org",
+    "registry.npmjs.org",
+    "registry.yarnpkg.com",
+    "github.com",
+    "api.github.com",
+    "codeload.github.com",
+    "objects.githubusercontent.com",
+    "*.githubusercontent.com",
+    "gitlab.com",
+    "registry.gitlab.com",
+    "bitbucket.org",
+    "deb.debian.org",
+    "security.debian.org",
+    "crates.io",
+    "static.crates.io",
+    "index.crates.io",
+    "proxy.golang.org",
+    "sum.golang.org",
+    "rubygems.org",
+    "index.rubygems.org",
+    "repo.maven.apache.org",
+    "repo1.maven.org",
+)
 
+
+def _default_domains() -> list[str]:
     return list(DEFAULT_ALLOWED_DOMAINS)
 
 

@@ -95,6 +95,7 @@ async def one_start(fakes: Fakes, daemon: Daemon, run: int, workers: int) -> dic
         return arrived, daemon.cpu_split()  # read the moment the last bot has answered
 
     answering = asyncio.create_task(answered())
+
     def logged_if_workers(text: str) -> Awaitable[float]:
         return daemon.wait_logged(text, 60) if workers > 1 else asyncio.sleep(0, float("nan"))
 

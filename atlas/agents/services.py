@@ -9,6 +9,7 @@ cronjob_manage, the runtime's registry for tool_search. Nothing here is looked u
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from atlas.agents.channel import AGENTS_CHANNEL, AgentChannel, Delivery
 from atlas.agents.subagents import SubagentManager, new_id
@@ -19,11 +20,13 @@ from atlas.executors.record import DelegationRecord
 from atlas.executors.tasks import ExecutorTasks
 from atlas.executors.workbench import Workbench
 from atlas.home import Bot
-from atlas.routines.scheduler import RoutineScheduler
 from atlas.store.home_db import HomeStore
 from atlas.tools.registry import RunContext, ToolRegistry
 from atlas.workers.routines import RemoteRoutines
 from atlas.workers.routing import Elsewhere, agents_address
+
+if TYPE_CHECKING:  # the home's process loads it once its bots answer (atlas/daemon.py)
+    from atlas.routines.scheduler import RoutineScheduler
 
 log = logging.getLogger(__name__)
 

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from atlas.config import DEFAULT_ALLOWED_DOMAINS
 from atlas.sandbox.proxy_protocol import (
     ProxyRefusal,
     answer,
@@ -42,32 +43,6 @@ log = logging.getLogger("atlas.sandbox.proxy")
 
 DomainAsker = Callable[[str], Awaitable[bool]]  # "may commands in this conversation reach <host>?"
 
-# Package registries and code forges: what builds, installs and clones need.
-DEFAULT_ALLOWED_DOMAINS: tuple[str, ...] = (
-    "pypi.org",
-    "files.pythonhosted.org",
-    "registry.npmjs.org",
-    "registry.yarnpkg.com",
-    "github.com",
-    "api.github.com",
-    "codeload.github.com",
-    "objects.githubusercontent.com",
-    "*.githubusercontent.com",
-    "gitlab.com",
-    "registry.gitlab.com",
-    "bitbucket.org",
-    "deb.debian.org",
-    "security.debian.org",
-    "crates.io",
-    "static.crates.io",
-    "index.crates.io",
-    "proxy.golang.org",
-    "sum.golang.org",
-    "rubygems.org",
-    "index.rubygems.org",
-    "repo.maven.apache.org",
-    "repo1.maven.org",
-)
 SOCKET_PATH_MAX = 100  # sun_path holds 107 bytes; a longer runtime folder falls back to /tmp
 MAX_CONNECTIONS = 128  # at once through one channel (npm opens a few dozen)
 LINGER_SECONDS, LINGER_BYTES = 2.0, 1 << 20  # read and dropped after a refusal, at most

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,8 +31,7 @@ from atlas.tools.paths import note_judged_path, note_refused_path, resolve_path
 from atlas.tools.registry import RunContext, Tool, effective_mode
 from atlas.trust.gate import Allow, Ask, BaseGate, Decision, Deny, never_remembered
 from atlas.trust.guardian import Guardian
-from atlas.trust.parser.normalise import code_parts, normalise
-from atlas.trust.rules import Verdict, classify
+from atlas.trust.verdict import Verdict
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +63,6 @@ ESCAPE_SHOWN_CHARS = 2000  # a command to run unsandboxed is shown whole, or not
 # Judging runs here, not on the event loop; a judgment that never ends holds one of these
 # threads, not the loop (and not the default executor the file tools use).
 _JUDGES = ThreadPoolExecutor(max_workers=2, thread_name_prefix="atlas-gate")
-# classify()'s newer keywords (issue 18), passed when the rules module takes them.
-_CLASSIFY_KEYWORDS = set(inspect.signature(classify).parameters)
 # Commands that only look: in read-only mode without a sandbox anything else asks.
 READ_ONLY_HEADS = {
     "ls", "cat", "head", "tail", "less", "more", "grep", "rg", "egrep", "fgrep", "wc", "pwd",
@@ -92,6 +88,8 @@ def clearly_read_only(command: str) -> bool:
     """True when every part of the command only reads (and nothing is redirected into a file)."""
     if ">" in command.replace("2>&1", "").replace(">/dev/null", ""):
         return False
+    from atlas.trust.parser.normalise import normalise
+
     for part in normalise(command):
         words = part.split()
         if not words:
@@ -257,22 +255,19 @@ class RuleGate(BaseGate):
             )
 
     def _classify_kwargs(self, run: RunContext, cwd: Path | None) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {
+        return {
             "auto": effective_mode(run) == "auto",
             "deny": self.home.settings.trust.deny,
             "home": self.home.root,
             "cwd": cwd,
+            "workspace": run.bot.workspace,
+            "vault": self.vault,
         }
-        if "workspace" in _CLASSIFY_KEYWORDS:
-            kwargs["workspace"] = run.bot.workspace
-        if "vault" in _CLASSIFY_KEYWORDS:
-            kwargs["vault"] = self.vault
-        return kwargs
 
     async def _command(
         self, command: str, call: ToolCall, run: RunContext, cwd: Path, *, escape: bool = False
     ) -> Decision:
-        verdict = await self._judge(classify, command, **self._classify_kwargs(run, cwd))
+        verdict = await self._judge(_classify, command, **self._classify_kwargs(run, cwd))
         if escape:
             return self._escape(verdict, command)
         if (
@@ -353,10 +348,20 @@ def _read_only_verdict(command: str) -> Verdict:
     return Verdict("ask", "mode:read-only", "may change something")
 
 
+def _classify(command: str, **kwargs: Any) -> Verdict:
+    """rules.classify, loaded with the shell grammar by the first command judged (in a judge's
+    thread, within its time): a first answer that runs no command does without them."""
+    from atlas.trust.rules import classify
+
+    return classify(command, **kwargs)
+
+
 def _worst_of_code(code: str, kwargs: dict[str, Any]) -> Verdict | None:
+    from atlas.trust.parser.normalise import code_parts
+
     order = {"block": 0, "ask": 1, "guardian": 2, "allow": 3}
     kwargs = {k: v for k, v in kwargs.items() if k != "cwd"}
-    verdicts = [classify(part.text, **kwargs) for part in code_parts("python", code)]
+    verdicts = [_classify(part.text, **kwargs) for part in code_parts("python", code)]
     return min(verdicts, key=lambda v: order[v.verdict], default=None)
 
 

@@ -125,9 +125,19 @@ def _fold_l(source: str) -> str:
     return source.replace("l", "i")
 
 
-_PATTERNS = [(why, re.compile(source)) for why, source in _SOURCES]
-_FOLDED_PATTERNS = [(why, re.compile(_fold_l(source))) for why, source in _SOURCES]
-_SQUEEZED = re.compile(_fold_l(_SQUEEZED_SOURCE))
+Patterns = list[tuple[str, re.Pattern[str]]]
+
+
+@functools.cache
+def _patterns() -> tuple[Patterns, Patterns, re.Pattern[str]]:
+    """The patterns as written, with 1/l/i folded, and squeezed: compiled on the first scan,
+    not at import (~10 ms of every process's start, where a first answer scans nothing)."""
+    return (
+        [(why, re.compile(source)) for why, source in _SOURCES],
+        [(why, re.compile(_fold_l(source))) for why, source in _SOURCES],
+        re.compile(_fold_l(_SQUEEZED_SOURCE)),
+    )
+
 
 # Leetspeak digits and symbols; 1 becomes l, then l and i fold into i (so "a11" and "1gn0re").
 _LEET = str.maketrans(
@@ -199,14 +209,15 @@ def scan(text: str) -> str | None:
     """Why `text` must not be stored where a model will follow it, or None when it is clean."""
     if hidden := _invisible(text):
         return f"it holds an invisible character: {hidden}"
+    patterns, folded_patterns, squeezed = _patterns()
     flat = _normalised(text)
-    for why, pattern in _PATTERNS:
+    for why, pattern in patterns:
         if match := pattern.search(flat):
             return f"it reads as {why} ({match.group(0).strip()!r})"
     skeleton = _skeleton(text)
-    for why, pattern in _FOLDED_PATTERNS:
+    for why, pattern in folded_patterns:
         if match := pattern.search(skeleton):
             return f"it reads, once its spelling is undone, as {why} ({match.group(0).strip()!r})"
-    if match := _SQUEEZED.search(_squeezed(skeleton)):
+    if match := squeezed.search(_squeezed(skeleton)):
         return f"it spells out an instruction letter by letter ({match.group(0)!r})"
     return None

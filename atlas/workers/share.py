@@ -19,7 +19,6 @@ from atlas.channels.manager import start_channels, stop_channels
 from atlas.home import Home
 from atlas.process import freeze_long_lived_objects
 from atlas.recovery import resume_interrupted_turns
-from atlas.sandbox.proxy import stop_proxies
 from atlas.services import home_services, start_core, stop_turns
 from atlas.workers.asks import ForwardedAsks
 from atlas.workers.dashboard_ops import serve_dashboard_ops
@@ -90,6 +89,8 @@ async def serve_share(home: Home, index: int, placement: Placement, link: Link) 
             log.warning("the home's process is gone; stopping")
     finally:
         await stop_turns(dispatcher)
+        from atlas.sandbox.proxy import stop_proxies  # loaded by a sandboxed command, if any
+
         await stop_proxies()
         await stop_channels(running)
         await dispatcher.runtime.close()

@@ -13,7 +13,7 @@ import pytest
 from atlas.providers.base import ToolCall
 from atlas.tools.registry import RunContext, Tool
 from atlas.tools.shell import run_command
-from atlas.trust import policy
+from atlas.trust import rules
 from atlas.trust.gate import (
     ALLOW_CONVERSATION,
     ALLOW_ONCE,
@@ -99,7 +99,7 @@ async def test_judging_runs_off_the_loop_and_a_slow_judgment_is_asked(
         time.sleep(1.0)  # a parse that takes too long (our own code, made slow)
         raise AssertionError("not waited for")
 
-    monkeypatch.setattr(policy, "classify", slow_classify)
+    monkeypatch.setattr(rules, "classify", slow_classify)
     gate = RuleGate(run.home, None, None)
     gate.judge_timeout = 0.2
     person = Person(ALLOW_CONVERSATION)
@@ -132,7 +132,7 @@ async def test_a_fault_in_the_rules_is_asked_never_allowed(
     def broken_classify(command: str, **kwargs: object) -> object:
         raise PermissionError(13, "Permission denied", "/proc/1/root")
 
-    monkeypatch.setattr(policy, "classify", broken_classify)
+    monkeypatch.setattr(rules, "classify", broken_classify)
     person = Person(DENY)
     run.ask = person
     decision = await judge(RuleGate(run.home, None, None), run, run_command, command="ls")
