@@ -103,7 +103,6 @@ async def serve(
         from atlas.channels.manager import RunningChannels, start_channels, stop_channels
         from atlas.dashboard.chat_channel import WEB_CHANNEL, BrowserChannel
         from atlas.recovery import resume_interrupted_turns
-        from atlas.sandbox.proxy import stop_proxies
         from atlas.services import home_services, start_core, stop_turns
         from atlas.store.home_db import HomeStore
         from atlas.workers.asks import dispatchers_asks, serve_asks
@@ -197,6 +196,8 @@ async def serve(
         await stop_turns(dispatcher)
         if pool is not None:
             await pool.stop()  # each stops its own turns, channels and stores
+        from atlas.sandbox.proxy import stop_proxies  # loaded by a sandboxed command, if any
+
         await stop_proxies()  # after the turns: no command needs the network any more
         await stop_channels(running)
         if health is not None:

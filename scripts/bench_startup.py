@@ -11,8 +11,9 @@
   workers (together) had spent when the last bot answered, medians: what being ready costs;
 - its phases, medians, each from spawn: forked_s (with workers: the home's process has
   imported what the bots use and forked its workers, atlas/workers/fork.py), polling_s (every
-  bot's fake Telegram has received a getUpdates call), daemon_ready_s (the daemon logs "ready", after the routine scheduler,
-  the dashboard and the plugin socket have started), first_answer_s (the first bot's answer);
+  bot's fake Telegram has received a getUpdates call), daemon_ready_s (the daemon logs
+  "ready", after the routine scheduler, the dashboard and the plugin socket have started),
+  first_answer_s (the first bot's answer);
 - idle_rss_mb: the daemon's RSS after `--idle-seconds` with every bot polling and no traffic
   (measured in the last run), and its peak: the home's process; idle_rss_mb_all: the home's
   process and its workers together (RSS counts the pages forked workers share with the home's

@@ -84,12 +84,14 @@ def test_the_home_imports_the_channel_library_and_model_sdk_its_bots_use(tmp_pat
         f"home = Home(Path({str(root)!r}))\n"
         "known_tool_names()\n"  # as the start checks do: every tool's module
         "import_what_the_bots_use(home)\n"
-        "print(json.dumps([m for m in sys.argv[1:] if m in sys.modules]))\n"
+        "from atlas.trust.threats import _patterns\n"
+        "compiled = _patterns.cache_info().currsize\n"
+        "print(json.dumps([[m for m in sys.argv[1:] if m in sys.modules], compiled]))\n"
     )
     wanted = ["aiogram", "openai", "atlas.workers.share", "atlas.tools.shell"]
     # Loaded by their first use, not by every start: what no bot uses, and what a first answer
     # does not need (the gate's command rules and shell grammar, the sandbox's network proxy,
-    # the routine scheduler, the injection patterns' compiled forms are checked elsewhere).
+    # the routine scheduler; the injection patterns are compiled by the first scan).
     unwanted = ["slack_bolt", "anthropic", "atlas.trust.rules", "tree_sitter"]
     unwanted += ["atlas.sandbox.proxy", "atlas.routines.scheduler", "apscheduler.schedulers"]
     done = subprocess.run(
@@ -99,4 +101,4 @@ def test_the_home_imports_the_channel_library_and_model_sdk_its_bots_use(tmp_pat
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == wanted
+    assert json.loads(done.stdout) == [wanted, 0]
