@@ -122,6 +122,26 @@ def _skills_check(home) -> Check:  # type: ignore[no-untyped-def]
     return Check("skills", False, detail, fix, optional=True)
 
 
+def _routines_check(home) -> Check:  # type: ignore[no-untyped-def]
+    """Each routine file read as `atlas run` reads it (schedule, bot, prompt, target): one
+    with a mistake is skipped at start, its routine left as it was, so doctor says so."""
+    from atlas.routines.files import read_routine_file
+
+    files = sorted(home.routines_dir.glob("*.toml"))
+    problems = []
+    for path in files:
+        try:
+            read_routine_file(path, home)
+        except AtlasError as exc:
+            problems.append(str(exc))
+    if not problems:
+        return Check("routines", True, f"{len(files)} routine file(s) read")
+    detail = f"{len(problems)} routine file(s) skipped:\n" + "\n".join(
+        f"         - {problem}" for problem in problems
+    )
+    return Check("routines", False, detail, "correct each file named above")
+
+
 def _workers_check(home) -> Check:  # type: ignore[no-untyped-def]
     """How `atlas run` will spread the bots over processes ([daemon] workers)."""
     from atlas.workers.plan import Placement, worker_count
@@ -156,6 +176,7 @@ async def run_checks(root: Path, *, offline: bool = False) -> list[Check]:
         checks.extend(await asyncio.to_thread(_start_checks, home))
         checks.append(_workers_check(home))
         checks.append(await asyncio.to_thread(_skills_check, home))
+        checks.append(await asyncio.to_thread(_routines_check, home))
         if offline:
             checks.append(Check("provider", True, "skipped (--offline)"))
         else:

@@ -244,7 +244,7 @@ async def print_show(
 def _run_line(run: Any) -> str:
     tokens = run.input_tokens + run.output_tokens
     detail = run.error or run.delivery
-    return f"#{run.id} {run.started_at[:19]} {run.status:<7} {run.trigger:<8} {tokens:>6} tok  {detail}"
+    return f"#{run.id} {run.started_at[:19]} {run.outcome:<11} {run.trigger:<8} {tokens:>6} tok  {detail}"
 
 
 async def print_history(

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from atlas.config import NAME_PATTERN, read_toml
+from atlas.config import NAME_PATTERN, find_line, read_toml
 from atlas.errors import ConfigError
 from atlas.routines.schedule import ScheduleError, parse_duration, parse_schedule
 from atlas.routines.store import RoutineStore, Target
+from atlas.routines.targets import resolve_channel
 from atlas.store.db import iso_utc
 from atlas.trust.threats import scan
 
@@ -112,7 +113,15 @@ def read_routine_file(path: Path, home: Home) -> RoutineFile:
         raise ConfigError(f"{path}: {exc}") from None
     if threat := scan(fields.prompt):
         raise ConfigError(f"{path}: prompt refused: {threat}")
-    target = Target(**fields.target.model_dump()) if fields.target else None
+    target = None
+    if fields.target:
+        try:
+            channel = resolve_channel(home, bot, fields.target.channel)
+        except ConfigError as exc:
+            line = find_line(text, ("target", "channel"))
+            where = f" (line {line})" if line else ""
+            raise ConfigError(f"{path}: target.channel{where}: {exc}") from None
+        target = Target(**(fields.target.model_dump() | {"channel": channel}))
     return RoutineFile(
         path=path,
         name=name,

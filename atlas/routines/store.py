@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from atlas.channels.base import Address
 from atlas.errors import AtlasError
+from atlas.routines.targets import delivered_badly
 from atlas.store.db import utc_now_iso
 from atlas.store.home_db import HomeStore
 
@@ -85,6 +86,12 @@ class RoutineRun:
     conversation_id: int | None
     error: str
     text: str
+
+    @property
+    def outcome(self) -> str:
+        """The status as shown: a run that went well but whose report did not (surely) reach
+        its target is `undelivered`, never a green `ok`."""
+        return "undelivered" if delivered_badly(self.status, self.delivery) else self.status
 
 
 @dataclass

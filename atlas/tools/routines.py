@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 from pydantic import Field
 
 from atlas.config import NAME_PATTERN
-from atlas.errors import ToolError
+from atlas.errors import ConfigError, ToolError
 from atlas.routines.schedule import (
     ScheduleError,
     next_fire_times,
@@ -21,6 +21,7 @@ from atlas.routines.schedule import (
     pin,
 )
 from atlas.routines.store import Routine, RoutineError, RoutineStore, Target
+from atlas.routines.targets import resolve_channel
 from atlas.store.home_db import HomeStore
 from atlas.tools.registry import RunContext, only_for, tool
 from atlas.tools.services import Routines
@@ -213,6 +214,11 @@ async def _target(
 ) -> Target:
     """A target from what was given, the rest taken from this conversation where it fits."""
     here = await _current_target(run, required=False)
+    if channel is not None:
+        try:
+            channel = resolve_channel(run.home, run.bot.name, channel)
+        except ConfigError as exc:
+            raise ToolError(str(exc)) from None
     same_channel = here is not None and channel in (None, here.channel)
     channel = channel or (here.channel if here else None)
     chat = chat or (here.chat if here and same_channel else None)

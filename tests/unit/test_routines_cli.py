@@ -18,6 +18,9 @@ from atlas.runtime import Runtime
 from atlas.store.home_db import HomeStore
 from atlas.tools.registry import ToolRegistry
 from atlas.trust.gate import OpenGate
+from tests.helpers import make_home
+
+TELEGRAM = '\n[channels.telegram]\ntoken_env = "ATLAS_TEST_TELEGRAM_TOKEN"\n'
 
 PING = """\
 schedule = "every day at 7:30"
@@ -28,6 +31,15 @@ prompt = "Say good morning."
 channel = "telegram"
 chat = "123"
 """
+
+
+@pytest.fixture
+def home(home_path: Path) -> Home:
+    """A fresh home whose main bot has a Telegram channel: the example files' targets name it."""
+    made = make_home(home_path)
+    with (made.bot("atlas").root / "bot.toml").open("a") as toml:
+        toml.write(TELEGRAM)
+    return Home(home_path)
 
 
 def parse(home: Path, *argv: str) -> argparse.Namespace:
@@ -66,7 +78,7 @@ async def test_files_are_reconciled_by_name(home: Home) -> None:
     assert "ping" in report.created and not report.problems
     ping = routines["ping"]
     assert ping.source == "file" and ping.grace_seconds == 7200
-    assert ping.target == Target("telegram", "123")
+    assert ping.target == Target("telegram:atlas", "123")  # the bot's own Telegram channel
 
     # Paused from the CLI: an unchanged file leaves it paused.
     home_store = HomeStore(home.db_path)
