@@ -54,6 +54,31 @@ def build_system_prompt(run: RunContext) -> str:
     return run.state.system_prompt
 
 
+def in_answer_order(messages: list[Message]) -> list[Message]:
+    """The history as the conversation went, not as rows were stored: a person's message sent
+    while a turn ran is stored before that turn's answer (and between its tool rounds), but the
+    turn never saw it. It goes after the answer, so a request ends with the messages still to
+    answer, in the order they were sent, and a stored answer stays next to what it answered.
+    A final answer knows the newest message its turn saw (`answers_upto`)."""
+    ordered: list[Message] = []
+    for message in messages:
+        seen = message.answers_upto
+        if message.role != "assistant" or seen is None:
+            ordered.append(message)
+            continue
+        unseen: list[Message] = []
+        at = len(ordered)
+        while at > 0 and (ordered[at - 1].id or 0) > seen:
+            at -= 1
+        for earlier in ordered[at:]:
+            if earlier.role == "user":
+                unseen.append(earlier)
+        if unseen:
+            ordered[at:] = [m for m in ordered[at:] if m.role != "user"]
+        ordered += [message, *unseen]
+    return ordered
+
+
 def repair_history(messages: list[Message]) -> list[Message]:
     """Give every tool call a result. A crash or a stop mid-round can leave calls unanswered,
     and both wire formats reject a history like that."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from atlas.agent.compaction import compact, over_budget, truncate_old_tool_outputs
-from atlas.agent.context import build_system_prompt, repair_history
+from atlas.agent.context import build_system_prompt, in_answer_order, repair_history
 from atlas.agent.guards import RepeatGuard
 from atlas.agent.spill import spill
 from atlas.agent.untrusted import wrap_untrusted
@@ -234,7 +234,7 @@ class ToolLoop:
             kept = [m for m in messages[1:] if m.id is not None and m.id >= first_kept_id]
             messages = [messages[0], Message("user", summary), *kept]
             prune_loaded_tools(run, messages)
-        return repair_history(messages)
+        return repair_history(in_answer_order(messages))
 
     async def _compact(
         self, run: RunContext, history: list[Message], notes: list[str]

@@ -42,6 +42,9 @@ class Message:
     images: list[Image] = field(default_factory=list)
     # The store's row id, when the message came from a store; never sent to a provider.
     id: int | None = field(default=None, compare=False)
+    # A stored final answer: the newest person's message its turn saw (the store's column of
+    # that name); a person's message stored after it was sent while the turn ran.
+    answers_upto: int | None = field(default=None, compare=False, repr=False)
     # Filled in by atlas.agent.tokens on first count; a Message is never changed after it is made.
     token_estimate: int | None = field(default=None, compare=False, repr=False)
     # Its tokenizer-free bound, by atlas.agent.tokens on first use: asked every model round for

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     import sqlite_utils
 
 Compaction = tuple[int, str]  # (first kept message id, summary)
-HistoryRow = tuple[int, str, str | None, str | None, str | None, str | None, str | None]
-HISTORY_COLUMNS = "id, role, content, tool_calls, tool_call_id, name, images"
+HistoryRow = tuple[int, str, str | None, str | None, str | None, str | None, str | None, int | None]
+HISTORY_COLUMNS = "id, role, content, tool_calls, tool_call_id, name, images, answers_upto"
 # Memory held over all conversations, roughly: a message costs its text and ~500 bytes. A
 # history in view is bounded by the context window, so 64 MiB keeps hundreds of busy chats;
 # past it the least recently read go (and are read whole when they come back).
@@ -146,7 +146,7 @@ class HistoryCache:
 def message_from_row(row: HistoryRow) -> Message:
     """A stored row as a provider message; most rows have neither tool calls nor images, so
     those JSON columns are parsed only when present."""
-    message_id, role, content, tool_calls, tool_call_id, name, images = row
+    message_id, role, content, tool_calls, tool_call_id, name, images, answers_upto = row
     return Message(
         role=role,  # type: ignore[arg-type]  # the column holds only Message roles
         content=content or "",
@@ -155,4 +155,5 @@ def message_from_row(row: HistoryRow) -> Message:
         name=name,
         images=[Image(**image) for image in json.loads(images)] if images else [],
         id=message_id,
+        answers_upto=answers_upto,
     )

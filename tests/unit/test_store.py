@@ -805,11 +805,11 @@ async def test_history_is_kept_between_turns_and_newer_rows_read(tmp_path: Path)
 
 def test_history_cache_stays_within_its_limit_and_refuses_a_stale_read() -> None:
     cache = HistoryCache(max_bytes=3 * (MESSAGE_OVERHEAD_BYTES + 2))  # three 2-character texts
-    rows = [(n, "user", f"m{n}", None, None, None, None) for n in (1, 2)]
+    rows = [(n, "user", f"m{n}", None, None, None, None, None) for n in (1, 2)]
     assert [m.id for m in cache.apply(1, Read(None, rows, whole=True)) or []] == [1, 2]
-    cache.apply(2, Read(None, [(5, "user", "m5", None, None, None, None)], whole=True))
+    cache.apply(2, Read(None, [(5, "user", "m5", None, None, None, None, None)], whole=True))
     assert cache.known(1) == Known(2, None) and cache.known(2) == Known(5, None)
-    cache.apply(3, Read(None, [(7, "user", "m7", None, None, None, None)], whole=True))
+    cache.apply(3, Read(None, [(7, "user", "m7", None, None, None, None, None)], whole=True))
     assert cache.known(1) is None  # least recently read, dropped past the limit
     assert cache.known(3) == Known(7, None)
     # Newer rows made against another compaction than the one kept: not merged.
