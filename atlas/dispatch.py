@@ -41,6 +41,7 @@ MODE_COMMAND = "/mode"
 STATUS_COMMAND = "/status"
 MODES = ("ask", "auto", "read-only")
 TURN_FAILED = "Sorry, I could not answer"  # what the person gets, then the reason
+LANE_FAULT_PAUSE = 1.0  # seconds a lane waits after a fault outside any turn
 
 
 @dataclass(frozen=True)
@@ -274,29 +275,44 @@ class Dispatcher:
         return lane
 
     async def _work(self, lane: Lane) -> None:
+        """The lane's one worker: it never ends but by cancellation. A fault anywhere in a
+        turn, its error path or the bookkeeping after it (a full disk failing the store's
+        write) is logged and the lane serves the next message: one bad moment must not leave
+        the chat unanswered until a restart."""
         while True:
             await lane.wake.wait()
-            lane.wake.clear()
-            async with self._limit:
-                lane.turn = asyncio.create_task(self._turn(lane))
-                try:
-                    await lane.turn
-                except asyncio.CancelledError:
-                    current = asyncio.current_task()
-                    if current and current.cancelling():
-                        raise  # the dispatcher is shutting down
-                    await self._safe_send(lane.address, "Stopped.")
-                except Exception as exc:  # a bug in one turn must not silence the conversation
-                    log.exception("turn crashed in %s", lane.address)
-                    await self._safe_send(lane.address, f"Sorry, something went wrong: {exc}")
-                finally:
-                    lane.turn = None
-            if lane.wake.is_set() and await self._already_answered(lane):
-                lane.wake.clear()  # woken by a message the finished turn had already seen
-            if not lane.wake.is_set():
-                lane.idle.set()
-                if self._quiet and lane.run_kind == "conversation":
-                    self._quiet.restart(lane.address, lane.conversation_id)
+            try:
+                await self._serve(lane)
+            except Exception:
+                log.exception("lane %s: a fault after a turn; the lane goes on", lane.address)
+                lane.turn = None
+                if not lane.wake.is_set():
+                    lane.idle.set()
+                await asyncio.sleep(LANE_FAULT_PAUSE)  # a fault that repeats at once must not spin
+
+    async def _serve(self, lane: Lane) -> None:
+        """One wake-up: a turn for what came in, then idle unless more came meanwhile."""
+        lane.wake.clear()
+        async with self._limit:
+            lane.turn = asyncio.create_task(self._turn(lane))
+            try:
+                await lane.turn
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current and current.cancelling():
+                    raise  # the dispatcher is shutting down
+                await self._safe_send(lane.address, "Stopped.")
+            except Exception as exc:  # a bug in one turn must not silence the conversation
+                log.exception("turn crashed in %s", lane.address)
+                await self._safe_send(lane.address, f"Sorry, something went wrong: {exc}")
+            finally:
+                lane.turn = None
+        if lane.wake.is_set() and await self._already_answered(lane):
+            lane.wake.clear()  # woken by a message the finished turn had already seen
+        if not lane.wake.is_set():
+            lane.idle.set()
+            if self._quiet and lane.run_kind == "conversation":
+                self._quiet.restart(lane.address, lane.conversation_id)
 
     async def _already_answered(self, lane: Lane) -> bool:
         if lane.answered_upto is None:
@@ -500,13 +516,14 @@ class Dispatcher:
 
     @staticmethod
     async def _safe(action: object) -> None:
-        """A channel failure is logged; it must not kill the lane (the message is stored)."""
+        """A failure to tell the person (the channel, or the outbox's store: a full disk) is
+        logged; it must not kill the lane (the message is stored)."""
         try:
             await action  # type: ignore[misc]
         except AtlasError as exc:
             log.warning("channel: %s", exc)
-        except OSError:
-            log.exception("channel failed")
+        except Exception:
+            log.exception("telling the person failed")
 
 
 __all__ = ["Dispatcher", "Inbound"]
