@@ -32,7 +32,8 @@ async def refuse_writes(runtime: Runtime, home, refuse: bool) -> None:  # type: 
 
 
 async def test_a_store_that_cannot_write_under_a_running_turn_does_not_end_the_lane(
-    home, caplog: pytest.LogCaptureFixture  # type: ignore[no-untyped-def]
+    home,
+    caplog: pytest.LogCaptureFixture,  # type: ignore[no-untyped-def]
 ) -> None:
     release = asyncio.Event()
     model = ScriptedModel(Reply("lost answer", wait_for=release), Reply("back again"))
