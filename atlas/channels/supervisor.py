@@ -82,6 +82,9 @@ class ChannelHealth:
     def __init__(self, name: str) -> None:
         self.name = name
         self.current = Health("starting", utc_now())
+        # Why inbound messages are held unconfirmed (the store cannot write), while that lasts:
+        # a successful poll must not report the channel healthy meanwhile.
+        self.holding = ""
         self._listeners: list[Callable[[str, Health], None]] = []
 
     def listen(self, listener: Callable[[str, Health], None]) -> None:

@@ -248,3 +248,40 @@ async def test_a_chat_whose_message_is_slow_to_store_does_not_hold_up_another(
     assert tg.fake.sent_texts(OWNER) == []
     release.set()
     await tg.fake.wait_for(lambda: tg.fake.sent_texts(OWNER) == [ANSWER])
+
+
+async def test_messages_sent_while_the_store_cannot_write_are_held_not_dropped(
+    tg: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk: SQLite refuses every write of the bot's store (a real sqlite3 error on its
+    connection) for longer than the tries a faulty message gets. The messages stay unconfirmed
+    (Telegram keeps them), the channel's health says why, and once the store can write they are
+    stored, in the order sent, and answered."""
+    monkeypatch.setattr(telegram_inbound, "NOT_STORED_PAUSE", 0.01)
+    store = await tg.runtime.store(tg.home.bot("atlas"))
+
+    def deny(action: int, *_: object) -> int:
+        writes = (sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE)
+        return sqlite3.SQLITE_DENY if action in writes else sqlite3.SQLITE_OK
+
+    await store.db.quick(lambda db: db.conn.set_authorizer(deny))
+    for _ in range(4):
+        tg.model.add(Reply(ANSWER))
+    sent = [f"message {n}" for n in range(4)]
+    ids = [await tg.fake.push(tg.fake.message(text, user_id=OWNER)) for text in sent]
+    # Well past the tries (NOT_STORED_TRIES) a message that fails for another reason gets.
+    await tg.fake.wait_for(
+        lambda: len(tg.fake.calls_to("getUpdates")) > 3 * telegram_inbound.NOT_STORED_TRIES
+    )
+    health = tg.channel.health.current
+    assert health.state == "reconnecting" and "the store cannot write" in health.reason
+    assert "not authorized" in health.reason
+    assert not any(tg.fake.confirmed(update_id) for update_id in ids)
+    await store.db.quick(lambda db: db.conn.set_authorizer(None))
+    await tg.fake.wait_for(lambda: all(tg.fake.confirmed(update_id) for update_id in ids))
+    await tg.fake.wait_for(lambda: ANSWER in tg.fake.sent_texts(OWNER))
+    await tg.dispatcher.wait_idle(ADDRESS)
+    conversation = await store.conversation("telegram:atlas", str(OWNER), bot="atlas")
+    stored = [m.content for m in await store.history(conversation.id) if m.role == "user"]
+    assert stored == sent
+    assert tg.channel.health.current.state == "up"

@@ -212,7 +212,8 @@ def _health_reporting_bot() -> type[TelegramBot]:
             except Exception as exc:
                 self.health.reconnecting(f"getUpdates failed: {brief(exc)}")
                 raise
-            self.health.up("polling")
+            if not self.health.holding:
+                self.health.up("polling")
             return result
 
     return HealthReportingBot

@@ -22,6 +22,8 @@ from atlas.channels.base import Address
 from atlas.channels.chat_common import NEW_CONVERSATION, ChatGenerations, platform_chat
 from atlas.channels.inbox import FileTooLarge, check_size, name_files, save_stream
 from atlas.channels.send_errors import SendError
+from atlas.channels.store_faults import HELD_PAUSE_MAX, store_cannot_write
+from atlas.channels.supervisor import ChannelHealth
 from atlas.channels.telegram.asking import TelegramAsking
 from atlas.channels.telegram.errors import describe
 from atlas.channels.telegram.sending import target
@@ -39,7 +41,8 @@ UPDATE_KINDS = ["message", "callback_query"]
 SEEN_UPDATES = 4096
 # A message whose storing failed (a locked store, a worker process being restarted) is left
 # unconfirmed and tried again, pausing NOT_STORED_PAUSE seconds times the attempts; after
-# NOT_STORED_TRIES it is logged as failed and confirmed (a fault that does not pass).
+# NOT_STORED_TRIES it is logged as failed and confirmed (a fault that does not pass). A store
+# that cannot write (a full disk) is no such fault: its messages are held as long as it lasts.
 NOT_STORED_TRIES = 6
 NOT_STORED_PAUSE = 0.5
 POLL_RETRY_FIRST = 1.0  # seconds before polling again after a failure; doubles up to a minute
@@ -71,6 +74,7 @@ class TelegramInbound(TelegramAsking):
     generations: ChatGenerations
     _seen: OrderedDict[int, None]
     _not_stored: dict[int, int]  # update id -> failed attempts to store its message
+    health: ChannelHealth
     _webhook: Any  # aiohttp AppRunner in webhook mode
 
     # ------------------------------------------------------------ updates
@@ -119,7 +123,8 @@ class TelegramInbound(TelegramAsking):
             # from there on, so the next getUpdates brings it again, after a pause (the later
             # ones stored meanwhile come again too, and are dropped as seen).
             offset = unstored
-            await asyncio.sleep(self._not_stored.get(unstored, 1) * NOT_STORED_PAUSE)
+            pause = self._not_stored.get(unstored, 1) * NOT_STORED_PAUSE
+            await asyncio.sleep(min(pause, HELD_PAUSE_MAX))
 
     async def _handle_batch(self, updates: list[Update]) -> int | None:
         """Handle one getUpdates answer: each chat's updates in order, the chats side by side
@@ -193,6 +198,8 @@ class TelegramInbound(TelegramAsking):
             elif update.callback_query is not None:
                 await self._on_callback(update.callback_query)
         except Exception as exc:
+            if update.message is not None and (why := store_cannot_write(exc)):
+                return self._hold(update_id, why)
             tries = self._not_stored.pop(update_id, 0) + 1
             if update.message is not None and tries < NOT_STORED_TRIES:
                 self._not_stored[update_id] = tries
@@ -210,7 +217,23 @@ class TelegramInbound(TelegramAsking):
             else:
                 log.exception("%s: update %s failed", self.name, update_id)
         self._not_stored.pop(update_id, None)
+        if self.health.holding:
+            self.health.holding = ""
+            self.health.up(self.health.current.activity or "polling")
         return True
+
+    def _hold(self, update_id: int, why: str) -> bool:
+        """The store cannot write: the message stays unconfirmed (Telegram keeps it and brings
+        it again) for as long as that lasts, never dropped; the log and the channel's health
+        (the dashboard, doctor) say so."""
+        self._not_stored[update_id] = self._not_stored.get(update_id, 0) + 1
+        del self._seen[update_id]  # so that it is handled when it comes again
+        reason = f"messages held unconfirmed: the store cannot write ({why})"
+        if not self.health.holding:
+            log.error("%s: update %s: %s; tried again until it can", self.name, update_id, reason)
+        self.health.holding = reason
+        self.health.reconnecting(reason)
+        return False
 
     # ------------------------------------------------------------ messages
 
