@@ -44,7 +44,7 @@ from atlas.store.history_cache import (
     message_from_row,
     read_history,
 )
-from atlas.store.message_index import index_pending_messages
+from atlas.store.message_index import index_pending_messages, unindexed_messages
 from atlas.store.search import (
     DEFAULT_ROLES,
     ConversationMatch,
@@ -297,24 +297,21 @@ class ConversationStore:
             messages = self.histories.apply(conversation_id, read) or []
         return messages, read.compaction
 
-    def _indexed(
-        self, read: Callable[..., T], **arguments: Any
-    ) -> Callable[[sqlite_utils.Database], T]:
-        """`read` with `arguments`, run after indexing what is pending, so it sees every
-        message (or, where the file cannot be written, every message indexed so far)."""
-
-        def run(db: sqlite_utils.Database) -> T:
+    async def _indexed(self, read: Callable[..., T], **arguments: Any) -> T:
+        """`read` with `arguments` on a reader connection (never on the writer's thread: a
+        search must not hold up another conversation's append), after the writer has indexed
+        what is pending, so it sees every message (or, where the file cannot be written, every
+        message indexed so far)."""
+        if await self.db.read(unindexed_messages):
             try:
-                index_pending_messages(db)
+                await self.db.quick(index_pending_messages)
             except sqlite3.OperationalError as exc:  # a read-only file, a lock held too long
                 log.warning(
                     "%s: could not index the newest messages (%s); searching without them",
                     self.path,
                     exc,
                 )
-            return read(db, **arguments)
-
-        return run
+        return await self.db.read(partial(read, **arguments))
 
     async def search(
         self, query: str, *, limit: int = 20, conversation_id: int | None = None
@@ -323,30 +320,24 @@ class ConversationStore:
         match = fts_query(query)
         if match is None or limit <= 0:
             return []
-        return await self.db.call(
-            self._indexed(
-                queries.search_messages, match=match, limit=limit, conversation_id=conversation_id
-            )
+        return await self._indexed(
+            queries.search_messages, match=match, limit=limit, conversation_id=conversation_id
         )
 
     async def match_conversations(
         self, query: TextQuery, where: MessageFilter, *, sort: SearchSort, limit: int
     ) -> list[ConversationMatch]:
         """Conversations holding messages that match, best (or newest, or oldest) first."""
-        return await self.db.call(
-            self._indexed(
-                queries.match_conversations, query=query, where=where, sort=sort, limit=limit
-            )
+        return await self._indexed(
+            queries.match_conversations, query=query, where=where, sort=sort, limit=limit
         )
 
     async def matching_messages(
         self, query: TextQuery, where: MessageFilter, *, limit: int, chars: int = 2000
     ) -> list[StoredMessage]:
         """The messages of one conversation (`where.conversation_id`) that match, best first."""
-        return await self.db.call(
-            self._indexed(
-                queries.matching_messages, query=query, where=where, limit=limit, chars=chars
-            )
+        return await self._indexed(
+            queries.matching_messages, query=query, where=where, limit=limit, chars=chars
         )
 
     async def read_messages(
@@ -371,7 +362,7 @@ class ConversationStore:
             newest_first=newest_first,
             chars=chars,
         )
-        return await self.db.call(read)
+        return await self.db.read(read)
 
     async def get_message(self, message_id: int, *, chars: int = 2000) -> StoredMessage | None:
         read = partial(queries.get_message, message_id=message_id, chars=chars)
@@ -382,7 +373,7 @@ class ConversationStore:
     ) -> list[ConversationSummary]:
         """Conversations with messages passing `where` (or those of `ids`), latest first unless
         sort is oldest; with the count, first and last time of those messages."""
-        return await self.db.call(
+        return await self.db.read(
             partial(queries.summarise_conversations, where=where, sort=sort, limit=limit, ids=ids)
         )
 

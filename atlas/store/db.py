@@ -32,6 +32,7 @@ import sqlite_utils
 
 from atlas.errors import AtlasError
 from atlas.store.damage import check_database_file, damaged_error, is_damage
+from atlas.store.readers import Readers
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +237,7 @@ class Database:
         self._batch: list[tuple[Callable[[sqlite_utils.Database], Any], asyncio.Future[Any]]] = []
         self._jobs_running = 0  # handed to the thread and not yet settled on the loop
         self._calls = 0  # counted up to CHECKPOINT_EVERY, then from 0 again
+        self._readers = Readers(self.path, busy_timeout)  # searches, beside the writer
 
     @property
     def _busy_ms(self) -> int:
@@ -336,6 +338,12 @@ class Database:
         await asyncio.sleep(0)
         return result
 
+    async def read(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
+        """Run `fn(db)`, which only reads, on a connection of its own (atlas/store/readers.py):
+        it sees the last commit and never waits for, nor delays, the writer's work."""
+        self._connection()  # open, not closed: the same errors as the writer's calls
+        return await self._readers.run(fn)
+
     async def call(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
         """Run `fn(db)` on the writer thread; it finishes even if the caller is cancelled."""
         self._connection()
@@ -409,6 +417,7 @@ class Database:
         if executor is None:
             return
         self._flush()  # calls made in this turn of the loop run before the close
+        await asyncio.to_thread(self._readers.close)  # reads under way end first
         self._db = None
         self._executor = None
         loop = asyncio.get_running_loop()

@@ -79,6 +79,14 @@ def index_only_in_batches(db: sqlite_utils.Database) -> None:
     db.execute(_LOWER_WATERMARK)
 
 
+def unindexed_messages(db: sqlite_utils.Database) -> bool:
+    """Whether messages wait to be indexed (a read: a reader connection can ask)."""
+    row = db.conn.execute(
+        "SELECT (SELECT COALESCE(MAX(id), 0) FROM messages) > indexed_upto FROM message_index"
+    ).fetchone()
+    return bool(row and row[0])
+
+
 def index_pending_messages(db: sqlite_utils.Database) -> int:
     """Index every message above the watermark and move it; return how many were indexed."""
     indexed = 0

@@ -214,8 +214,8 @@ async def _target(
 ) -> Target:
     """A target from what was given, the rest taken from this conversation where it fits."""
     here = await _current_target(run, required=False)
-    if channel is not None:
-        try:
+    if channel is not None and (here is None or channel != here.channel):
+        try:  # this conversation's own channel delivers, whatever its name
             channel = resolve_channel(run.home, run.bot.name, channel)
         except ConfigError as exc:
             raise ToolError(str(exc)) from None
