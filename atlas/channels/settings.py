@@ -142,6 +142,11 @@ def check_channels(bot: Bot) -> None:
             secret(bot, platform, key, env_name)
 
 
+def chat_platforms() -> tuple[str, ...]:
+    """The platforms a bot.toml may configure ([channels.<platform>])."""
+    return tuple(_MODELS)
+
+
 def configured_platforms(bot: Bot) -> list[str]:
     """The platforms a bot.toml configures and enables; an unknown platform is an error."""
     path = bot.root / "bot.toml"

@@ -20,9 +20,15 @@ def home_channels(home: Home) -> dict[str, list[str]]:
     return {name: configured_platforms(bot) for name, bot in home.bots.items()}
 
 
-def resolve_channel(home: Home, bot: str, channel: str) -> str:
+def resolve_channel(home: Home, bot: str, channel: str, *, strict: bool = True) -> str:
     """The full channel name a routine of `bot` reports through; ConfigError (a sentence, no
-    file named: the caller adds where it was written) when no such channel runs."""
+    file named: the caller adds where it was written) when no such channel runs. Not
+    `strict` (a running daemon's tool): a name on no chat platform Atlas configures is kept
+    as given, as the daemon may run such a channel (a plugin's) that bot.toml does not show."""
+    from atlas.channels.settings import chat_platforms
+
+    if not strict and channel.partition(":")[0] not in chat_platforms():
+        return channel
     channels = home_channels(home)
     known = [
         f"{platform}:{owner}" for owner, platforms in channels.items() for platform in platforms

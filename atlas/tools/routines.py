@@ -216,7 +216,7 @@ async def _target(
     here = await _current_target(run, required=False)
     if channel is not None and (here is None or channel != here.channel):
         try:  # this conversation's own channel delivers, whatever its name
-            channel = resolve_channel(run.home, run.bot.name, channel)
+            channel = resolve_channel(run.home, run.bot.name, channel, strict=False)
         except ConfigError as exc:
             raise ToolError(str(exc)) from None
     same_channel = here is not None and channel in (None, here.channel)
