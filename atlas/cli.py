@@ -64,6 +64,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
     home = _load_home(args)
     home.bot(args.bot)  # an unknown bot fails here, before the slow imports
     from atlas.chat import chat
+    from atlas.start_checks import check_databases
+
+    check_databases(home)  # damage, or a read-only home, named before a turn meets it
 
     return run(chat(home, args.bot, chat_name=args.chat, stream=not args.no_stream))
 
@@ -152,8 +155,10 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     from atlas.search_cli import search_main
+    from atlas.start_checks import check_databases
 
     home = _load_home(args)
+    check_databases(home)
     return asyncio.run(search_main(home, args.query, args.bot, args.json))
 
 

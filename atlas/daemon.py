@@ -15,6 +15,7 @@ from atlas.errors import AtlasError
 from atlas.home import Home
 from atlas.process import freeze_long_lived_objects
 from atlas.start_checks import check_before_start
+from atlas.store.integrity import remember_clean_stop
 from atlas.workers.link import Link
 from atlas.workers.plan import Placement, worker_count
 from atlas.workers.pool import WorkerPool
@@ -203,4 +204,5 @@ async def serve(
         if health is not None:
             health.close()
         await runtime.close()
+        remember_clean_stop(home)  # the next start need not check these files again
         log.info("stopped cleanly")

@@ -80,15 +80,27 @@ def _start_checks(home) -> list[Check]:  # type: ignore[no-untyped-def]
     """What `atlas run` refuses to start with, and each database's PRAGMA quick_check."""
     from atlas.channels.settings import check_channels
     from atlas.start_checks import check_tool_names, known_tool_names
-    from atlas.store.damage import damaged_message, quick_check
+    from atlas.store.damage import damaged_message
+    from atlas.store.integrity import check_file, not_writable
 
     checks: list[Check] = []
+    if why := not_writable(home.root):
+        fix = "make the home writable, or use another (--home DIR)"
+        checks.append(Check("home", False, f"{home.root} cannot be written: {why}", fix))
     for path in (home.db_path, *(bot.db_path for bot in home.bots.values())):
         if not path.exists():
             continue  # made at the first `atlas run`
-        problem = quick_check(path)
-        detail = damaged_message(path, problem) if problem else f"{path}: quick_check ok"
-        checks.append(Check("database", problem is None, detail))
+        verdict = check_file(path, deadline=float("inf"))  # doctor reads every page
+        if verdict.state == "damaged":
+            checks.append(Check("database", False, damaged_message(path, verdict.detail)))
+        elif verdict.state == "unreadable":
+            fix = "check the file's owner and permissions, and that its folder is writable"
+            detail = (
+                f"{path} cannot be read ({verdict.detail}); not damaged as far as Atlas can tell"
+            )
+            checks.append(Check("database", False, detail, fix))
+        else:
+            checks.append(Check("database", True, f"{path}: quick_check ok"))
     known = known_tool_names()
     for bot in home.bots.values():
         for name, check in (

@@ -9,16 +9,16 @@ from __future__ import annotations
 from atlas.config import find_line, read_toml
 from atlas.errors import ConfigError
 from atlas.home import Bot, Home
-from atlas.store.damage import check_database_file
+from atlas.store.integrity import check_home
 
 MCP_PREFIX = "mcp__"
 
 
 def check_databases(home: Home) -> None:
-    """atlas.db and every bot's conversations.db: a garbage or truncated file is refused
-    before any database is opened, so no file is created or changed on the way out."""
-    for path in (home.db_path, *(bot.db_path for bot in home.bots.values())):
-        check_database_file(path)
+    """atlas.db and every bot's conversations.db, before any is opened (so no file is created
+    or changed on the way out): a home Atlas cannot write, a file it cannot read, a garbage or
+    truncated file, damage inside (quick_check, within a budget; atlas/store/integrity.py)."""
+    check_home(home)
 
 
 def known_tool_names() -> list[str]:

@@ -2,7 +2,7 @@
 
 `check_database_file` looks at a file's 100-byte header without SQLite, so a garbage or
 truncated file is refused before anything opens it: SQLite itself would create `-wal` and
-`-shm` files beside it first. `quick_check` is `atlas doctor`'s full, read-only look.
+`-shm` files beside it first. Damage inside a file: atlas/store/integrity.py (quick_check).
 """
 
 from __future__ import annotations
@@ -85,27 +85,6 @@ def damaged_error(path: Path, exc: sqlite3.Error) -> DamagedDatabase | None:
     return DamagedDatabase(damaged_message(path, f"SQLite says: {exc}"))
 
 
-def quick_check(path: Path) -> str | None:
-    """`PRAGMA quick_check` on an existing file, read-only: None when it is fine, else what is
-    wrong. The header is looked at first so that a garbage file gets no -wal/-shm beside it."""
-    if problem := header_problem(path):
-        return problem
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    except sqlite3.Error as exc:
-        return f"it cannot be opened ({exc})"
-    try:
-        rows = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
-    except sqlite3.DatabaseError as exc:
-        return f"SQLite says: {exc}"
-    finally:
-        conn.close()
-    if rows == ["ok"]:
-        return None
-    more = f" (and {len(rows) - 3} more)" if len(rows) > 3 else ""
-    return "quick_check found: " + "; ".join(rows[:3]) + more
-
-
 __all__ = [
     "DamagedDatabase",
     "check_database_file",
@@ -113,5 +92,4 @@ __all__ = [
     "damaged_message",
     "header_problem",
     "is_damage",
-    "quick_check",
 ]

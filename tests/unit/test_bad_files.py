@@ -18,8 +18,9 @@ from atlas.doctor import run_checks
 from atlas.errors import ConfigError
 from atlas.home import Home
 from atlas.start_checks import check_before_start
-from atlas.store.damage import DamagedDatabase, is_damage, quick_check
+from atlas.store.damage import DamagedDatabase, is_damage
 from atlas.store.db import Database
+from atlas.store.integrity import check_file
 from atlas.tools.files import read_file
 from atlas.tools.registry import RunContext
 from tests.helpers import make_home, run_context
@@ -113,7 +114,7 @@ async def test_doctor_runs_quick_check_on_each_database(tmp_path: Path) -> None:
     root = tmp_path / "home"
     make_home(root)
     a_real_database(root / "atlas.db")
-    assert quick_check(root / "atlas.db") is None
+    assert check_file(root / "atlas.db", deadline=float("inf")).state == "ok"
     damaged = root / "bots" / "atlas" / "conversations.db"
     damaged.write_bytes(b"\0garbage" * 64)
     checks = await run_checks(root, offline=True)
@@ -135,8 +136,9 @@ def test_quick_check_finds_a_damaged_page(tmp_path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[-4096 * 3 : -4096] = b"\xa5" * 8192  # two pages near the end
     path.write_bytes(bytes(data))
-    problem = quick_check(path)
-    assert problem is not None and ("quick_check found" in problem or "SQLite says" in problem)
+    verdict = check_file(path, deadline=float("inf"))
+    assert verdict.state == "damaged"
+    assert "quick_check found" in verdict.detail or "SQLite says" in verdict.detail
 
 
 # ---- [channels.*] and tools ------------------------------------------------------------------
