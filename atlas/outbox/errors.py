@@ -12,7 +12,8 @@ by kind, never by a platform's own exception types:
   refused again.
 - `MaybeDelivered`: the request reached the platform but its answer was lost, so it may have
   been carried out. Sending it again could show it twice (the platforms take no idempotency
-  key), so it is never resent: the person is told once that it may not have reached them.
+  key): it is resent once, labelled, where the channel asks for that (`resend`: Telegram,
+  which cannot check); otherwise the person is told once that it may not have reached them.
 """
 
 from __future__ import annotations
@@ -48,7 +49,18 @@ class NeverRetry(SendError):
 
 
 class MaybeDelivered(SendError):
-    """Possibly carried out, but its answer was lost: sending it again could duplicate it."""
+    """Possibly carried out, but its answer was lost: sending it again could duplicate it.
+
+    `resend`: a channel whose person would rather see a part twice than miss it (Telegram)
+    gives the part in doubt and what followed it, labelled as possibly repeated; the outbox
+    sends that once, as a row of its own (never a resend of a resend)."""
+
+    def __init__(
+        self, message: str, *, resend: str | None = None, resend_files: tuple[Path, ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.resend = resend
+        self.resend_files = resend_files
 
 
 __all__ = ["MaybeDelivered", "NeverRetry", "RetryLater", "SendError"]

@@ -24,6 +24,17 @@ CONNECTION_BROKE = (
 )
 # The key of the note about a row that may not have arrived: + the row's id (atlas/outbox/rows.py).
 MAYBE_KEY = "maybe:"
+# A part whose arrival is in doubt, sent once more (Telegram, which cannot check): the row's
+# key is this + the first row's id, and its text starts with the label.
+RESEND_KEY = "resend:"
+RESENT_LABEL = "(Sent again: the connection broke while this went out, so it may appear twice.)"
+
+
+def is_resend(row: OutboxRow) -> bool:
+    """Whether the row is itself a part sent once more (never resent a second time)."""
+    return row.key is not None and row.key.startswith(RESEND_KEY)
+
+
 # Ahead of a message kept through an outage, when it finally goes out.
 EARLIER_REPLY = "_(An earlier reply could not be delivered; here it is:)_"
 

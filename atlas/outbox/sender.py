@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from atlas.channels.base import Address
 from atlas.errors import AtlasError
 from atlas.outbox.errors import MaybeDelivered, NeverRetry, RetryLater
-from atlas.outbox.notes import as_sent, unsure_note
+from atlas.outbox.notes import RESEND_KEY, as_sent, is_resend, unsure_note
 from atlas.outbox.rows import (
     Kind,
     OutboxRow,
@@ -244,7 +244,7 @@ class Outbox:
             await self._settle(address, queue, row, "failed", str(exc))
             return None
         except MaybeDelivered as exc:
-            await self._maybe(address, queue, row, str(exc))
+            await self._maybe(address, queue, row, exc)
             return None
         except (AtlasError, OSError) as exc:  # a channel that does not classify: not sent
             return await self._keep(db, queue, str(exc) or type(exc).__name__)
@@ -277,13 +277,24 @@ class Outbox:
             self._resolve(queue, row, Delivery("kept", error))
         return after if after is not None and after > 0 else 0.0
 
-    async def _maybe(self, address: Address, queue: _Queue, row: OutboxRow, error: str) -> None:
+    async def _maybe(
+        self, address: Address, queue: _Queue, row: OutboxRow, exc: MaybeDelivered
+    ) -> None:
         db = await self.database(address.bot)
+        error = str(exc)
         note = unsure_note(row, restarted=False)
+        resend = exc.resend is not None and note is not None and not is_resend(row)
 
         def settle(conn: Any) -> OutboxRow | None:
             with write_transaction(conn):
-                return mark_maybe(conn, row, error, note)
+                if not resend:
+                    return mark_maybe(conn, row, error, note)
+                # What the person must get is sent once more, labelled; both rows are kept.
+                mark_unsure(conn, row.id, error)
+                return add_row(
+                    conn, row.address, row.kind, exc.resend or "", exc.resend_files,
+                    message_id=row.message_id, key=f"{RESEND_KEY}{row.id}",
+                )  # fmt: skip
 
         note_row = await db.quick(settle)
         log.warning("outbox: row %d to %s may not have arrived: %s", row.id, address, error)

@@ -18,6 +18,7 @@ from atlas.channels.base import Address
 from atlas.channels.send_errors import MAYBE_LOST
 from atlas.channels.telegram import inbound as telegram_inbound
 from atlas.dispatch import Inbound
+from atlas.outbox.notes import RESENT_LABEL
 from atlas.outbox.rows import open_rows
 from atlas.providers.scripted import Reply
 from atlas.workers.link import LinkClosed
@@ -35,6 +36,14 @@ CARRIED_OUT = [("truncated", None), ("empty", 200), ("drop_after", None)]
 async def tg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Harness]:
     async with _harness(tmp_path, monkeypatch) as harness:
         yield harness
+
+
+async def outbox_rows(tg: Harness) -> list[tuple[str, str, str | None]]:
+    await tg.dispatcher.outbox.drained()
+    store = await tg.runtime.store(tg.home.bot("atlas"))
+    return await store.db.quick(
+        lambda db: [tuple(r) for r in db.execute("SELECT kind, state, key FROM outbox ORDER BY id")]
+    )
 
 
 async def owed_answers(tg: Harness) -> list[object]:
@@ -59,41 +68,56 @@ async def test_a_send_the_proxy_spoiled_is_retried_and_arrives_once(
 
 
 @pytest.mark.parametrize(("shape", "status"), CARRIED_OUT)
-async def test_a_send_whose_answer_was_lost_is_not_repeated_and_the_person_is_told(
+async def test_a_send_whose_answer_was_lost_is_sent_once_more_labelled(
     tg: Harness, shape: str, status: int | None
 ) -> None:
+    """Telegram carried the message out but its answer was lost: Telegram cannot be asked,
+    and an answer must reach the person, so it goes once more with a label saying it may
+    appear twice. The outbox keeps both rows."""
     tg.fake.fail_next("sendMessage", shape, status=status)
     tg.model.add(Reply(ANSWER))
     await tg.fake.push(tg.fake.message("hello", user_id=OWNER))
-    await tg.fake.wait_for(lambda: MAYBE_LOST in tg.fake.sent_texts(OWNER))
-    assert await owed_answers(tg) == []  # a restart does not send it again either
-    assert tg.fake.sent_texts(OWNER) == [ANSWER, MAYBE_LOST]
+    await tg.fake.wait_for(lambda: len(tg.fake.sent_texts(OWNER)) == 2)
+    assert await owed_answers(tg) == []  # a restart sends nothing again
+    assert tg.fake.sent_texts(OWNER) == [ANSWER, f"{RESENT_LABEL}\n\n{ANSWER}"]
+    assert await outbox_rows(tg) == [("answer", "maybe", None), ("answer", "delivered", "resend:1")]
 
 
-async def test_a_send_dropped_before_telegram_took_it_is_not_repeated_either(
-    tg: Harness,
-) -> None:
+async def test_a_send_dropped_before_telegram_took_it_arrives_once_labelled(tg: Harness) -> None:
     """From the bot's side a connection dropped before the request reached Telegram looks the
-    same as one dropped after: at most once means the person is told instead."""
+    same as one dropped after: sent once more, labelled, it arrives."""
     tg.fake.fail_next("sendMessage", "drop")
     tg.model.add(Reply(ANSWER))
     await tg.fake.push(tg.fake.message("hello", user_id=OWNER))
-    await tg.fake.wait_for(lambda: MAYBE_LOST in tg.fake.sent_texts(OWNER))
+    await tg.fake.wait_for(lambda: bool(tg.fake.sent_texts(OWNER)))
+    await tg.dispatcher.outbox.drained()
+    assert tg.fake.sent_texts(OWNER) == [f"{RESENT_LABEL}\n\n{ANSWER}"]
     assert await owed_answers(tg) == []
-    assert tg.fake.sent_texts(OWNER) == [MAYBE_LOST]
 
 
-async def test_only_the_part_whose_answer_was_lost_is_in_doubt(tg: Harness) -> None:
+async def test_a_resend_in_doubt_too_is_not_sent_a_third_time(tg: Harness) -> None:
+    tg.fake.fail_next("sendMessage", "drop_after")
+    tg.fake.fail_next("sendMessage", "drop_after")
+    tg.model.add(Reply(ANSWER))
+    await tg.fake.push(tg.fake.message("hello", user_id=OWNER))
+    await tg.fake.wait_for(lambda: MAYBE_LOST in tg.fake.sent_texts(OWNER))
+    assert tg.fake.sent_texts(OWNER) == [ANSWER, f"{RESENT_LABEL}\n\n{ANSWER}", MAYBE_LOST]
+    assert await owed_answers(tg) == []
+
+
+async def test_only_the_part_in_doubt_and_what_follows_go_again(tg: Harness) -> None:
     paragraph = "word " * 700  # two parts
     tg.fake.fail_next("sendMessage", "drop_after")
-    tg.fake.fail_next("sendMessage", "html502")  # the second part: retried
-    tg.model.add(Reply(f"{paragraph}\n\nFIRST END\n\n{paragraph}\n\nSECOND END"))
+    tg.fake.fail_next("sendMessage", "html502")  # the resend's first part: retried
+    tg.model.add(Reply(f"START {paragraph}\n\nFIRST END\n\n{paragraph}\n\nSECOND END"))
     await tg.fake.push(tg.fake.message("long please", user_id=OWNER))
-    await tg.fake.wait_for(lambda: MAYBE_LOST in tg.fake.sent_texts(OWNER))
-    first, second, notice = tg.fake.sent_texts(OWNER)
-    assert first.rstrip().endswith("FIRST END") and second.rstrip().endswith("SECOND END")
-    assert notice == MAYBE_LOST
-    assert not tg.fake.faults
+    await tg.fake.wait_for(lambda: "SECOND END" in "".join(tg.fake.sent_texts(OWNER)))
+    await tg.dispatcher.outbox.drained()
+    texts = tg.fake.sent_texts(OWNER)
+    assert texts[0].startswith("START") and texts[0].rstrip().endswith("FIRST END")
+    assert texts[1].startswith(RESENT_LABEL) and "FIRST END" in texts[1]
+    assert "".join(texts).count("SECOND END") == 1  # never sent before: sent once
+    assert MAYBE_LOST not in texts and not tg.fake.faults
 
 
 async def test_a_button_tap_answered_with_a_502_page_is_answered_again(

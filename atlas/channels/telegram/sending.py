@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from atlas.channels.base import Address
 from atlas.channels.chat_common import BackgroundTasks, platform_chat, sort_attached
-from atlas.channels.send_errors import MAYBE_LOST, MaybeDelivered, RetryLater, SendError
+from atlas.channels.send_errors import MaybeDelivered, RetryLater, SendError
 from atlas.channels.settings import TelegramSettings
 from atlas.channels.telegram.delivery import (
     SELF_HOSTED_UPLOAD_LIMIT,
@@ -24,6 +24,7 @@ from atlas.channels.telegram.delivery import (
     unsendable,
 )
 from atlas.errors import AtlasError
+from atlas.outbox.notes import RESENT_LABEL
 from atlas.providers.base import ToolCall
 
 if TYPE_CHECKING:
@@ -112,8 +113,8 @@ class TelegramSending:
         - RetryLater when a chunk could not go; after earlier chunks went, with `unsent` (the
           rest, and the files) so the outbox resends only that.
         - NeverRetry when Telegram refuses the reply.
-        - MaybeDelivered when a chunk may have arrived (it is not sent again), raised once the
-          rest went: the outbox tells the person once.
+        - MaybeDelivered when a chunk may have arrived: with `resend`, that chunk and the rest
+          (and the files), labelled, for the outbox to send once more as a row of its own.
         A file that cannot be sent is named in a line of its own after the reply."""
         self._stop_typing(address)
         chat_id, thread_id = target(address)
@@ -125,30 +126,31 @@ class TelegramSending:
             text = f"{text}\n\n" + "\n".join(refused) if text.strip() else "\n".join(refused)
         chunks = telegram_chunks(text) if text.strip() else []
         first_id: int | None = None
-        unsure: MaybeDelivered | None = None  # a chunk that may not have arrived
         for index, chunk in enumerate(chunks):
             try:
                 posted = await send_chunk(
                     self._connected(), self.retrying, chat_id, chunk, thread_id=thread_id
                 )
             except MaybeDelivered as exc:
-                unsure = exc
+                # Telegram cannot tell whether it arrived: this part and the rest go once more
+                # as a row of their own, labelled (the outbox never resends a resend).
                 log.warning(
-                    "%s: part %d of %d of a reply to chat %s may not have arrived; not sent "
-                    "again: %s",
+                    "%s: part %d of %d of a reply to chat %s may not have arrived; it and the "
+                    "rest are sent once more, labelled: %s",
                     self.name,
                     index + 1,
                     len(chunks),
                     chat_id,
                     exc,
                 )
-                continue
+                rest = "\n\n".join(c.plain for c in chunks[index:])
+                raise MaybeDelivered(
+                    str(exc), resend=f"{RESENT_LABEL}\n\n{rest}", resend_files=tuple(sendable)
+                ) from exc
             except RetryLater as exc:
                 if index == 0:
                     raise
                 rest = "\n\n".join(c.plain for c in chunks[index:])
-                if unsure is not None:
-                    rest += f"\n\n{MAYBE_LOST}"
                 raise RetryLater(
                     str(exc), after=exc.after, unsent=rest, unsent_files=tuple(sendable)
                 ) from exc
@@ -156,8 +158,6 @@ class TelegramSending:
         failed = await self._send_files(chat_id, thread_id, sendable)
         if failed:
             await self._send_failures(chat_id, thread_id, failed)
-        if unsure is not None:
-            raise unsure
         return str(first_id) if first_id is not None else None
 
     async def _send_files(
