@@ -178,6 +178,14 @@ def _touch_conversation_on_insert(db: sqlite_utils.Database) -> None:
     )
 
 
+def _index_events_across_conversations(db: sqlite_utils.Database) -> None:
+    """A platform event is stored once per bot, whatever the conversation: Slack retries an
+    event after a restart, and after `!new` it would land in a new conversation."""
+    db.execute(
+        "CREATE INDEX messages_event_anywhere ON messages (event_id) WHERE event_id IS NOT NULL"
+    )
+
+
 MIGRATIONS: list[Migration] = [
     ("001_conversations", _create_conversations),
     ("002_messages", _create_messages),
@@ -191,6 +199,7 @@ MIGRATIONS: list[Migration] = [
     ("010_message_index_in_batches_only", index_only_in_batches),
     ("011_outbox_unsettled_index", _index_unsettled_outbox_rows),
     ("012_messages_touch_their_conversation", _touch_conversation_on_insert),
+    ("013_messages_event_anywhere", _index_events_across_conversations),
 ]
 
 

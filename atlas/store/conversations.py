@@ -90,11 +90,14 @@ _SELECT_CONVERSATION = (
     "SELECT * FROM conversations WHERE channel = :channel AND chat = :chat "
     "AND thread = :thread AND user = :user"
 )
+# One statement, so atomic: a platform event already stored in any of the bot's conversations
+# is not stored again (a retry after a restart or `!new`), nor twice in one (the unique index).
 _INSERT_MESSAGE = (
     "INSERT INTO messages (conversation_id, role, content, tool_calls, tool_call_id, name, "
     "images, usage, model, event_id, kind, answers_upto, created_at) "
-    "VALUES (:conversation_id, :role, :content, :tool_calls, :tool_call_id, :name, :images, "
-    ":usage, :model, :event_id, :kind, :answers_upto, :now) "
+    "SELECT :conversation_id, :role, :content, :tool_calls, :tool_call_id, :name, :images, "
+    ":usage, :model, :event_id, :kind, :answers_upto, :now "
+    "WHERE :event_id IS NULL OR NOT EXISTS (SELECT 1 FROM messages WHERE event_id = :event_id) "
     "ON CONFLICT (conversation_id, event_id) WHERE event_id IS NOT NULL DO NOTHING"
 )
 

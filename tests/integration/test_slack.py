@@ -410,6 +410,33 @@ async def test_a_redelivery_after_a_restart_is_dropped_by_the_store(
         await close_harness(h)
 
 
+async def test_a_redelivery_after_a_restart_and_new_is_dropped_by_the_store(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slack retries an event the restarted channel never saw, after the person started a new
+    conversation with `!new`: the retry would land in that new conversation, so the store
+    knows an event across the bot's conversations, not only within one."""
+    h = await make_harness(home, monkeypatch)
+    try:
+        h.model.add(Reply("only once"))
+        event = h.dm("hello")
+        await h.fake.push_event(event, event_id="Ev-11")
+        await h.idle(h.address())
+        await h.channel.stop()
+        h.channel = create_channel(h.home.bot("atlas"), h.dispatcher)
+        h.dispatcher.channels[h.channel.name] = h.channel
+        await h.channel.start()
+        await h.fake.push_event(h.dm("!new"))
+        await h.fake.wait_for(lambda: len(h.fake.posted) == 2)
+        await h.fake.push_event(event, event_id="Ev-11", retry_attempt=2)
+        await asyncio.sleep(0.3)
+        assert texts(h.fake)[0] == "only once" and texts(h.fake).count("only once") == 1
+        assert len(h.fake.posted) == 2  # the answer and !new's line: nothing more
+        h.model.assert_complete()
+    finally:
+        await close_harness(h)
+
+
 async def test_a_429_and_a_dropped_connection_still_deliver_exactly_once(slack: Harness) -> None:
     slack.model.add(Reply("delivered"))
     slack.fake.fail("chat.postMessage", "drop_before")  # lost before Slack saw it

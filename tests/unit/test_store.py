@@ -377,7 +377,8 @@ async def test_duplicate_event_id_is_stored_once(store: ConversationStore) -> No
     first = await store.append(conversation_id, Message("user", "hello"), event_id="evt-1")
     assert first is not None
     assert await store.append(conversation_id, Message("user", "hello"), event_id="evt-1") is None
-    assert await store.append(other_id, Message("user", "hello"), event_id="evt-1") is not None
+    # Stored once per bot: a retried event never lands in another conversation (after `!new`).
+    assert await store.append(other_id, Message("user", "hello"), event_id="evt-1") is None
     # Messages without an event id never collide.
     assert await store.append(conversation_id, Message("assistant", "a")) is not None
     assert await store.append(conversation_id, Message("assistant", "a")) is not None

@@ -117,11 +117,12 @@ async def test_one_turn_runs_nine_statements_and_writes_twelve_pages(
     assert not connection.in_transaction
     # What the commits cost is mostly the pages they write to the WAL (no checkpoint runs in
     # between, so it only grows): the message, its conversation's index and, for the
-    # person's, its event id's; the conversation; the outbox row and its open-rows index (not
-    # when it turns `sending`: migration 011).
+    # person's, its event id's two (per conversation, and across them: migration 013); the
+    # conversation; the outbox row and its open-rows index (not when it turns `sending`:
+    # migration 011).
     page_size = connection.execute("PRAGMA page_size").fetchone()[0]
     frames = (wal.stat().st_size - wal_before) / (page_size + 24)  # 24: each frame's header
-    assert frames == 4 + 5 + 1 + 2
+    assert frames == 5 + 5 + 1 + 2
 
 
 async def test_a_gate_decision_is_one_statement(tmp_path: Path) -> None:
