@@ -25,6 +25,7 @@ from atlas.tools.command_wait import check_loop, timeout_seconds
 from atlas.tools.jobs import (
     NOTIFY_TAIL_LINES,
     Job,
+    end_lifeline,
     jobs_for,
     kill_tree,
     signal_group,
@@ -113,6 +114,7 @@ async def _run_foreground(launch: Launch, time_limit: int) -> str:
         raise
     finally:
         transport.close()
+        end_lifeline(process)
         if process.returncode is None:  # cancelled again while killing: no grace this time
             signal_group(process.pid, signal.SIGKILL)
 
