@@ -20,6 +20,7 @@ from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
 from atlas.errors import ToolError
+from atlas.sandbox import budget
 from atlas.sandbox.commands import Launch, launch, with_hint
 from atlas.tools.command_wait import check_loop, timeout_seconds
 from atlas.tools.jobs import (
@@ -278,6 +279,7 @@ async def run_command(
     if not background:
         async with launch(run, command or "", workdir, sandbox=sandbox) as how:
             output = with_hint(await _run_foreground(how, seconds or DEFAULT_TIMEOUT), how)
+        output += await asyncio.to_thread(budget.note_after_command, run)
         return ToolResult(output, failed=_command_failed(output))
     notify = run.notify if notify_on_complete else None
     job = None
