@@ -58,7 +58,9 @@ async def test_a_fork_bomb_and_a_tmp_fill_stay_in_their_sandbox(home: Home) -> N
     assert "No space left on device" in fill.text, fill.text
     await asyncio.sleep(0.5)  # the bomb has filled its process table by now
     for _ in range(3):
-        answer = await call(other, command="echo still-here; ls /tmp/fill.* 2>/dev/null | wc -l", timeout=20)
+        answer = await call(
+            other, command="echo still-here; ls /tmp/fill.* 2>/dev/null | wc -l", timeout=20
+        )
         assert answer.text.startswith("still-here\n0"), answer.text
     job = jobs_for(home).get(re.search(r"job (\w+)", bomb.text).group(1))  # type: ignore[union-attr]
     assert job is not None and job.running  # bounded, not dead: its sandbox holds it
