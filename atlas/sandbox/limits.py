@@ -23,7 +23,6 @@ import itertools
 import logging
 import os
 import signal
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -242,26 +241,36 @@ def _members(folder: Path) -> list[int]:
         return []
 
 
+_released: set[Path] = set()  # groups released while their processes were still exiting
+
+
+def _kill_and_remove(folder: Path) -> bool:
+    """SIGKILL what is in `folder`, then remove it; False while processes are still exiting."""
+    pids = _members(folder)
+    if pids:
+        kill = folder / "cgroup.kill"
+        if kill.exists():
+            _write(kill, "1")
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    try:
+        folder.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False  # busy: a killed process takes a moment to leave; the next sweep removes it
+    return True
+
+
 def release(group: Group | None) -> None:
-    """Kill whatever is still in the group, then remove it."""
+    """Kill whatever is still in the group and remove it (at once, or at the next sweep: a
+    command's result does not wait for its sandbox's teardown)."""
     if group is None:
         return
     for folder in group.folders:
-        deadline = time.monotonic() + 2.0
-        while (pids := _members(folder)) and time.monotonic() < deadline:
-            kill = folder / "cgroup.kill"
-            if kill.exists():
-                _write(kill, "1")
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.005)
-        try:
-            folder.rmdir()
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            log.warning("sandbox limits: could not remove %s (%s)", folder, exc)
+        if not _kill_and_remove(folder):
+            _released.add(folder)
 
 
 def _alive(pid: int) -> bool:
@@ -272,6 +281,9 @@ def sweep() -> None:
     """Remove empty groups left by this process or by a daemon that is gone (SIGKILLed)."""
     _, parents = _detect()
     me = os.getpid()
+    for folder in list(_released):
+        if _kill_and_remove(folder):
+            _released.discard(folder)
     for parent in parents:
         for folder in parent.iterdir():
             owner = folder.name.split("-", 1)[0]
@@ -283,7 +295,7 @@ def sweep() -> None:
             elif int(owner) != me and not _alive(int(owner)):
                 # Its daemon died (SIGKILL) while a sandbox was starting: what bwrap left
                 # there, before its --die-with-parent held, ends now.
-                release(Group((folder,)))
+                _kill_and_remove(folder)
 
 
 def _uid_processes() -> int:
