@@ -289,7 +289,7 @@ def sandbox_argv(
     a new one, removed by a later sweep once empty."""
     variant = probe()
     if group == AUTO_GROUP:
-        group = limits_.create_group(policy.limits)
+        group = limits_.create_group(policy.limits, released_by_caller=False)
     assert not isinstance(group, str)
     command = [*limits_.wrapper(policy.limits, group), _bwrap(), *variant.options()]
     command += limits_.tmpfs_options(policy.limits)

@@ -23,6 +23,7 @@ import itertools
 import logging
 import os
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -204,8 +205,13 @@ def _write(path: Path, value: str) -> None:
     path.write_text(value)
 
 
-def create_group(limits: Limits) -> Group | None:
-    """A new cgroup with the limits set, or None under `rlimits`. Sweeps empty leftovers."""
+AUTO_GRACE_SECONDS = 60.0  # an unreleased group is joined within this of its creation
+_auto: dict[Path, float] = {}  # groups nobody releases (sandbox_argv's own): swept once empty
+
+
+def create_group(limits: Limits, *, released_by_caller: bool = True) -> Group | None:
+    """A new cgroup with the limits set, or None under `rlimits`. Sweeps empty leftovers.
+    Without `released_by_caller`, a sweep removes it once it is empty after its grace."""
     kind, parents = _detect()
     if kind == "rlimits":
         return None
@@ -217,6 +223,8 @@ def create_group(limits: Limits) -> Group | None:
         folder = parent / name
         folder.mkdir()
         folders.append(folder)
+        if not released_by_caller:
+            _auto[folder] = time.monotonic()
         if kind == "cgroup2":
             _write(folder / "pids.max", str(limits.max_processes))
             _write(folder / "memory.max", memory)
@@ -289,9 +297,12 @@ def sweep() -> None:
             owner = folder.name.split("-", 1)[0]
             if not folder.is_dir() or not owner.isdigit():
                 continue
-            if int(owner) == me and not _members(folder):
-                with contextlib.suppress(OSError):  # busy again, or another sweeper was first
-                    folder.rmdir()
+            created = _auto.get(folder)
+            if created is not None and time.monotonic() - created > AUTO_GRACE_SECONDS:
+                if not _members(folder):
+                    with contextlib.suppress(OSError):  # joined meanwhile
+                        folder.rmdir()
+                        del _auto[folder]
             elif int(owner) != me and not _alive(int(owner)):
                 # Its daemon died (SIGKILL) while a sandbox was starting: what bwrap left
                 # there, before its --die-with-parent held, ends now.
