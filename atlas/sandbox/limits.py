@@ -22,6 +22,7 @@ import functools
 import itertools
 import logging
 import os
+import secrets
 import signal
 import time
 from dataclasses import dataclass
@@ -138,10 +139,18 @@ def _v2_parent(mounts: dict[str, Path], own: dict[str, str]) -> Path | None:
             (folder / "cgroup.subtree_control").write_text(enable)
         parent.mkdir(exist_ok=True)
         (parent / "cgroup.subtree_control").write_text(enable)
+        _try_a_group(parent)
     except OSError as exc:
         log.info("sandbox limits: cgroup v2 at %s not usable (%s)", folder, exc)
         return None
     return parent
+
+
+def _try_a_group(parent: Path) -> None:
+    """Create and remove a group under `parent`: OSError where this process may not."""
+    trial = parent / f"trial-{os.getpid()}"
+    trial.mkdir()
+    trial.rmdir()
 
 
 def _v1_parents(mounts: dict[str, Path], own: dict[str, str]) -> tuple[Path, ...] | None:
@@ -153,9 +162,11 @@ def _v1_parents(mounts: dict[str, Path], own: dict[str, str]) -> tuple[Path, ...
         if not _writable(folder):
             return None
         parent = folder / GROUPS_FOLDER
-        try:
+        try:  # writable on paper is not enough (inside another user namespace it is not)
             parent.mkdir(exist_ok=True)
-        except OSError:
+            _try_a_group(parent)
+        except OSError as exc:
+            log.info("sandbox limits: cgroup v1 %s not usable (%s)", parent, exc)
             return None
         parents.append(parent)
     return tuple(parents)
@@ -216,7 +227,8 @@ def create_group(limits: Limits, *, released_by_caller: bool = True) -> Group | 
     if kind == "rlimits":
         return None
     sweep()
-    name = f"{os.getpid()}-{next(_counter)}"
+    # The pid namespace too: pids repeat across namespaces (a nested sandbox's Atlas is pid 2).
+    name = f"{os.getpid()}-{_pid_namespace()}-{next(_counter)}-{secrets.token_hex(3)}"
     memory = str(limits.max_memory_mb * MB)
     folders = []
     for parent in parents:
@@ -281,6 +293,10 @@ def release(group: Group | None) -> None:
             _released.add(folder)
 
 
+def _pid_namespace() -> int:
+    return os.stat("/proc/self/ns/pid").st_ino
+
+
 def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists()
 
@@ -294,7 +310,7 @@ def sweep() -> None:
             _released.discard(folder)
     for parent in parents:
         for folder in parent.iterdir():
-            owner = folder.name.split("-", 1)[0]
+            owner, namespace = (folder.name.split("-") + ["", ""])[:2]
             if not folder.is_dir() or not owner.isdigit():
                 continue
             created = _auto.get(folder)
@@ -303,7 +319,7 @@ def sweep() -> None:
                     with contextlib.suppress(OSError):  # joined meanwhile
                         folder.rmdir()
                         del _auto[folder]
-            elif int(owner) != me and not _alive(int(owner)):
+            elif namespace == str(_pid_namespace()) and int(owner) != me and not _alive(int(owner)):
                 # Its daemon died (SIGKILL) while a sandbox was starting: what bwrap left
                 # there, before its --die-with-parent held, ends now.
                 _kill_and_remove(folder)
