@@ -177,6 +177,12 @@ class SandboxSettings(Strict):
     allowed_domains: list[str] = Field(default_factory=_default_domains)  # reached via the proxy
     hidden: list[str] = Field(default_factory=list)  # more paths no command may see
     env: dict[str, str] = Field(default_factory=dict)  # variables set inside every sandbox
+    # Limits of each sandbox (atlas/sandbox/limits.py, docs/sandbox.md "Limits").
+    max_processes: int = Field(1024, ge=16)  # processes and threads
+    max_memory_mb: int = Field(2048, ge=64)  # counts its /tmp and /dev/shm
+    tmp_max_mb: int = Field(512, ge=1)  # size of its private /tmp (and of /dev/shm)
+    cpu_weight: int = Field(50, ge=1, le=10000)  # against the daemon's 100
+    workspace_max_mb: int = Field(10240, ge=1)  # a bot's workspace budget
 
 
 class BotSandboxSettings(Strict):

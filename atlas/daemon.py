@@ -57,6 +57,9 @@ def prepare(home: Home, *, fork: bool = False) -> Start:
     # Damaged databases, wrong [channels.*] keys, unset tokens, unknown tool names: the daemon
     # stops here, having started and changed nothing.
     check_before_start(home)
+    from atlas.sandbox.limits import shield_daemon
+
+    shield_daemon()  # before the workers fork: they inherit it; a sandboxed command gets 1000
     listen = dashboard_listen(home)  # beyond loopback without allow_remote: stops here too
     # The bots spread over worker processes ([daemon] workers); this process serves share 0
     # and the home's shared duties (atlas/workers/).

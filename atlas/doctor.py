@@ -72,6 +72,10 @@ def _sandbox_check(home) -> Check:  # type: ignore[no-untyped-def]
     if home is not None and not home.settings.sandbox.enabled:
         return Check("sandbox", True, "off ([sandbox] enabled = false): commands run unsandboxed")
     ok, detail = check_sandbox()
+    if ok:  # which mechanism holds the limits here (atlas/sandbox/limits.py)
+        from atlas.sandbox.limits import Limits, describe, limits_of
+
+        detail += "; " + describe(limits_of(home.settings.sandbox) if home else Limits())
     fix = "`apt-get install bubblewrap socat`, or `[sandbox] enabled = false` in config.toml"
     return Check("sandbox", ok, detail, fix)
 

@@ -90,3 +90,23 @@ def home_path(tmp_path: Path) -> Path:
 def home(home_path: Path) -> Iterator[object]:
     """A fresh home made by `init_home`, its provider pointing at an unused loopback port."""
     yield make_home(home_path)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The run left no sandbox behind (issue 38): no bwrap, bridge or process inside one whose
+    command line names this run's temporary folders. In the controller only (with xdist, the
+    workers' folders are inside the controller's), once every worker has finished."""
+    if hasattr(session.config, "workerinput"):
+        return
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is None:
+        return
+    from tests.sandbox_leftovers import wait_until_gone
+
+    left = wait_until_gone(str(factory.getbasetemp()))
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        text = "the test run left sandbox processes behind:\n" + "\n".join(left)
+        if reporter is not None:
+            reporter.write_line(text, red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from atlas.errors import ToolError
+from atlas.sandbox import limits
 from atlas.sandbox.launcher import SandboxPolicy, probe, probed, sandbox_argv
 from atlas.sandbox.policy import policy_for, sandbox_enabled
 from atlas.secrets import command_env
@@ -121,6 +122,8 @@ async def launch(
 ) -> AsyncIterator[Launch]:
     """The launch of `command`, valid while the context lasts (its proxy channel with it)."""
     argv = ["bash", "-c", command]
+    if not sandbox_enabled(run.home) or not sandbox:  # not shielded from the OOM killer
+        argv = [*limits.unsandboxed_prefix(), *argv]
     if not sandbox_enabled(run.home):
         yield Launch(command, argv, {**command_env(run.home), **QUIET_ENV}, workdir, False)
         return
@@ -136,8 +139,12 @@ async def launch(
     async with _proxy_channel(run) as socket:
         policy = sandbox_policy(run, workdir, socket)
         hidden = tuple(str(path) for path in policy.hidden)
-        argv = sandbox_argv(argv, policy)
-        yield Launch(command, argv, dict(policy.env), Path("/"), True, hidden, policy.read_only)
+        group = limits.create_group(policy.limits)
+        try:
+            argv = sandbox_argv(argv, policy, lifeline=True, group=group)
+            yield Launch(command, argv, dict(policy.env), Path("/"), True, hidden, policy.read_only)
+        finally:
+            limits.release(group)  # whatever is still in it is killed
 
 
 async def _probe_off_loop() -> None:

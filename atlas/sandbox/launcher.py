@@ -5,8 +5,9 @@ root filesystem read-only, a minimal /dev, its own /proc and a private /tmp; onl
 (unless read-only) and granted paths writable; the Atlas home, the vault and the person's
 credential folders replaced by empty ones; its own pid, ipc, uts and network namespaces (no route
 out: the network is reached only through Atlas's proxy, bridged in by socat); an environment made
-only of what the policy lists. When bwrap's process dies, everything inside dies with it: the
-pid namespace ends with its first process.
+only of what the policy lists. When the command ends, or bwrap's process dies, everything
+inside dies with it (INIT; the pid namespace ends with its first process); limits from
+atlas/sandbox/limits.py.
 
 What works depends on where Atlas runs (root or not, inside a container or another sandbox), so
 the variants are probed once per process, strongest first. Where none starts: SandboxUnavailable
@@ -26,6 +27,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from atlas.errors import ToolError
+from atlas.sandbox import limits as limits_
+from atlas.sandbox.limits import Group, Limits
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,7 @@ class SandboxPolicy:
     # Visible read-only although under /tmp (which is private inside): the person's home when it
     # lives there (tests, throwaway accounts), so that what is hidden inside it stays meaningful.
     readable: tuple[Path, ...] = ()
+    limits: Limits = Limits()  # processes, memory, /tmp size, CPU (atlas/sandbox/limits.py)
 
 
 @dataclass(frozen=True)
@@ -238,24 +242,57 @@ def _proxy_options(policy: SandboxPolicy) -> list[str]:
     ]
 
 
-# Started before the command inside the sandbox: socat forwards 127.0.0.1:3128 to the proxy's
-# socket. The command starts only once socat says it listens (its notice, read from a pipe: no
-# polling, no race); the rest of socat's notices are drained in the background so it never blocks
-# on a full pipe. If socat cannot start, the pipe closes and the command runs without network.
-BRIDGE = f"""
-exec 3< <(exec socat -d -d TCP-LISTEN:{PROXY_PORT},bind=127.0.0.1,fork,reuseaddr \\
-  UNIX-CONNECT:{PROXY_SOCKET_INSIDE} 2>&1)
-while IFS= read -r -t 10 line <&3; do [[ $line == *" listening on "* ]] && break; done
-cat <&3 >/dev/null 3<&- &
-exec 3<&-
-exec "$@"
+# The sandbox's first process (bwrap's pid 1 aside), in front of the command. $1 = 1: socat
+# forwards 127.0.0.1:3128 to the proxy's socket; the command starts only once socat says it
+# listens (its notice, read from a pipe: no polling, no race); the rest of socat's notices are
+# drained in the background so it never blocks on a full pipe. If socat cannot start, the pipe
+# closes and the command runs without network. $2 = 1: stdin is the lifeline, a pipe whose only
+# writer is Atlas: when it closes (the job is killed, or Atlas died, even by SIGKILL, even before
+# bwrap's --die-with-parent took hold) everything in the sandbox is killed. When the command
+# ends, so does everything else in the sandbox: bwrap's pid 1 waits for all its children, so a
+# bridge or a leftover `server &` would otherwise keep the sandbox alive forever (issue 38).
+INIT = f"""
+if [[ $2 == 1 ]]; then
+  exec 4<&0
+  {{ while read -r _; do :; done; kill -KILL -1; }} <&4 4<&- &
+  disown
+  exec 4<&- </dev/null
+fi
+if [[ $1 == 1 ]]; then
+  exec 3< <(exec socat -d -d TCP-LISTEN:{PROXY_PORT},bind=127.0.0.1,fork,reuseaddr \\
+    UNIX-CONNECT:{PROXY_SOCKET_INSIDE} 2>&1)
+  while IFS= read -r -t 10 line <&3; do [[ $line == *" listening on "* ]] && break; done
+  cat <&3 >/dev/null 3<&- &
+  disown
+  exec 3<&-
+fi
+"${{@:3}}"
+status=$?
+kill -KILL -1 2>/dev/null
+exit $status
 """
+BRIDGE = INIT  # its former name
+
+AUTO_GROUP = "auto"
 
 
-def sandbox_argv(argv: Sequence[str], policy: SandboxPolicy) -> list[str]:
-    """bwrap and its options, then `argv`. Raises SandboxUnavailable where none can start."""
+def sandbox_argv(
+    argv: Sequence[str],
+    policy: SandboxPolicy,
+    *,
+    lifeline: bool = False,
+    group: Group | None | str = AUTO_GROUP,
+) -> list[str]:
+    """The limits' wrapper, bwrap and its options, then `argv`. Raises SandboxUnavailable where
+    none can start. `lifeline`: the caller gives a pipe as stdin and closes its end to end the
+    sandbox. `group`: the cgroup to join (the caller releases it, limits.release); by default
+    a new one, removed by a later sweep once empty."""
     variant = probe()
-    command = [_bwrap(), *variant.options(), "--tmpfs", "/tmp"]
+    if group == AUTO_GROUP:
+        group = limits_.create_group(policy.limits, released_by_caller=False)
+    assert not isinstance(group, str)
+    command = [*limits_.wrapper(policy.limits, group), _bwrap(), *variant.options()]
+    command += limits_.tmpfs_options(policy.limits)
     mounts, hidden_dirs = _mounts(policy)
     for _, options in mounts:
         command += options
@@ -266,8 +303,8 @@ def sandbox_argv(argv: Sequence[str], policy: SandboxPolicy) -> list[str]:
         command += ["--setenv", name, value]
     command += _proxy_options(policy)
     command += ["--chdir", str(_real(policy.cwd or policy.workspace))]
-    if policy.proxy_socket is not None:
-        argv = ["bash", "-c", BRIDGE, "atlas-bridge", *argv]
+    flags = ["1" if policy.proxy_socket is not None else "0", "1" if lifeline else "0"]
+    argv = ["bash", "-c", INIT, "atlas-sandbox", *flags, *argv]
     return [*command, "--", *argv]
 
 

@@ -172,6 +172,7 @@ def policy_for(
     home: Home, bot: Bot, *, read_only: bool = False, proxy_socket: Path | None = None
 ) -> SandboxPolicy:
     """The workspace, [sandbox] writable/hidden/env, the home and the credentials hidden."""
+    from atlas.sandbox.limits import limits_of
     from atlas.tools.fences import vault_of
 
     person = _person_home()
@@ -185,4 +186,5 @@ def policy_for(
         env=allowed_env(home, bot),
         proxy_socket=proxy_socket,
         readable=person_readable(),
+        limits=limits_of(home.settings.sandbox),
     )

@@ -20,6 +20,7 @@ from pydantic import Field
 
 from atlas.errors import ToolError
 from atlas.providers.base import Image
+from atlas.sandbox import budget
 from atlas.tools.documents import (
     DOCUMENT_SUFFIXES,
     is_document,
@@ -253,6 +254,7 @@ def _write_checked(
 async def _write_one(run: RunContext, resolved: Path, content: str) -> str:
     shown = shown_path(run, resolved)
     data = content.encode("utf-8")
+    await asyncio.to_thread(budget.check_write, run, resolved, len(data))
     replaced = await asyncio.to_thread(
         _write_checked, Fence.for_run(run), run.state.file_hashes, resolved, shown, data
     )
@@ -332,6 +334,7 @@ async def _edit_one(run: RunContext, resolved: Path, change: tuple[str, str, boo
         raise ToolError("old_string is empty; to create or replace a whole file use write_file")
     if old_string == new_string:  # a no-op, said as such: nothing is read or written
         return f"{shown} unchanged: old_string and new_string are the same, so there is no edit"
+    await asyncio.to_thread(budget.check_write, run, resolved, len(new_string) - len(old_string))
     before, after, count, digest = await asyncio.to_thread(
         _edit, Fence.for_run(run), run.state.file_hashes, resolved, shown, change
     )

@@ -15,6 +15,7 @@ import os
 import secrets
 import signal
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,16 +33,50 @@ KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
 NOTIFY_TAIL_LINES = 20
 
 
+# A sandboxed command's lifeline: the write end of the pipe that is its stdin (launcher.INIT).
+# Closing it ends the whole sandbox; so does this process's death, however it dies.
+_lifelines: weakref.WeakKeyDictionary[asyncio.subprocess.Process, int] = weakref.WeakKeyDictionary()
+
+
 async def spawn(launch: Launch, stdout: int) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        *launch.argv,
-        cwd=launch.cwd,
-        env=launch.env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=stdout,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,  # its own process group: killpg reaches every descendant
-    )
+    stdin: int = asyncio.subprocess.DEVNULL
+    lifeline = None
+    if launch.sandboxed:
+        stdin, lifeline = os.pipe()
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *launch.argv,
+            cwd=launch.cwd,
+            env=launch.env,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,  # its own process group: killpg reaches every descendant
+        )
+    except BaseException:
+        if lifeline is not None:
+            os.close(lifeline)
+        raise
+    finally:
+        if lifeline is not None:
+            os.close(stdin)  # the sandbox holds its own copy
+    if lifeline is not None:
+        _lifelines[process] = lifeline
+        weakref.finalize(process, _close_fd, lifeline)
+    return process
+
+
+def _close_fd(fd: int) -> None:
+    with contextlib.suppress(OSError):  # closed already by end_lifeline
+        os.close(fd)
+
+
+def end_lifeline(process: asyncio.subprocess.Process) -> None:
+    """Close a sandboxed command's lifeline: everything in its sandbox is killed (or, once it
+    has ended, nothing more is held open)."""
+    fd = _lifelines.pop(process, None)
+    if fd is not None:
+        os.close(fd)
 
 
 def signal_group(pgid: int, sig: int) -> None:
@@ -49,8 +84,22 @@ def signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
+def _kill_children(pid: int) -> None:
+    """SIGKILL the children of bwrap's outer process: the sandbox's pid 1, which a SIGTERM from
+    outside cannot reach, and which bwrap may leave stuck if it dies while starting."""
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):
+            for child in task.read_text().split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(child), signal.SIGKILL)
+
+
 async def kill_tree(process: asyncio.subprocess.Process) -> None:
-    """SIGTERM the command's process group, SIGKILL it after a grace period; reap the shell."""
+    """End the sandbox (lifeline, its pid 1), SIGTERM the command's process group, SIGKILL it
+    after a grace period; reap the shell."""
+    if process in _lifelines:
+        end_lifeline(process)
+        _kill_children(process.pid)
     signal_group(process.pid, signal.SIGTERM)
     try:
         async with asyncio.timeout(KILL_GRACE):
@@ -172,6 +221,7 @@ class JobTable:
         try:
             await self._watch(job)
         finally:
+            end_lifeline(job.process)
             if job.cleanup is not None:
                 await job.cleanup.aclose()
 

@@ -20,11 +20,13 @@ from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
 from atlas.errors import ToolError
+from atlas.sandbox import budget
 from atlas.sandbox.commands import Launch, launch, with_hint
 from atlas.tools.command_wait import check_loop, timeout_seconds
 from atlas.tools.jobs import (
     NOTIFY_TAIL_LINES,
     Job,
+    end_lifeline,
     jobs_for,
     kill_tree,
     signal_group,
@@ -113,6 +115,7 @@ async def _run_foreground(launch: Launch, time_limit: int) -> str:
         raise
     finally:
         transport.close()
+        end_lifeline(process)
         if process.returncode is None:  # cancelled again while killing: no grace this time
             signal_group(process.pid, signal.SIGKILL)
 
@@ -276,6 +279,7 @@ async def run_command(
     if not background:
         async with launch(run, command or "", workdir, sandbox=sandbox) as how:
             output = with_hint(await _run_foreground(how, seconds or DEFAULT_TIMEOUT), how)
+        output += await asyncio.to_thread(budget.note_after_command, run)
         return ToolResult(output, failed=_command_failed(output))
     notify = run.notify if notify_on_complete else None
     job = None

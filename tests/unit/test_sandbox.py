@@ -41,7 +41,9 @@ def test_argv_hides_then_binds_back_in_order(tmp_path: Path) -> None:
     )
     argv = sandbox_argv(["bash", "-c", "true"], policy)
     at = argv.index
-    assert argv[-4:] == ["--", "bash", "-c", "true"]
+    bwrap_end = len(argv) - 1 - argv[::-1].index("--")  # the limits' wrapper has its own "--"
+    assert argv[bwrap_end + 1 : bwrap_end + 3] == ["bash", "-c"]  # launcher.INIT first
+    assert argv[-6:] == ["atlas-sandbox", "0", "0", "bash", "-c", "true"]
     assert argv[at("--ro-bind") : at("--ro-bind") + 3] == ["--ro-bind", "/", "/"]
     for namespace in ("--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"):
         assert namespace in argv
@@ -50,7 +52,7 @@ def test_argv_hides_then_binds_back_in_order(tmp_path: Path) -> None:
     assert at(str(home)) < at(str(workspace))  # the home hidden, then the workspace bound back
     assert pairs(argv, "--tmpfs")[-1] == str(home)
     assert pairs(argv, "--bind") == [str(workspace)]
-    assert pairs(argv, "--remount-ro") == [str(home)]
+    assert pairs(argv, "--remount-ro") == ["/dev", str(home)]  # /dev read-only: limits.py
     netrc = argv.index(str(tmp_path / "person" / ".netrc"))
     assert argv[netrc - 1] == "/dev/null"  # a file is hidden behind an empty one
     assert str(tmp_path / "missing") not in argv
@@ -89,9 +91,10 @@ def test_a_proxy_socket_is_bridged_and_named_in_the_environment(tmp_path: Path) 
     assert argv[argv.index(str(socket)) + 1] == launcher.PROXY_SOCKET_INSIDE
     names = pairs(argv, "--setenv")
     assert {"HTTP_PROXY", "https_proxy", "ALL_PROXY"} <= set(names)
-    assert argv[argv.index("--") + 1 : argv.index("--") + 3] == ["bash", "-c"]
-    bridge = argv[argv.index("--") + 3]
-    assert argv[-1] == "true" and "TCP-LISTEN:3128,bind=127.0.0.1" in bridge
+    bwrap_end = len(argv) - 1 - argv[::-1].index("--")
+    assert argv[bwrap_end + 1 : bwrap_end + 3] == ["bash", "-c"]
+    bridge = argv[bwrap_end + 3]
+    assert argv[-3:] == ["1", "0", "true"] and "TCP-LISTEN:3128,bind=127.0.0.1" in bridge
     assert f"UNIX-CONNECT:{launcher.PROXY_SOCKET_INSIDE}" in bridge
 
 

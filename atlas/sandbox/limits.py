@@ -1,0 +1,388 @@
+"""Resource limits for every sandbox (docs/sandbox.md, "Limits").
+
+Each sandbox gets a pids limit, a memory limit (which counts its tmpfs: shmem pages are charged
+to the cgroup of whoever wrote them), a CPU share and a size on its private /tmp and /dev/shm.
+The strongest mechanism this machine allows is found once per process:
+
+- `cgroup2`: the process's own cgroup v2 offers memory, pids and cpu (a delegated cgroup);
+- `cgroup1`: the v1 hierarchies pids, memory and cpu are writable (root on a hybrid machine);
+- `rlimits`: neither: RLIMIT_NPROC (it does not bind uid 0), RLIMIT_FSIZE and the OOM killer's
+  choice (oom_score_adj 1000) only.
+
+Whatever the mechanism: `bwrap --size` bounds /tmp and /dev/shm, RLIMIT_FSIZE bounds one file
+to the workspace budget, and every sandboxed process has oom_score_adj 1000 (killed first).
+A command joins its cgroup before it runs: a `sh` in front of bwrap writes its own pid into
+the cgroup, sets the rlimits, then execs bwrap (`wrapper`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import logging
+import os
+import secrets
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from atlas.config import SandboxSettings
+
+log = logging.getLogger(__name__)
+
+Mechanism = Literal["cgroup2", "cgroup1", "rlimits"]
+CONTROLLERS = ("pids", "memory", "cpu")
+GROUPS_FOLDER = "atlas-sandboxes"
+COMMAND_OOM_SCORE = 1000  # a contained command is the OOM killer's first choice
+DAEMON_OOM_SCORE = -900  # the daemon's own processes, where this process may lower it
+MB = 1024 * 1024
+
+# In front of bwrap: oom score, rlimits, join the cgroup (each cgroup.procs given before `--`),
+# then bwrap. dash's `ulimit -f` counts 512-byte blocks, `-p` processes.
+WRAPPER = """o=$1 f=$2 p=$3; shift 3
+echo "$o" > /proc/self/oom_score_adj
+ulimit -f "$f" || exit 125
+if [ "$p" != 0 ]; then ulimit -p "$p" || exit 125; fi
+while [ "$1" != -- ]; do
+  echo $$ > "$1" || { echo "atlas: cannot join the sandbox's cgroup $1" >&2; exit 125; }
+  shift
+done
+shift
+exec "$@"
+"""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one sandbox may use ([sandbox] in config.toml)."""
+
+    max_processes: int = 1024  # processes and threads
+    max_memory_mb: int = 2048  # including its /tmp and /dev/shm
+    tmp_max_mb: int = 512  # each of /tmp and /dev/shm
+    cpu_weight: int = 50  # against the daemon's 100 (cgroup v2 weight; v1 shares = x 10.24)
+    workspace_max_mb: int = 10240  # the workspace's budget; also the largest file written
+
+
+def limits_of(settings: SandboxSettings) -> Limits:
+    return Limits(
+        max_processes=settings.max_processes,
+        max_memory_mb=settings.max_memory_mb,
+        tmp_max_mb=settings.tmp_max_mb,
+        cpu_weight=settings.cpu_weight,
+        workspace_max_mb=settings.workspace_max_mb,
+    )
+
+
+@dataclass(frozen=True)
+class Group:
+    """One sandbox's cgroup: a folder per v1 hierarchy, or one v2 folder."""
+
+    folders: tuple[Path, ...]
+
+    def procs(self) -> list[str]:
+        return [str(folder / "cgroup.procs") for folder in self.folders]
+
+
+def _own_cgroups() -> dict[str, str]:
+    """controller (or "" for v2) -> this process's cgroup path."""
+    found = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        for name in controllers.split(",") if controllers else [""]:
+            found[name] = path
+    return found
+
+
+def _mounts() -> dict[str, Path]:
+    """controller (or "" for cgroup2) -> where its hierarchy is mounted (root-mounted only)."""
+    found: dict[str, Path] = {}
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        root, point = fields[3], Path(fields[4])
+        fstype, options = fields[-3], fields[-1].split(",")
+        if root != "/":
+            continue
+        if fstype == "cgroup2":
+            found.setdefault("", point)
+        elif fstype == "cgroup":
+            for name in CONTROLLERS:
+                if name in options:
+                    found.setdefault(name, point)
+    return found
+
+
+def _writable(folder: Path) -> bool:
+    return folder.is_dir() and os.access(folder, os.W_OK)
+
+
+def _v2_parent(mounts: dict[str, Path], own: dict[str, str]) -> Path | None:
+    """The delegated v2 folder sandboxes go under, controllers enabled; None if there is none.
+    The no-internal-process rule: this process moves into a leaf (`atlas-daemon`) first."""
+    if "" not in mounts or "" not in own:
+        return None
+    folder = mounts[""] / own[""].lstrip("/")
+    controllers = set((folder / "cgroup.controllers").read_text().split())
+    if not set(CONTROLLERS) <= controllers or not _writable(folder):
+        return None
+    parent = folder / GROUPS_FOLDER
+    try:
+        enable = " ".join(f"+{name}" for name in CONTROLLERS)
+        enabled = set((folder / "cgroup.subtree_control").read_text().split())
+        if not set(CONTROLLERS) <= enabled:
+            daemon = folder / "atlas-daemon"
+            daemon.mkdir(exist_ok=True)
+            (daemon / "cgroup.procs").write_text(str(os.getpid()))
+            (folder / "cgroup.subtree_control").write_text(enable)
+        parent.mkdir(exist_ok=True)
+        (parent / "cgroup.subtree_control").write_text(enable)
+        _try_a_group(parent)
+    except OSError as exc:
+        log.info("sandbox limits: cgroup v2 at %s not usable (%s)", folder, exc)
+        return None
+    return parent
+
+
+def _try_a_group(parent: Path) -> None:
+    """Create and remove a group under `parent`: OSError where this process may not."""
+    trial = parent / f"trial-{os.getpid()}"
+    trial.mkdir()
+    trial.rmdir()
+
+
+def _v1_parents(mounts: dict[str, Path], own: dict[str, str]) -> tuple[Path, ...] | None:
+    parents = []
+    for name in CONTROLLERS:
+        if name not in mounts or name not in own:
+            return None
+        folder = mounts[name] / own[name].lstrip("/")
+        if not _writable(folder):
+            return None
+        parent = folder / GROUPS_FOLDER
+        try:  # writable on paper is not enough (inside another user namespace it is not)
+            parent.mkdir(exist_ok=True)
+            _try_a_group(parent)
+        except OSError as exc:
+            log.info("sandbox limits: cgroup v1 %s not usable (%s)", parent, exc)
+            return None
+        parents.append(parent)
+    return tuple(parents)
+
+
+@functools.cache
+def _detect() -> tuple[Mechanism, tuple[Path, ...]]:
+    try:
+        mounts, own = _mounts(), _own_cgroups()
+    except OSError as exc:
+        log.info("sandbox limits: cannot read cgroups (%s)", exc)
+        return "rlimits", ()
+    v2 = _v2_parent(mounts, own)
+    if v2 is not None:
+        return "cgroup2", (v2,)
+    v1 = _v1_parents(mounts, own)
+    if v1 is not None:
+        return "cgroup1", v1
+    return "rlimits", ()
+
+
+def mechanism() -> Mechanism:
+    return _detect()[0]
+
+
+def describe(limits: Limits | None = None) -> str:
+    """For `atlas doctor`: which mechanism holds each limit here."""
+    limits = limits or Limits()
+    kind, _ = _detect()
+    sizes = f"/tmp and /dev/shm {limits.tmp_max_mb} MB each (bwrap --size)"
+    if kind == "rlimits":
+        nproc = "no process limit as root" if os.geteuid() == 0 else "RLIMIT_NPROC"
+        return (
+            f"limits by rlimits only ({nproc}; no memory or CPU limit: commands are killed first "
+            f"by the OOM killer); {sizes}"
+        )
+    return (
+        f"limits by {kind}: {limits.max_processes} processes, {limits.max_memory_mb} MB memory, "
+        f"CPU weight {limits.cpu_weight}; {sizes}"
+    )
+
+
+_counter = itertools.count()
+
+
+def _write(path: Path, value: str) -> None:
+    path.write_text(value)
+
+
+AUTO_GRACE_SECONDS = 60.0  # an unreleased group is joined within this of its creation
+_auto: dict[Path, float] = {}  # groups nobody releases (sandbox_argv's own): swept once empty
+
+
+def create_group(limits: Limits, *, released_by_caller: bool = True) -> Group | None:
+    """A new cgroup with the limits set, or None under `rlimits`. Sweeps empty leftovers.
+    Without `released_by_caller`, a sweep removes it once it is empty after its grace."""
+    kind, parents = _detect()
+    if kind == "rlimits":
+        return None
+    sweep()
+    # The pid namespace too: pids repeat across namespaces (a nested sandbox's Atlas is pid 2).
+    name = f"{os.getpid()}-{_pid_namespace()}-{next(_counter)}-{secrets.token_hex(3)}"
+    memory = str(limits.max_memory_mb * MB)
+    folders = []
+    for parent in parents:
+        folder = parent / name
+        folder.mkdir()
+        folders.append(folder)
+        if not released_by_caller:
+            _auto[folder] = time.monotonic()
+        if kind == "cgroup2":
+            _write(folder / "pids.max", str(limits.max_processes))
+            _write(folder / "memory.max", memory)
+            with contextlib.suppress(FileNotFoundError):  # no swap accounting
+                _write(folder / "memory.swap.max", "0")
+            _write(folder / "cpu.weight", str(limits.cpu_weight))
+        elif (folder / "pids.max").exists():
+            _write(folder / "pids.max", str(limits.max_processes))
+        elif (folder / "memory.limit_in_bytes").exists():
+            _write(folder / "memory.limit_in_bytes", memory)
+            with contextlib.suppress(OSError):  # swap accounting may be off
+                _write(folder / "memory.memsw.limit_in_bytes", memory)
+        elif (folder / "cpu.shares").exists():
+            _write(folder / "cpu.shares", str(max(2, limits.cpu_weight * 1024 // 100)))
+    return Group(tuple(folders))
+
+
+def _members(folder: Path) -> list[int]:
+    try:
+        return [int(pid) for pid in (folder / "cgroup.procs").read_text().split()]
+    except FileNotFoundError:
+        return []
+
+
+_released: set[Path] = set()  # groups released while their processes were still exiting
+
+
+def _kill_and_remove(folder: Path) -> bool:
+    """SIGKILL what is in `folder`, then remove it; False while processes are still exiting."""
+    pids = _members(folder)
+    if pids:
+        kill = folder / "cgroup.kill"
+        if kill.exists():
+            _write(kill, "1")
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    try:
+        folder.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False  # busy: a killed process takes a moment to leave; the next sweep removes it
+    return True
+
+
+def release(group: Group | None) -> None:
+    """Kill whatever is still in the group and remove it (at once, or at the next sweep: a
+    command's result does not wait for its sandbox's teardown)."""
+    if group is None:
+        return
+    for folder in group.folders:
+        if not _kill_and_remove(folder):
+            _released.add(folder)
+
+
+def _pid_namespace() -> int:
+    return os.stat("/proc/self/ns/pid").st_ino
+
+
+def _alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()
+
+
+def sweep() -> None:
+    """Remove empty groups left by this process or by a daemon that is gone (SIGKILLed)."""
+    _, parents = _detect()
+    me = os.getpid()
+    for folder in list(_released):
+        if _kill_and_remove(folder):
+            _released.discard(folder)
+    for parent in parents:
+        for folder in parent.iterdir():
+            owner, namespace = (folder.name.split("-") + ["", ""])[:2]
+            if not folder.is_dir() or not owner.isdigit():
+                continue
+            created = _auto.get(folder)
+            if created is not None and time.monotonic() - created > AUTO_GRACE_SECONDS:
+                if not _members(folder):
+                    with contextlib.suppress(OSError):  # joined meanwhile
+                        folder.rmdir()
+                        del _auto[folder]
+            elif namespace == str(_pid_namespace()) and int(owner) != me and not _alive(int(owner)):
+                # Its daemon died (SIGKILL) while a sandbox was starting: what bwrap left
+                # there, before its --die-with-parent held, ends now.
+                _kill_and_remove(folder)
+
+
+def _uid_processes() -> int:
+    uid = os.getuid()
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                count += entry.stat().st_uid == uid
+    return count
+
+
+def wrapper(limits: Limits, group: Group | None) -> list[str]:
+    """What goes in front of bwrap: oom score, rlimits, the cgroup joined (`WRAPPER`)."""
+    fsize_blocks = limits.workspace_max_mb * MB // 512
+    # RLIMIT_NPROC counts every process of the user: the limit is on top of those running now.
+    # It does not bind uid 0, nor is it needed with a pids cgroup.
+    nproc = 0 if group is not None or os.geteuid() == 0 else _uid_processes() + limits.max_processes
+    joins = group.procs() if group is not None else []
+    head = ["/bin/sh", "-c", WRAPPER, "atlas-limits"]
+    return [*head, str(COMMAND_OOM_SCORE), str(fsize_blocks), str(nproc), *joins, "--"]
+
+
+def tmpfs_options(limits: Limits) -> list[str]:
+    """bwrap options for the private /tmp and /dev/shm, sized; /dev itself read-only."""
+    size = str(limits.tmp_max_mb * MB)
+    return [
+        *("--size", size, "--tmpfs", "/tmp"),
+        *("--size", size, "--tmpfs", "/dev/shm"),
+        *("--remount-ro", "/dev"),
+    ]
+
+
+def unsandboxed_prefix() -> list[str]:
+    """In front of a command run outside the sandbox: it must not inherit the daemon's shield."""
+    return ["/bin/sh", "-c", 'echo 1000 > /proc/self/oom_score_adj; exec "$@"', "atlas-oom"]
+
+
+def shield_daemon() -> bool:
+    """Lower this process's oom_score_adj (the daemon, and the workers it forks later), so a
+    contained command is killed first. False where this process may not lower it."""
+    try:
+        Path("/proc/self/oom_score_adj").write_text(str(DAEMON_OOM_SCORE))
+    except OSError as exc:
+        log.info("sandbox limits: the daemon's oom_score_adj stays as it was (%s)", exc)
+        return False
+    return True
+
+
+__all__ = [
+    "Group",
+    "Limits",
+    "create_group",
+    "describe",
+    "limits_of",
+    "mechanism",
+    "release",
+    "shield_daemon",
+    "sweep",
+    "tmpfs_options",
+    "unsandboxed_prefix",
+    "wrapper",
+]
