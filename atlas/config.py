@@ -177,12 +177,16 @@ class SandboxSettings(Strict):
     allowed_domains: list[str] = Field(default_factory=_default_domains)  # reached via the proxy
     hidden: list[str] = Field(default_factory=list)  # more paths no command may see
     env: dict[str, str] = Field(default_factory=dict)  # variables set inside every sandbox
+    # The person's home is empty in every bot's view but for these (atlas/sandbox/view.py).
+    readable: list[str] = Field(default_factory=list)  # granted read-only to every bot
+    writable: list[str] = Field(default_factory=list)  # granted writable to every bot
 
 
 class BotSandboxSettings(Strict):
     """A bot's own sandbox grants (bot.toml [sandbox])."""
 
     writable: list[str] = Field(default_factory=list)  # writable besides the workspace
+    readable: list[str] = Field(default_factory=list)  # readable in the emptied home
     hidden: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
 
