@@ -163,7 +163,9 @@ def grants(
         real = written.resolve()
         inside = [f for f in fenced if under(real, f) or real in f.parents]
         if inside and not under(real, workspace):
-            log.warning("sandbox: %s %s of %s is not granted: it holds Atlas's files", kind, raw, owner)
+            log.warning(
+                "sandbox: %s %s of %s is not granted: it holds Atlas's files", kind, raw, owner
+            )
             continue
         candidates.append(_Grant(raw, written, real))
     granted: list[Path] = []
@@ -312,9 +314,7 @@ class View:
         """Bound back read-only: grants, and Atlas's programs where the home would hide them."""
         return (*self.readable, *self.runtime)
 
-    def policy(
-        self, *, env: Mapping[str, str], proxy_socket: Path | None = None
-    ) -> SandboxPolicy:
+    def policy(self, *, env: Mapping[str, str], proxy_socket: Path | None = None) -> SandboxPolicy:
         """This view as bubblewrap's policy (atlas/sandbox/launcher.py)."""
         return SandboxPolicy(
             workspace=self.workspace,
@@ -330,7 +330,9 @@ class View:
         """For `atlas doctor`: what this bot may write, read, and never sees."""
         home = "~ (granted)" if self.person_granted else f"{self.person} (empty but for grants)"
         return {
-            "writable": [str(p) for p in (() if self.read_only else (self.workspace, *self.writable))],
+            "writable": [
+                str(p) for p in (() if self.read_only else (self.workspace, *self.writable))
+            ],
             "readable": ["/ (read-only)", *map(str, self.readable), *map(str, self.runtime)],
             "hidden": [home, str(self.atlas_home), str(self.vault), *map(str, self.hidden)],
         }
@@ -376,12 +378,18 @@ def build_view(home: Home, bot: Bot, *, read_only: bool = False) -> View:
     common = {"fenced": (atlas_home, vault), "workspace": workspace, "person": person,
               "owner": f"bot {bot.name}"}  # fmt: skip
     writable = grants(
-        [*((raw, person) for raw in sandbox.writable), *((raw, workspace) for raw in mine.writable)],
+        [
+            *((raw, person) for raw in sandbox.writable),
+            *((raw, workspace) for raw in mine.writable),
+        ],
         "writable",
         **common,  # type: ignore[arg-type]
     )
     readable = grants(
-        [*((raw, person) for raw in sandbox.readable), *((raw, workspace) for raw in mine.readable)],
+        [
+            *((raw, person) for raw in sandbox.readable),
+            *((raw, workspace) for raw in mine.readable),
+        ],
         "readable",
         around=writable,
         **common,  # type: ignore[arg-type]
