@@ -161,7 +161,9 @@ def grants(
     for raw, base in raws:
         written = Path(os.path.normpath(expand(raw, base, person)))
         real = written.resolve()
-        inside = [f for f in fenced if under(real, f) or real in f.parents]
+        # A readable folder around the Atlas home is fine: the home stays hidden inside it.
+        around_ok = kind == "readable"
+        inside = [f for f in fenced if under(real, f) or (real in f.parents and not around_ok)]
         if inside and not under(real, workspace):
             log.warning(
                 "sandbox: %s %s of %s is not granted: it holds Atlas's files", kind, raw, owner
@@ -326,16 +328,20 @@ class View:
             readable=self.command_readable(),
         )
 
-    def described(self) -> dict[str, list[str]]:
-        """For `atlas doctor`: what this bot may write, read, and never sees."""
-        home = "~ (granted)" if self.person_granted else f"{self.person} (empty but for grants)"
-        return {
-            "writable": [
-                str(p) for p in (() if self.read_only else (self.workspace, *self.writable))
-            ],
-            "readable": ["/ (read-only)", *map(str, self.readable), *map(str, self.runtime)],
-            "hidden": [home, str(self.atlas_home), str(self.vault), *map(str, self.hidden)],
-        }
+    def described(self) -> str:
+        """For `atlas doctor`: what this bot may write, read, and never sees (one line)."""
+        writable = [] if self.read_only else [self.workspace, *self.writable]
+        home = "granted" if self.person_granted else "empty but for grants"
+        programs = f"; Atlas's programs ({len(self.runtime)} folders)" if self.runtime else ""
+        present = [str(p) for p in self.hidden if p.exists()]
+        more = ", ".join(present[:4]) + ("..." if len(present) > 4 else "")
+        readable = "".join(f", {p}" for p in self.readable)
+        return (
+            f"writable: {', '.join(map(str, writable)) or 'nothing'}; "
+            f"readable: / less what is hidden{readable}{programs}; "
+            f"hidden: the Atlas home, the vault, your home {self.person} ({home}), "
+            f"/proc of other processes, {len(present)} more paths ({more})"
+        )
 
     # ---- what find_files skips, and hard links -------------------------------------------------
 
@@ -471,6 +477,13 @@ def _hidden_inodes(view: View) -> frozenset[tuple[int, int]] | None:
     _link_scans.clear()  # one view's walk kept at a time: they are big
     _link_scans[view] = (now, result)
     return result
+
+
+def doctor_lines(home: Home) -> list[tuple[str, bool, str]]:
+    """`atlas doctor`: each bot's view, one line each."""
+    return [
+        (f"view of {bot.name}", True, View.of(home, bot).described()) for bot in home.bots.values()
+    ]
 
 
 def person_readable() -> tuple[Path, ...]:
