@@ -183,12 +183,16 @@ class SandboxSettings(Strict):
     tmp_max_mb: int = Field(512, ge=1)  # size of its private /tmp (and of /dev/shm)
     cpu_weight: int = Field(50, ge=1, le=10000)  # against the daemon's 100
     workspace_max_mb: int = Field(10240, ge=1)  # a bot's workspace budget
+    # The person's home is empty in every bot's view but for these (atlas/sandbox/view.py).
+    readable: list[str] = Field(default_factory=list)  # granted read-only to every bot
+    writable: list[str] = Field(default_factory=list)  # granted writable to every bot
 
 
 class BotSandboxSettings(Strict):
     """A bot's own sandbox grants (bot.toml [sandbox])."""
 
     writable: list[str] = Field(default_factory=list)  # writable besides the workspace
+    readable: list[str] = Field(default_factory=list)  # readable in the emptied home
     hidden: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
 

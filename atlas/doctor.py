@@ -216,6 +216,10 @@ async def run_checks(root: Path, *, offline: bool = False) -> list[Check]:
         )
     )
     checks.append(await asyncio.to_thread(_sandbox_check, home))  # starts bwrap a few times
+    if home is not None:  # what each bot sees, writes and never sees (atlas/sandbox/view.py)
+        from atlas.sandbox.view import doctor_lines as view_lines
+
+        checks.extend(Check(*line) for line in view_lines(home))
     checks.extend(optional_checks(home))
     return checks
 

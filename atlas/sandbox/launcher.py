@@ -210,9 +210,17 @@ def _mounts(policy: SandboxPolicy) -> tuple[list[tuple[Path, list[str]]], list[P
     visible = [p for p, _ in bound]
     mounts = list(bound)
     hidden_dirs = []
-    for path in dict.fromkeys(map(_real, policy.hidden)):  # once each (/var/run is /run)
-        if not path.exists() or (_under(path, tmp) and not any(_under(path, v) for v in visible)):
-            continue  # nothing there, or already out of sight behind the private /tmp
+    hidden = list(dict.fromkeys(map(_real, policy.hidden)))  # once each (/var/run is /run)
+    # An emptied folder (the private /tmp, the person's home) hides what lies inside it: what
+    # is hidden there costs no mount, unless a visible path brings it back into sight.
+    covers = [tmp, *(path for path in hidden if path.is_dir())]
+    for path in hidden:
+        covered = any(path != c and _under(path, c) for c in covers)
+        on_the_way = path.is_dir() and any(path in v.parents for v in visible)
+        if not path.exists() or (
+            covered and not on_the_way and not any(_under(path, v) for v in visible)
+        ):
+            continue  # nothing there, or already out of sight
         if path.is_dir():
             mounts.append((path, ["--tmpfs", str(path)]))
             hidden_dirs.append(path)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Literal
 
 from atlas.errors import ToolError
+from atlas.sandbox.view import View
 
 if TYPE_CHECKING:
     from atlas.home import Home
@@ -91,6 +92,7 @@ class Fence:
     vault: Path
     bot: str
     workspace: Path
+    view: View  # what the bot sees: anything else is a missing file (atlas/sandbox/view.py)
 
     @classmethod
     def for_run(cls, run: RunContext) -> Fence:
@@ -99,6 +101,7 @@ class Fence:
             vault=resolved_root(vault_of(run.home)),
             bot=run.bot.name,
             workspace=resolved_root(run.bot.workspace),
+            view=View.of(run.home, run.bot),
         )
 
     def area(self, path: Path) -> Area:
@@ -170,9 +173,12 @@ class Fence:
             raise ToolError(reason)
 
     def open_file(self, path: Path, shown: str | None = None) -> tuple[BinaryIO, os.stat_result]:
-        """Open a resolved path for reading, once: not in the vault, no symlink followed on the
-        way, a regular file, no hard link into a fenced folder. Raises FileNotFoundError."""
+        """Open a resolved path for reading, once: in the bot's view, not in the vault, no
+        symlink followed on the way, a regular file, no hard link into a fenced folder. Raises
+        FileNotFoundError (a path the view hides is missing)."""
         shown = shown or str(path)
+        if not self.view.sees(path):
+            raise FileNotFoundError(errno.ENOENT, "no such file", shown)
         self.refuse_reading(path, shown)
         try:
             fd = open_resolved(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block
@@ -215,6 +221,11 @@ class Fence:
         their files under another name."""
         if st.st_nlink <= 1 or not stat.S_ISREG(st.st_mode):
             return
+        if self.view.hard_link_hidden(st, path):
+            raise ToolError(
+                f"{shown} is a hard link to a file this bot cannot see (or may be: the folders "
+                "it cannot see are too big to check); file tools do not read it"
+            )
         if self.area(path) not in ("workspace", "outside"):
             return  # the file itself is in the home: the gate judged that path
         fenced = fenced_inodes(self.home, self.vault)

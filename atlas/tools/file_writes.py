@@ -94,6 +94,16 @@ def check_read_and_unchanged(
 
 
 def existing_bytes(fence: Fence, path: Path, shown: str) -> bytes | None:
+    """The file's bytes, None when there is none. Writing where the bot cannot see happens only
+    once a person allowed it (the gate asks every time); a file already there is then not
+    replaced, since the bot could not have read it."""
+    if not fence.view.sees(path):
+        if os.path.lexists(path):
+            raise ToolError(
+                f"{shown} is outside what this bot can see: file tools cannot read it, so they "
+                "do not replace or edit it"
+            )
+        return None
     try:
         f, _ = fence.open_file(path, shown)
     except FileNotFoundError:

@@ -137,6 +137,8 @@ def _read_plain(
 
 
 def _open_existing(fence: Fence, path: Path, shown: str) -> tuple[BinaryIO, os.stat_result]:
+    if not fence.view.sees(path):  # before any stat: what is hidden says nothing of itself
+        raise ToolError(f"{shown}: no such file")
     if reason := blocking_reason(path, shown):
         raise ToolError(reason)
     try:

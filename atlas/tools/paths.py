@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import Field
 
 from atlas.errors import ToolError
+from atlas.sandbox.view import View
 from atlas.tools.fences import resolved_root
 from atlas.tools.registry import RunContext
 
@@ -15,11 +16,14 @@ PathArg = Annotated[str, Field(description="relative to the workspace, or absolu
 
 
 def resolve_path(run: RunContext, path: str) -> Path:
-    """The absolute path meant: `~` expanded, relative paths taken from the bot's workspace."""
+    """The absolute path meant: `~` expanded, relative paths taken from the bot's workspace,
+    resolved through the bot's view (atlas/sandbox/view.py): no link in a hidden place is
+    followed, and a hidden path stays hidden (the tools answer as for a missing file)."""
     if not path.strip():
         raise ToolError("path is empty")
     p = Path(path).expanduser()
-    return (p if p.is_absolute() else run.bot.workspace / p).resolve()
+    absolute = p if p.is_absolute() else run.bot.workspace / p
+    return View.of(run.home, run.bot).resolve(absolute)
 
 
 def shown_path(run: RunContext, resolved: Path) -> str:

@@ -153,6 +153,7 @@ class _FenceFilter:
 
     def globs(self, root: Path) -> list[str]:
         trees = self.fence.private_trees() if self.from_outside else [self.fence.vault]
+        trees += self.fence.view.hidden_below(root)  # not walked; results are checked anyway
         globs = []
         for tree in trees:
             if tree == root or not inside(tree, root):
@@ -166,9 +167,23 @@ class _FenceFilter:
     def keep(self, found: str) -> bool:
         known = self._seen.get(found)
         if known is None:
-            known = self._seen[found] = self._allowed(Path(os.path.normpath(self.cwd / found)))
+            path = Path(os.path.normpath(self.cwd / found))
+            if not self._in_view(path):
+                known = self._seen[found] = False  # not counted: it does not exist for the bot
+                return known
+            known = self._seen[found] = self._allowed(path)
             self.dropped += not known
         return known
+
+    def _in_view(self, path: Path) -> bool:
+        """The path as found, and the file it really is, both in the bot's view."""
+        view = self.fence.view
+        if not (view.sees(path) and view.sees(Path(os.path.realpath(path)))):
+            return False
+        try:
+            return not view.hard_link_hidden(path.stat(), path)
+        except OSError:
+            return True  # gone meanwhile: nothing of it is shown beyond what rg printed
 
     def _allowed(self, path: Path) -> bool:
         # The path as found and the file it really is: rg follows a symlink named as the
@@ -335,6 +350,8 @@ async def find_files(
     resolved = judged_path(run, "find_files", path)
     shown = shown_path(run, resolved)
     fence = Fence.for_run(run)
+    if not fence.view.sees(resolved):  # hidden: missing, whatever the pattern (no oracle)
+        raise ToolError(f"{shown}: no such file or folder")
     fence.refuse_reading(resolved, shown)
     is_dir = await asyncio.to_thread(resolved.is_dir)
     if not is_dir and not await asyncio.to_thread(resolved.exists):

@@ -6,7 +6,9 @@ dangerous patterns, which go to the guardian unless the mode is auto. A command 
 leave the sandbox is put to a person every time. File tools (read_file, write_file, edit_file,
 find_files, attach_file) never reach the vault; the Atlas home outside the bot's workspace is
 asked, its settings and databases are never written, memory and skills change only through their
-own tools; writes never reach system folders and ask before touching SSH configuration.
+own tools; writes never reach system folders, and a write anywhere else outside the bot's
+view (its workspace and granted folders) is asked every time. What the view hides
+(atlas/sandbox/view.py) is allowed to the tool, which answers as for a missing file.
 """
 
 from __future__ import annotations
@@ -162,10 +164,12 @@ class RuleGate(BaseGate):
             return Allow("the tool itself refuses this path", "arguments")
         note_judged_path(run, tool, raw_path, path)  # the tool opens this path, not a new lookup
         fence = Fence.for_run(run)
+        writing = tool in WRITING_TOOLS
+        if not writing and not fence.view.sees(path):  # the tool answers "no such file"
+            return Allow("outside the bot's view: the tool finds nothing there", "view:hidden")
         area = fence.area(path)
         if reason := fence.unreachable(path, str(path)):
             return Deny(reason, f"files:{area}")
-        writing = tool in WRITING_TOOLS
         if writing and (reason := write_refusal(area, str(path))):
             return Deny(reason, f"files:{area.removeprefix('own-')}")
         if area not in ("workspace", "outside"):
@@ -183,9 +187,15 @@ class RuleGate(BaseGate):
             return Allow("writing in the bot's workspace")
         if any(inside(path, root) for root in SYSTEM_ROOTS):
             return Deny(f"{path} is a system path; Atlas does not write there", "files:system")
-        if inside(path, (Path.home() / ".ssh").resolve()):
-            return Ask(f"{tool} wants to change SSH configuration: {path}. Allow?", "files:ssh")
-        return Allow("writing an ordinary file")
+        if fence.view.may_write(path):
+            return Allow("writing in a folder granted writable to this bot")
+        # The person's start-up files, autostart entries, units and tool configs run code
+        # later, unsandboxed: a write outside the view is theirs to allow, each time.
+        return Ask(
+            f"{tool} wants to write {path}, outside what this bot may write (its workspace"
+            f"{' and granted folders' if fence.view.writable else ''}). Allow this once?",
+            "sandbox:write-outside",
+        )
 
     def _several_paths(self, tool: str, paths: list[str], run: RunContext) -> Decision:
         """A call naming several files (reads, files, edits): each path judged as a call of its

@@ -259,7 +259,8 @@ async def test_a_link_in_the_workspace_does_not_turn_a_grant_elsewhere(person: H
         bot_toml.write('[sandbox]\nwritable = ["out"]\n')
     output = await sh(run_context(Home(person.root)), "echo '[Desktop Entry]' > out/evil.desktop")
     assert list((root / ".config" / "autostart").iterdir()) == []
-    assert "Read-only file system" in output
+    # Where the link leads is not in the view at all: the home is empty but for grants.
+    assert "No such file or directory" in output
 
 
 @pytest.mark.parametrize("place", [".colima/default/docker.sock", ".lima/vm/sock/ssh.sock"])
@@ -284,12 +285,6 @@ async def test_a_container_socket_in_the_home_is_not_reachable(person: Home, pla
     assert accepted == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (docs/sandbox.md, red team): the kernel detaches a mount in other namespaces when "
-    "the file under it is renamed over, so a command running while git, npm or gh rewrite a "
-    "hidden file sees the new one",
-)
 async def test_a_hidden_file_replaced_while_a_command_runs_stays_hidden(person: Home) -> None:
     root, ready = person.root.parent, person.main_bot.workspace / "ready"
     command = "touch ready; while [ ! -e go ]; do sleep 0.05; done; cat ~/.netrc; true"
@@ -335,7 +330,7 @@ async def test_a_link_in_a_granted_folder_does_not_turn_a_grant_inside_it_elsewh
         run_context(home), "echo x > ~/projects/app/evil.desktop; touch ~/projects/ok"
     )
     assert list((root / ".config" / "autostart").iterdir()) == []
-    assert "Read-only file system" in output and (root / "projects" / "ok").exists()
+    assert "No such file or directory" in output and (root / "projects" / "ok").exists()
 
 
 async def test_what_is_hidden_in_a_granted_folder_cannot_be_moved_out_of_hiding(

@@ -262,7 +262,8 @@ async def test_writes_refuse_system_paths_and_home_settings_and_ask_for_ssh(
     asked: list[str] = []
     run.ask = answering(DENY, asked)
     decision = await judge(gate, run, "write_file", path="~/.ssh/config", content="Host *")
-    assert isinstance(decision, Deny) and "SSH" in asked[0]
+    assert isinstance(decision, Deny) and str(tmp_path / "person" / ".ssh" / "config") in asked[0]
+    assert decision.rule == "sandbox:write-outside"  # outside the view: asked every time
     assert isinstance(await judge(gate, run, "write_file", path="notes.md", content="x"), Allow)
 
 
