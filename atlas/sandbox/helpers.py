@@ -195,6 +195,12 @@ async def _driver_overrides(git: str, folder: Path) -> list[str]:
     return overrides
 
 
+def inside_repository(folder: Path) -> bool:
+    """Whether git would find a repository from `folder`: a `.git` in it or above it (git's own
+    search, without starting git; the environment names no GIT_DIR)."""
+    return any((place / ".git").exists() for place in (folder, *folder.parents))
+
+
 async def run_git(
     home: Home,
     bot: Bot | None,
@@ -203,15 +209,18 @@ async def run_git(
     *,
     timeout: float = HELPER_SECONDS,
     stdout: bool = True,
+    reads_contents: bool = True,
 ) -> HelperResult:
     """`git -C folder ARGS` with every hook off, in the sandbox of `bot` where one serves
-    (returncode 127 when git is not installed)."""
+    (returncode 127 when git is not installed). `reads_contents=False` (check-ignore, ls-files)
+    says git reads no file's content, so no filter or diff driver could run: on the host, the
+    repository's drivers need not be looked up."""
     git = git_binary()
     if git is None:
         return HelperResult(127, b"", b"git is not installed")
     argv = [git, *SAFE_GIT, "-C", str(folder), *args]
     launch = await helper_launch(home, bot, argv, folder)
-    if not launch.sandboxed:
+    if not launch.sandboxed and reads_contents:
         overrides = await _driver_overrides(git, folder)
         argv = [git, *SAFE_GIT, *overrides, "-C", str(folder), *args]
         launch = replace(launch, argv=argv)
@@ -224,6 +233,7 @@ __all__ = [
     "HelperResult",
     "helper_env",
     "helper_launch",
+    "inside_repository",
     "run_git",
     "run_helper",
 ]

@@ -6,10 +6,11 @@ them (docs/tools.md, find_files).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
-from atlas.sandbox.helpers import run_git
+from atlas.sandbox.helpers import inside_repository, run_git
 from atlas.tools.registry import RunContext
 
 GIT_TIMEOUT_S = 5.0
@@ -43,12 +44,21 @@ def _inside_hidden(run: RunContext, resolved: Path) -> bool:
     return any(p.startswith(".") and p not in (".", "..") for p in _parts(run, resolved))
 
 
+def _may_be_ignored(resolved: Path, folder: Path) -> bool:
+    top = resolved == folder and (folder / ".git").exists()
+    return not top and inside_repository(folder)
+
+
 async def _git_ignored(run: RunContext, resolved: Path, folder: Path) -> bool:
     """Whether git ignores the searched path. git runs in the bot's sandbox with every hook off
-    (atlas/sandbox/helpers.py): the repository's config is the bot's to write."""
+    (atlas/sandbox/helpers.py): the repository's config is the bot's to write. Outside any
+    repository, or for a repository's top folder (never ignored: the common `path="."`), git
+    is not started (a sandbox's start is most of its cost)."""
+    if not await asyncio.to_thread(_may_be_ignored, resolved, folder):
+        return False
     done = await run_git(
         run.home, run.bot, folder, ["check-ignore", "-q", "--", str(resolved)],
-        timeout=GIT_TIMEOUT_S, stdout=False,
+        timeout=GIT_TIMEOUT_S, stdout=False, reads_contents=False,
     )  # fmt: skip
     return done.returncode == 0
 
