@@ -6,18 +6,20 @@ of its own from this packet: the goal, what was done, the diff so far, the open 
 the last messages (docs/executors.md, Delegating).
 
 The diff is read with git in the task's folder. A folder the harness wrote to is not trusted:
-its `.git/config` could name filters or a diff program that git would run, so git runs inside
-the sandbox with nothing writable and no network (or, with the sandbox turned off, with the
-external diff, text conversion and fsmonitor turned off).
+its `.git/config` could name hooks, filters or a diff program that git would run, so git runs
+as every helper over a bot's files does (atlas/sandbox/helpers.py): inside the sandbox with
+nothing writable and no network, every hook off (or, with no sandbox, on the host with every
+hook and driver off and a scrubbed environment).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from atlas.sandbox.helpers import run_git
 
 if TYPE_CHECKING:
     from atlas.home import Home
@@ -28,17 +30,6 @@ DIFF_CHARS = 20_000  # of the diff in a packet; the stat is always whole
 GIT_SECONDS = 20.0
 LAST_MESSAGES = 6
 DONE_ITEMS = 40
-SAFE_GIT = [
-    "git",
-    "--no-pager",
-    "-c",
-    "core.fsmonitor=false",
-    "-c",
-    "core.untrackedCache=false",
-    "-c",
-    "diff.external=",
-    "--no-optional-locks",
-]
 
 
 @dataclass
@@ -98,50 +89,14 @@ async def diff_stat(home: Home, folder: Path) -> str:
 
 
 async def _git(home: Home, folder: Path, args: list[str]) -> str:
-    argv = [*SAFE_GIT, *args]
     try:
-        if home.settings.sandbox.enabled:
-            argv = await asyncio.to_thread(_sandboxed, home, folder, argv)
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            cwd=folder,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=_git_env(),
-        )
-        try:
-            out, err = await asyncio.wait_for(process.communicate(), GIT_SECONDS)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
-            return ""
-    except Exception as exc:  # the packet goes without a diff rather than not at all
+        done = await run_git(home, None, folder, args, timeout=GIT_SECONDS)
+    except OSError as exc:  # the packet goes without a diff rather than not at all
         log.warning("handoff: git %s in %s failed: %s", args[0], folder, exc)
         return ""
-    if process.returncode != 0:
-        log.debug("handoff: git %s in %s: %s", args[0], folder, err.decode(errors="replace"))
+    if done.returncode != 0:
+        log.debug(
+            "handoff: git %s in %s: %s", args[0], folder, done.stderr.decode(errors="replace")
+        )
         return ""
-    return out.decode("utf-8", errors="replace")
-
-
-def _git_env() -> dict[str, str]:
-    import os
-
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TZ")}
-    return env | {"GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
-
-
-def _sandboxed(home: Home, folder: Path, argv: list[str]) -> list[str]:
-    from atlas.sandbox.launcher import SandboxPolicy, sandbox_argv
-    from atlas.sandbox.policy import person_readable, standard_hidden
-
-    policy = SandboxPolicy(
-        workspace=folder,
-        hidden=tuple(standard_hidden(home)),
-        read_only=True,
-        env=_git_env(),
-        cwd=folder,
-        readable=tuple(person_readable()),
-    )
-    return sandbox_argv(argv, policy)
+    return done.stdout.decode("utf-8", errors="replace")

@@ -112,7 +112,16 @@ def _converter() -> MarkItDown:
         if _markitdown is None:
             from markitdown import MarkItDown  # heavy (~2 s): only when a document is read
 
-            _markitdown = MarkItDown(enable_plugins=False)
+            # exiftool_path "" (not None): markitdown would otherwise look for exiftool in
+            # $EXIFTOOL_PATH and the usual folders and run it, on the host, over any document
+            # its content sniffer takes for an image or a sound (a .pdf that is a JPEG).
+            # Plugins off: nothing installed beside Atlas joins in. Conversion then runs no
+            # program (docs/sandbox.md, Helpers Atlas runs for a bot).
+            _markitdown = MarkItDown(enable_plugins=False, exiftool_path="")
+            from PIL import EpsImagePlugin  # markitdown's pptx reader loads Pillow anyway
+
+            # Pillow runs Ghostscript to load an EPS image (one inside a slide deck, say).
+            EpsImagePlugin.gs_binary = False
         return _markitdown
 
 

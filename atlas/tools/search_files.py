@@ -21,6 +21,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from atlas.errors import ToolError
+from atlas.sandbox.helpers import helper_env
 from atlas.tools.documents import DOCUMENT_SUFFIXES, cached_markdown_file, is_document
 from atlas.tools.fences import UNREACHABLE_AREAS, Fence, fenced_inodes, inside
 from atlas.tools.paths import judged_path, shown_path
@@ -104,8 +105,10 @@ async def _run_rg(
     rg: str, args: list[str], cwd: Path, deadline: float, on_line: Callable[[str], None]
 ) -> tuple[bool, str]:
     """Runs rg until done or the deadline; returns (stopped, stderr)."""
+    # On the host (it must see what the file tools see; every result is checked against the
+    # fence), with no config file and a scrubbed environment: rg then runs no program.
     proc = await asyncio.create_subprocess_exec(
-        rg, "--no-config", *args, cwd=cwd, limit=4 * 2**20,
+        rg, "--no-config", *args, cwd=cwd, env=helper_env(), limit=4 * 2**20,
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert proc.stdout is not None and proc.stderr is not None

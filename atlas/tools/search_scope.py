@@ -7,10 +7,10 @@ them (docs/tools.md, find_files).
 from __future__ import annotations
 
 import asyncio
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from atlas.sandbox.helpers import inside_repository, run_git
 from atlas.tools.registry import RunContext
 
 GIT_TIMEOUT_S = 5.0
@@ -44,27 +44,30 @@ def _inside_hidden(run: RunContext, resolved: Path) -> bool:
     return any(p.startswith(".") and p not in (".", "..") for p in _parts(run, resolved))
 
 
-async def _git_ignored(resolved: Path, folder: Path) -> bool:
-    git = shutil.which("git")
-    if git is None:
+def _may_be_ignored(resolved: Path, folder: Path) -> bool:
+    top = resolved == folder and (folder / ".git").exists()
+    return not top and inside_repository(folder)
+
+
+async def _git_ignored(run: RunContext, resolved: Path, folder: Path) -> bool:
+    """Whether git ignores the searched path. git runs in the bot's sandbox with every hook off
+    (atlas/sandbox/helpers.py): the repository's config is the bot's to write. Outside any
+    repository, or for a repository's top folder (never ignored: the common `path="."`), git
+    is not started (a sandbox's start is most of its cost)."""
+    if not await asyncio.to_thread(_may_be_ignored, resolved, folder):
         return False
-    proc = await asyncio.create_subprocess_exec(
-        git, "-C", str(folder), "check-ignore", "-q", "--", str(resolved),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    done = await run_git(
+        run.home, run.bot, folder, ["check-ignore", "-q", "--", str(resolved)],
+        timeout=GIT_TIMEOUT_S, stdout=False, reads_contents=False,
     )  # fmt: skip
-    try:
-        return await asyncio.wait_for(proc.wait(), GIT_TIMEOUT_S) == 0
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        return False
+    return done.returncode == 0
 
 
 async def scope_flags(run: RunContext, resolved: Path, is_dir: bool, file_type: str) -> list[str]:
     """Hidden and ignored files are skipped, unless the search starts inside such a folder;
     `file_type` is one of rg's types (`rg --type-list`)."""
     flags = ["--hidden"] if _inside_hidden(run, resolved) else []
-    if await _git_ignored(resolved, resolved if is_dir else resolved.parent):
+    if await _git_ignored(run, resolved, resolved if is_dir else resolved.parent):
         flags.append("--no-ignore")
     return [*flags, f"--type={file_type}"] if file_type else flags
 
