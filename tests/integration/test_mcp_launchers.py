@@ -129,3 +129,18 @@ async def test_a_missing_launcher_says_what_to_install(quiet_home: Home, tmp_pat
         assert "uvx is not installed" in error and "install uv" in error, error
     finally:
         await manager.stop()
+
+
+async def test_doctor_starts_each_server_once_and_says_why_one_did_not(
+    quiet_home: Home, tmp_path: Path
+) -> None:
+    from atlas.doctor import run_checks
+
+    servers = {
+        "notes": {"command": sys.executable, "args": [str(FAKE_SERVER)]},
+        "py": {"command": "uvx", "args": ["some-server"], "env": {"PATH": str(tmp_path)}},
+    }
+    (quiet_home.root / "mcp.json").write_text(json.dumps({"mcpServers": servers}))
+    checks = {c.name: c for c in await run_checks(quiet_home.root, offline=True)}
+    assert checks["mcp notes"].ok and "tool(s)" in checks["mcp notes"].detail
+    assert not checks["mcp py"].ok and "uvx is not installed" in checks["mcp py"].detail
