@@ -44,6 +44,9 @@ class Launcher:
                 "npm_config_cache": str(data / ".npm"),
                 "npm_config_prefix": str(data / ".npm-global"),
                 "npm_config_update_notifier": "false",
+                # What the cache holds is used without asking the registry: the next start
+                # needs no network (npx would otherwise revalidate, and retry for minutes).
+                "npm_config_prefer_offline": "true",
             }
         if self.name == "uvx":
             return {

@@ -85,6 +85,23 @@ async def test_npx_installs_from_its_registry_while_installing_only(
 
 
 @pytest.mark.skipif(shutil.which("npx") is None, reason="npx (Node.js) is not installed")
+async def test_the_second_start_needs_no_registry(quiet_home: Home) -> None:
+    async with serve_registry() as registry:
+        entry = npx_entry(registry)
+        manager = await started(quiet_home, {"notes": entry})
+        await manager.stop()
+        assert manager.status()[0].tools, "the first start (with the registry) failed"
+    # The registry is gone: the package comes from the server's folder.
+    manager = await started(quiet_home, {"notes": entry})
+    try:
+        status = manager.status()[0]
+        assert status.state == "ready", status.error
+        assert await call(manager, quiet_home, "mcp__notes__echo", text="again") == "again"
+    finally:
+        await manager.stop()
+
+
+@pytest.mark.skipif(shutil.which("npx") is None, reason="npx (Node.js) is not installed")
 async def test_an_unknown_launcher_is_refused_the_registry_and_told_which_setting(
     quiet_home: Home, registry: FakeRegistry
 ) -> None:
