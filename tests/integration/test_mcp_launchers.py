@@ -28,6 +28,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 FAKE_SERVER = Path(__file__).resolve().parent.parent / "fakes" / "mcp_server.py"
+FAKE_LAUNCHERS = FAKE_SERVER.parent / "launchers"
 FAST = McpTimeouts(connect=30.0, call=10.0, ping_interval=5.0, ping=5.0, retry_base=30.0)
 CONFIG = BASE_CONFIG.format(base_url="http://127.0.0.1:9/v1") + (
     '\n[web]\nallow_private = ["127.0.0.2"]\n\n[sandbox]\nallowed_domains = []\n'
@@ -161,3 +162,20 @@ async def test_doctor_starts_each_server_once_and_says_why_one_did_not(
     checks = {c.name: c for c in await run_checks(quiet_home.root, offline=True)}
     assert checks["mcp notes"].ok and "tool(s)" in checks["mcp notes"].detail
     assert not checks["mcp py"].ok and "uvx is not installed" in checks["mcp py"].detail
+
+
+async def test_a_uvx_server_installs_from_the_index_its_env_names(
+    quiet_home: Home, registry: FakeRegistry
+) -> None:
+    """A stand-in `uvx` (tests/fakes/launchers/uvx): the proxy's decision is what is tested."""
+    env = {"UV_DEFAULT_INDEX": registry.url, "FAKE_MCP_PYTHON": sys.executable}
+    entry = {"command": str(FAKE_LAUNCHERS / "uvx"), "args": ["fake-notes"], "env": env}
+    manager = await started(quiet_home, {"py": entry})
+    try:
+        status = manager.status()[0]
+        assert status.state == "ready", status.error
+        assert registry.requests == ["/files/mcp_server.py"]
+    finally:
+        await manager.stop()
+    cached = server_data_dir(quiet_home, "py") / ".cache" / "uv" / "fake-notes" / "server.py"
+    assert cached.is_file()
