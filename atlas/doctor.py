@@ -206,6 +206,10 @@ async def run_checks(root: Path, *, offline: bool = False) -> list[Check]:
         from atlas.executors.checks import executor_checks
 
         checks.extend(Check(*line) for line in await executor_checks(home))
+        # Each server of mcp.json started once, as the daemon would (atlas/mcp/doctor_checks.py).
+        from atlas.mcp.doctor_checks import mcp_checks
+
+        checks.extend(Check(*line) for line in await mcp_checks(home))
     rg = find_rg()
     checks.append(
         Check(

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from atlas.errors import ConfigError
 
@@ -70,6 +70,17 @@ class StdioServer(_Server):
     cwd: str | None = None  # relative to the home folder
     # Runs in the bubblewrap sandbox (atlas/mcp/launch.py); false is the person's opt-out.
     sandbox: StrictBool = True
+    # Hosts this server may reach through the proxy besides [sandbox] allowed_domains (sandboxed).
+    allowed_domains: list[str] = Field(default_factory=list)
+
+    @field_validator("allowed_domains")
+    @classmethod
+    def _domains(cls, value: list[str]) -> list[str]:
+        from atlas.sandbox.proxy_protocol import normalise_pattern
+
+        for pattern in value:
+            normalise_pattern(pattern)  # ValueError names the entry
+        return value
 
     def expanded(self, home_root: Path, environ: Mapping[str, str] = os.environ) -> StdioServer:
         """A copy with `${VAR}` expanded and `cwd` made absolute; raises ConfigError."""

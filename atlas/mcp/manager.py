@@ -30,7 +30,10 @@ from atlas.mcp.config import (
     mcp_config_path,
 )
 from atlas.mcp.launch import stdio_parameters
+from atlas.mcp.launchers import ProgramMissing
+from atlas.mcp.refusals import explain_refusals
 from atlas.mcp.tools import McpTool, make_tool, registry_with_mcp, to_tool_result
+from atlas.sandbox.egress_watch import ChannelWatch
 from atlas.tools.registry import RunContext, Tool, ToolRegistry, ToolResult
 
 if TYPE_CHECKING:
@@ -98,6 +101,7 @@ class _Link:
     settled: asyncio.Event = field(default_factory=asyncio.Event)  # first attempt done
     connected: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    egress: ChannelWatch | None = None  # this attempt's proxy channel: extra hosts, refusals
 
     @property
     def name(self) -> str:
@@ -109,7 +113,8 @@ def _describe(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     message = str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {message}" if not isinstance(exc, _Lost) else message
+    plain = isinstance(exc, _Lost | ProgramMissing)  # already in Atlas's words
+    return message if plain else f"{type(exc).__name__}: {message}"
 
 
 def _log_tail(path: Path, lines: int = 5) -> str:
@@ -340,6 +345,8 @@ class McpManager:
 
     def _failure_message(self, link: _Link, exc: Exception) -> str:
         message = link.lost or _describe(exc)
+        if link.egress is not None and link.egress.refusals:
+            message = f"{explain_refusals(link.server, link.egress.refusals)}\n  ({message})"
         if isinstance(link.server, StdioServer):
             tail = _log_tail(self.logs_dir / f"{link.name}.log")
             if tail:
@@ -352,13 +359,16 @@ class McpManager:
 
         server = link.server.expanded(self.home.root)
         async with contextlib.AsyncExitStack() as stack:
-            read, write = await stack.enter_async_context(self._transport(server))
+            read, write = await stack.enter_async_context(self._transport(link, server))
             session = await stack.enter_async_context(
                 ClientSession(read, write, message_handler=self._message_handler(link))
             )
             with _deadline(self.timeouts.connect, "the MCP handshake"):
                 await session.initialize()
                 await self._list(link, server, session)
+            if link.egress is not None and isinstance(server, StdioServer):
+                # Installed and answering: the launcher's registries are no longer needed.
+                link.egress.also_allowed = tuple(server.allowed_domains)
             link.session, link.state, link.error, link.next_attempt = session, "ready", None, None
             link.connected.set()
             link.settled.set()
@@ -370,7 +380,7 @@ class McpManager:
                 link.connected.clear()
 
     @contextlib.asynccontextmanager
-    async def _transport(self, server: McpServer) -> AsyncIterator[tuple[Any, Any]]:
+    async def _transport(self, link: _Link, server: McpServer) -> AsyncIterator[tuple[Any, Any]]:
         if isinstance(server, HttpServer):
             import httpx2
             from mcp.client.streamable_http import streamable_http_client
@@ -386,9 +396,12 @@ class McpManager:
 
         # The server's stderr goes to a file: in `atlas chat` it would write over the terminal.
         errlog = await asyncio.to_thread(self._open_log, server.name)
+        link.egress = ChannelWatch()
         try:
             async with (
-                stdio_parameters(self.home, server) as params,  # in the sandbox, unless opted out
+                stdio_parameters(
+                    self.home, server, link.egress
+                ) as params,  # in the sandbox, unless opted out
                 stdio_client(params, errlog=errlog) as streams,
             ):
                 yield streams

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from atlas.config import DEFAULT_ALLOWED_DOMAINS
+from atlas.sandbox.egress_watch import ChannelWatch
 from atlas.sandbox.proxy_protocol import (
     ProxyRefusal,
     answer,
@@ -81,12 +82,14 @@ class EgressProxy:
             self._temporary_dir = None
 
     @contextlib.asynccontextmanager
-    async def channel(self, ask: DomainAsker | None) -> AsyncIterator[Path]:
+    async def channel(
+        self, ask: DomainAsker | None, watch: ChannelWatch | None = None
+    ) -> AsyncIterator[Path]:
         """A Unix socket (mode 0600) for one command; closed, with every connection through
         it, when the block ends."""
         await self.start()
         path = self.runtime_dir / f"{secrets.token_hex(6)}.sock"
-        channel = _Channel(self, ask, path)
+        channel = _Channel(self, ask, path, watch)
         await channel.open()
         self._channels.add(channel)
         try:
@@ -99,8 +102,10 @@ class EgressProxy:
 class _Channel:
     """One command's socket: its connections, and the person's answers about hosts."""
 
-    def __init__(self, proxy: EgressProxy, ask: DomainAsker | None, path: Path) -> None:
-        self.proxy, self.ask, self.path = proxy, ask, path
+    def __init__(
+        self, proxy: EgressProxy, ask: DomainAsker | None, path: Path, watch: ChannelWatch | None
+    ) -> None:
+        self.proxy, self.ask, self.path, self.watch = proxy, ask, path, watch
         self.allowed, self.policy, self.resolver = proxy.allowed, proxy.policy, proxy.resolver
         self.server: asyncio.Server | None = None
         self.connections: set[asyncio.Task[None]] = set()
@@ -127,6 +132,7 @@ class _Channel:
         assert task is not None
         self.connections.add(task)
         upstream: asyncio.StreamWriter | None = None
+        request = None
         try:
             if self.closed:
                 return
@@ -142,6 +148,8 @@ class _Channel:
             upstream.write(request.head + request.leftover)
             await splice((reader, writer), (up_reader, upstream))
         except ProxyRefusal as refusal:
+            if self.watch is not None and request is not None:
+                self.watch.refusals.append((request.host, request.port, refusal.reason))
             await _refuse(reader, writer, refusal)
         except ConnectionError:
             pass
@@ -157,7 +165,8 @@ class _Channel:
 
     async def _decide(self, host: str, port: int) -> None:
         """Raise a 403 unless `host` is listed or the person allows it (asked once)."""
-        if on_allow_list(host, self.allowed):
+        extra = tuple(normalise_pattern(p) for p in self.watch.also_allowed) if self.watch else ()
+        if on_allow_list(host, self.allowed) or (extra and on_allow_list(host, extra)):
             if host not in self.listed_seen:
                 self.listed_seen.add(host)
                 log.info("egress %s:%d allowed (on the allow-list)", host, port)
