@@ -34,6 +34,7 @@ from atlas.trust.parser.parse_extras import (
 )
 from atlas.trust.parser.parse_types import SUBSTITUTION, Part, Upstream, Word
 from atlas.trust.parser.parse_words import named_binary, operands_of, rejoined
+from atlas.trust.parser.shell_state import cd_through_cdpath
 from atlas.trust.parser.wrappers import name_of, unwrap
 
 if TYPE_CHECKING:
@@ -191,6 +192,7 @@ class CommandJudge:
         if head.taint & {"computed", "unknown", "fetched"} or head.text.startswith("$"):
             reason = "fetched-code" if "fetched" in head.taint else "computed-command"
             analysis.note(f"{reason}: the command's name is only known when the line runs")
+        words = cd_through_cdpath(words, walker.scope.variables)  # `CDPATH=../..; cd vault`
         everything = words + redirect_words
         part = Part(
             [w.text for w in everything],
