@@ -82,3 +82,44 @@ def git_config_setting(words: list[str]) -> tuple[str, str] | None:
             return None
         operands = operands[1:]
     return (operands[0], operands[1]) if len(operands) >= 2 else None
+
+
+GDB_COMMAND_OPTIONS = {"-ex", "--ex", "-eval-command", "--eval-command", "-iex", "--iex",
+                       "-init-eval-command", "--init-eval-command"}  # fmt: skip
+GDB_PYTHON = re.compile(r"(?:python|python-interactive|pi|py)\s+(.+)", re.S)
+GDB_FOREIGN = re.compile(r"(?:guile|gu|guile-repl|gr)\b")
+GDB_INFERIOR_CALL = re.compile(r"(?:call|print|p|output)\s.{0,200}\b(?:system|exec\w*|popen)\s*\(")
+
+
+def gdb_commands(words: list[str]) -> list[str]:
+    """The commands given to gdb on its line (`-ex CMD`, `--eval-command=CMD`)."""
+    found: list[str] = []
+    for index, word in enumerate(words[1:], start=1):
+        option, equals, value = word.partition("=")
+        if option in GDB_COMMAND_OPTIONS:
+            if equals:
+                found.append(value)
+            elif index + 1 < len(words):
+                found.append(words[index + 1])
+    return found[:64]
+
+
+def gdb_escapes(command: str) -> tuple[str, str] | None:
+    """What one gdb command runs outside gdb: ("shell", line), ("python", code), or
+    ("opaque", why) for code not read here; None for a gdb command that stays inside gdb."""
+    text = command.strip()
+    for prefix in ("shell ", "!"):
+        if text.startswith(prefix):
+            return "shell", text[len(prefix) :]
+    if text.startswith(("pipe ", "|")):  # `pipe CMD | SHELL`, `| CMD | SHELL`
+        rest = text[5:] if text.startswith("pipe ") else text[1:]
+        _, bar, shell = rest.partition("|")
+        return ("shell", shell) if bar else None
+    found = GDB_PYTHON.fullmatch(text)
+    if found:
+        return "python", found.group(1)
+    if GDB_FOREIGN.match(text):
+        return "opaque", "gdb runs Guile code, which is not read here"
+    if GDB_INFERIOR_CALL.match(text):
+        return "opaque", "gdb calls system() or exec in the program it debugs"
+    return None

@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING
 
 from tree_sitter import Node
 
-from atlas.trust.parser.escapes import ED, SQL_PIPES, client_commands, ed_commands
+from atlas.trust.parser.escapes import (
+    ED,
+    SQL_PIPES,
+    client_commands,
+    ed_commands,
+    gdb_commands,
+    gdb_escapes,
+)
 from atlas.trust.parser.interpreters import (
     code_parts,
     inline_code,
@@ -262,6 +269,8 @@ class CommandJudge:
             self.analysis.note(f"opaque-code: {foreign[0]} runs code in a language not read here")
         if heredoc is not None or upstream is not None:
             self._escapes_on_input(head, heredoc, upstream, wrappers)
+        if head == "gdb":
+            self._gdb(part.words, wrappers)
         language = language_of(head)
         if head == "eval":
             rest = words[2:] if words[1:2] and words[1].text == "--" else words[1:]
@@ -297,6 +306,19 @@ class CommandJudge:
                 self._taint_note(words[index].taint, head)  # bash <(curl …)
             return
         self._feeds_shell(head, language, heredoc, fed, upstream, wrappers)
+
+    def _gdb(self, words: list[str], wrappers: list[str]) -> None:
+        """gdb's `-ex 'shell CMD'`, `'| CMD | SHELL'`, `'python CODE'`, `'call system(…)'`."""
+        for command in gdb_commands(words):
+            for line in command.split("\n")[:64]:
+                found = gdb_escapes(line)
+                if found is None:
+                    continue
+                kind, text = found
+                if kind == "opaque":
+                    self.analysis.note(f"opaque-code: {text}")
+                else:
+                    self._code(kind, text, wrappers + ["gdb"])
 
     def _escapes_on_input(
         self, head: str, heredoc: str | None, upstream: Upstream | None, wrappers: list[str]
