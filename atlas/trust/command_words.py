@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from atlas.trust.parser.interpreters import interpreter_of
+from atlas.trust.parser.parameters import expand_braced
 from atlas.trust.parser.parse_types import SUBSTITUTION, Part
 from atlas.trust.parser.parse_words import is_redirect
 
@@ -25,7 +26,16 @@ WRITERS = {"cp", "mv", "tee", "install", "ln", "rsync", "truncate", "touch", "rm
 SHELL_RC = {
     ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv",
     ".zprofile", ".zlogin", ".kshrc", ".cshrc", ".tcshrc", ".inputrc", ".gitconfig",
+    # read and acted on by other programs at their start: aliases, options that upload or
+    # load code, X and session start-up, editors' and multiplexers' start-up files
+    ".bash_aliases", ".curlrc", ".wgetrc", ".npmrc", ".yarnrc", ".pypirc", ".pam_environment",
+    ".xprofile", ".xinitrc", ".xsession", ".xsessionrc", ".vimrc", ".exrc", ".tmux.conf",
+    ".screenrc", ".mailcap", "sitecustomize.py", "usercustomize.py",
 }  # fmt: skip
+# Folders whose files run at log-in, at a program's start or as services: persistence.
+PERSISTENCE_DIRS = ("/.config/git/", "/.config/systemd/", "/.local/share/systemd/",
+                    "/.config/autostart/", "/.config/environment.d/", "/.config/fish/",
+                    "/.config/nvim/", "/.config/containers/systemd/", "/.git/hooks/")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,7 @@ class Context:
     workspace: str | None = None  # the bot's workspace: the one place in the home commands use
     vault: str | None = None  # the vault, when it lies outside the home
     lost: bool = False  # a `cd` to a folder only known at run time: relative paths are unknown
+    oldpwd: Path | None = None  # the folder before the line's last `cd` (`cd -`, `$OLDPWD`)
 
 
 # ---------------------------------------------------------------- paths
@@ -58,16 +69,6 @@ BRACED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-=?+])([^}]*)|[^}]*)\}"
 BARE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*|[0-9@*#?!$-])")  # and $1, $@, $*…
 
 
-def _parameter(known: dict[str, str], match: re.Match[str]) -> str:
-    name, operator, word = match.group(1), match.group(2) or "", match.group(3) or ""
-    value = known.get(name)
-    if operator.endswith("+"):
-        return word if value else ""
-    if value is None:  # unknown: its default if one is given, else (as far as we know) empty
-        return word if operator and not operator.endswith("?") else match.group(0)
-    return value
-
-
 def expand(word: str, context: Context) -> str:
     """A word as the path it names: `~`, `$HOME`, `${HOME}`, `${HOME:-x}` and $ATLAS_HOME spelled
     out (other variables the parser could not resolve are left as they are)."""
@@ -76,8 +77,12 @@ def expand(word: str, context: Context) -> str:
         known["PWD"] = str(context.cwd)
         if word == "~+" or word.startswith("~+/"):
             word = "$PWD" + word[2:]
+    if context.oldpwd is not None:  # `$OLDPWD`, `~-`: where the line's last `cd` left
+        known["OLDPWD"] = str(context.oldpwd)
+        if word == "~-" or word.startswith("~-/"):
+            word = "$OLDPWD" + word[2:]
     if "$" in word:
-        word = BRACED.sub(lambda m: _parameter(known, m), word)
+        word = expand_braced(word, known)  # `${PWD%/bots/*}`, `${PWD:0:1}`: evaluated
         word = BARE.sub(lambda m: known.get(m.group(1), m.group(0)), word)
     if word == "~" or word.startswith("~/"):
         word = context.user_home + word[1:]
@@ -139,6 +144,8 @@ def is_sensitive(path: str, context: Context) -> bool:
         or name in SHELL_RC
         or name == ".env"
         or name.startswith(".env.")
+        or name.endswith(".pth")  # Python runs the import lines of every .pth at its start
+        or any(folder in path + "/" for folder in PERSISTENCE_DIRS)
     )
 
 
@@ -183,12 +190,15 @@ def sensitive_write(part: Part, context: Context) -> str | None:
             candidates.append(word)
     head = part.head
     args = arguments(part)
+    target_folder = target_directory(part)
+    if target_folder is not None:  # `cp -t /etc/cron.d x`, `tar -C /etc -x`, `unzip -d /etc`
+        candidates.append(target_folder)
     if head == "cp" and args:
         candidates.append(args[-1])
-    elif head in WRITERS and head != "cp":
+    elif (head in WRITERS and head != "cp") or head == "sponge":  # sponge: `… | sponge FILE`
         candidates.extend(args)
-    elif head in ("sed", "perl") and any(w.startswith(("-i", "--in-place")) for w in words):
-        candidates.extend(args[1:])
+    elif head in ("sed", "gsed", "perl") and edits_in_place(part):
+        candidates.extend(args[1:] if head != "perl" or "-e" not in words else args)
     for word in words:
         if word.startswith("of="):
             candidates.append(word[3:])
@@ -197,6 +207,61 @@ def sensitive_write(part: Part, context: Context) -> str | None:
         if is_sensitive(path, context):
             return candidate
     return None
+
+
+TARGET_OPTIONS = {
+    "cp": ("-t", "--target-directory"), "mv": ("-t", "--target-directory"),
+    "install": ("-t", "--target-directory"), "ln": ("-t", "--target-directory"),
+    "tar": ("-C", "--directory"), "unzip": ("-d",), "bsdtar": ("-C", "--directory"),
+    "cpio": ("-D", "--directory"), "7z": (), "rsync": (),
+}  # fmt: skip
+
+
+def target_directory(part: Part) -> str | None:
+    """The folder a command writes into when an option names it (`-t DIR`, `-tDIR`,
+    `--target-directory=DIR`; tar's `-C DIR` when it extracts)."""
+    names = TARGET_OPTIONS.get(part.head, ())
+    if not names:
+        return None
+    if part.head in ("tar", "bsdtar") and not _tar_extracts(part.words):
+        return None
+    words = part.words
+    for index, word in enumerate(words[1:], start=1):
+        for name in names:
+            if word == name and index + 1 < len(words):
+                return words[index + 1]
+            if name.startswith("--") and word.startswith(name + "="):
+                return word.split("=", 1)[1]
+            if not name.startswith("--") and word.startswith(name) and len(word) > len(name):
+                return word[len(name) :]
+    return None
+
+
+def _tar_extracts(words: list[str]) -> bool:
+    first = words[1] if len(words) > 1 else ""
+    if first and not first.startswith("-") and "x" in first:  # `tar xzf a.tar`
+        return True
+    return any(
+        w in ("--extract", "--get") or re.fullmatch(r"-[A-Za-z]*x[A-Za-z]*", w) for w in words[1:]
+    )
+
+
+def edits_in_place(part: Part) -> bool:
+    """sed or perl editing files in place, in any spelling: `-i`, `-i.bak`, `-Ei`, `-pie`,
+    `--in-place`, `-n -i`: an `i` in a cluster before any option that takes a value."""
+    takes_value = "ef" if part.head == "perl" else "efl"
+    for word in part.words[1:]:
+        if word == "--":
+            break
+        if word.startswith("--in-place"):
+            return True
+        if word.startswith("-") and not word.startswith("--"):
+            for letter in word[1:]:
+                if letter == "i":
+                    return True
+                if letter in takes_value or not letter.isalpha():
+                    break
+    return False
 
 
 def shebang_language(text: str, path: Path) -> str | None:

@@ -91,7 +91,7 @@ def _atlas_name_after_lost_cd(path: str, context: Context) -> str | None:
         return None
     segments = [s for s in path.split("/") if s not in ("", ".", "..")]
     for index, segment in enumerate(segments[:32]):
-        if segment in ATLAS_NAMES:
+        if segment in ATLAS_NAMES or segment in SETTINGS:  # config.toml too, once lost
             return label("/".join([context.atlas_home, *segments[index:]]), context.atlas_home,
                          context)  # fmt: skip
     return None

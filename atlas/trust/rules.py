@@ -28,6 +28,7 @@ from atlas.trust.command_words import (
     without_unknowns,
     written_paths,
 )
+from atlas.trust.options import canonical_words
 from atlas.trust.outside import metadata_address
 from atlas.trust.parser.interpreters import script_argument
 from atlas.trust.parser.normalise import (
@@ -40,6 +41,13 @@ from atlas.trust.parser.normalise import (
 )
 from atlas.trust.parser.parse_words import is_redirect
 from atlas.trust.reach import destroy_verdict, home_verdict, outside_verdict, raw_home_verdict
+from atlas.trust.rules_more import (
+    computed_kill,
+    data_loss,
+    destroy_more,
+    hardline_more,
+    unreadable_more,
+)
 from atlas.trust.scripts import Judges, judge_script, written_build_file
 from atlas.trust.subcommands import (
     destructive_sql,
@@ -52,7 +60,7 @@ from atlas.trust.verdict import Verdict
 from atlas.trust.verdict import worst as _worst
 
 FORMATTERS = {"mkfs", "mke2fs", "mkswap", "wipefs"}  # and mkfs.<type>: mkfs.ext4, mkfs.xfs…
-ROOT_WRAPPERS = {"sudo", "doas", "su", "runuser", "pkexec", "run0"}
+ROOT_WRAPPERS = {"sudo", "doas", "su", "runuser", "pkexec", "run0", "sudoedit"}
 FANOUT_WRAPPERS = {"xargs", "parallel", "find"}  # run a command once per name they are given
 RAW_DEVICE = re.compile(r"^/dev/(sd|hd|vd|xvd|nvme|mmcblk|disk|rdisk|md|dm-|mapper/|loop|sr)\w*")
 POWER = {"shutdown", "reboot", "halt", "poweroff"}
@@ -95,6 +103,7 @@ def classify(
 def _judge(command: str, context: Context, depth: int, analysis: Analysis | None = None) -> Verdict:
     analysis = analysis if analysis is not None else analyse(command)
     found = [_raw_rules(command, analysis), fork_bomb(command, analysis), *_opaque(analysis)]
+    found.append(computed_kill(analysis.parts))
     judges = Judges(_judge, _judge_part)
     written: set[str] = set()
     venvs: set[str] = set()  # made on this line: their bin/ scripts come from Python itself
@@ -165,26 +174,42 @@ def _raw_rules(command: str, analysis: Analysis) -> Verdict | None:
 
 
 def _after_cd(part: Part, context: Context) -> Context:
-    """The context for the parts after a `cd`: relative paths now start from its folder."""
+    """The context for the parts after a `cd`: relative paths now start from its folder.
+    `cd -` goes back to where the line's last `cd` started (unknown when the line has not
+    moved: the shell's OLDPWD is not the line's to know); `popd` to a folder not tracked."""
+    if part.head == "popd":
+        return replace(context, cwd=None, lost=True, oldpwd=context.cwd)
     if part.head not in ("cd", "pushd"):
         return context
-    args = arguments(part)
+    args = [w for w in part.words[1:] if w not in CD_OPTIONS]
     if not args:
-        return replace(context, cwd=Path(context.user_home))
-    target = expand(args[0], context)
+        target = context.user_home
+    elif args[0] == "-":
+        target = str(context.oldpwd) if context.oldpwd is not None else ""
+    else:
+        target = expand(args[0], context)
     if target.startswith("/"):
-        return replace(context, cwd=Path(target))
-    return replace(context, cwd=None, lost=True)  # `cd -` or a computed folder: unknown
+        return replace(context, cwd=Path(target), lost=False, oldpwd=context.cwd)
+    return replace(context, cwd=None, lost=True, oldpwd=context.cwd)  # computed: unknown
+
+
+CD_OPTIONS = {"-L", "-P", "-e", "-@", "--"}
 
 
 def _judge_part(part: Part, context: Context) -> Verdict | None:
+    words = canonical_words(part.words)  # `--recur` is `--recursive`, `-01` is `-1`
+    if words != part.words:
+        part = replace(part, words=words)
     for step in (
         _hardline,
+        hardline_more,
         _denied,
         outside_verdict,
         home_verdict,
         destroy_verdict,
+        destroy_more,
         _unreadable,
+        unreadable_more,
         _dangerous,
     ):
         verdict = step(part, context)
@@ -267,7 +292,7 @@ def _wiped_tree(part: Part, context: Context) -> str | None:
                 break
             roots.append(word)
         targets = roots or ["."]
-    elif head == "rsync" and any(w.startswith("--delete") for w in words) and len(args) >= 2:
+    elif head == "rsync" and any(w.startswith("--del") for w in words) and len(args) >= 2:
         targets = [args[-1]]
     elif head == "mv" and (len(args) >= 2 or any(w.startswith(("-t", "--target")) for w in words)):
         targets = args[:-1] if not any(w.startswith(("-t", "--target")) for w in words) else args
@@ -369,6 +394,9 @@ def _dangerous(part: Part, context: Context) -> Verdict | None:
         return guardian("stop-daemon", "stops the Atlas daemon")
     if ROOT_WRAPPERS & set(part.wrappers) or head in ROOT_WRAPPERS:
         return guardian("root", "runs as root")
+    lost = data_loss(part)
+    if lost:
+        return guardian("sql", lost)
     if head == "crontab" and "-l" not in words:
         return guardian("crontab", "changes scheduled jobs")
     language = interpreter_of(head)

@@ -38,8 +38,13 @@ CLOUD_WRITE_VERBS = {"create", "delete", "update", "send", "insert", "patch", "m
 
 
 def destructive_sql(text: str) -> str | None:
-    """Why SQL in `text` destroys data (DROP, TRUNCATE, DELETE without WHERE), or None."""
+    """Why SQL in `text` destroys data (DROP, TRUNCATE, DELETE without WHERE or with a WHERE
+    that holds for every row), or None. Comments are read as the server reads them: a space
+    (`DROP/**/TABLE`), or, for MySQL's `/*!…*/`, their content."""
+    text = sql_without_comments(text[:100_000])
     for statement in re.split(r";", text):
+        if re.search(r"\bDELETE\s+FROM\b", statement, re.I) and always_true_where(statement):
+            return "deletes every row (its WHERE holds for every row)"
         if re.search(r"\bDROP\s+(TABLE|DATABASE|SCHEMA|VIEW|INDEX|USER)\b", statement, re.I):
             return "drops a database object"
         if re.search(r"\bTRUNCATE\b", statement, re.I):
@@ -49,6 +54,58 @@ def destructive_sql(text: str) -> str | None:
         ):
             return "deletes every row (DELETE without WHERE)"
     return None
+
+
+def sql_without_comments(text: str) -> str:
+    """`/* … */` as a space (MySQL's `/*! … */` as its content), `-- …` to the line's end."""
+    out: list[str] = []
+    index = 0
+    while index < len(text):
+        start = text.find("/*", index)
+        dashes = text.find("--", index)
+        if start == -1 and dashes == -1:
+            out.append(text[index:])
+            break
+        if dashes != -1 and (start == -1 or dashes < start):
+            out.append(text[index:dashes] + " ")
+            end = text.find("\n", dashes)
+            index = len(text) if end == -1 else end
+            continue
+        end = text.find("*/", start + 2)
+        out.append(text[index:start])
+        inner = text[start + 2 : len(text) if end == -1 else end]
+        out.append(" " + inner[1:].lstrip("0123456789") + " " if inner.startswith("!") else " ")
+        index = len(text) if end == -1 else end + 2
+    return "".join(out)
+
+
+CONSTANT = re.compile(r"\s*(?:-?\d+(?:\.\d+)?|'[^']{0,200}'|\w+)\s*")
+
+
+def always_true_where(statement: str) -> bool:
+    """A WHERE whose condition, or one of its OR branches, compares two equal constants or a
+    column with itself (`1=1`, `'a'='a'`, `id=id`), or is a bare true (`TRUE`, `1`)."""
+    found = re.search(r"\bWHERE\b", statement, re.I)
+    if not found:
+        return False
+    condition = statement[found.end() : found.end() + 2000]
+    for branch in re.split(r"\bOR\b", condition, flags=re.I)[:32]:
+        branch = branch.strip()
+        for quote in "'\"":  # the shell's closing quote, when the SQL is read from the line
+            if branch.count(quote) % 2 and branch.endswith(quote):
+                branch = branch[:-1]
+        branch = branch.strip().strip("()").strip()
+        if branch.upper() in ("TRUE", "1", "NOT FALSE", "NOT 0"):
+            return True
+        left, equals, right = branch.partition("=")
+        if (
+            equals
+            and CONSTANT.fullmatch(left)
+            and CONSTANT.fullmatch(right)
+            and left.strip().lower() == right.strip().lower()
+        ):
+            return True
+    return False
 
 
 def gh_write(part: Part) -> str | None:
@@ -190,8 +247,11 @@ def hidden_program(words: list[str], wrappers: list[str], user_home: str) -> tup
 
 # A function definition's name, found in linear time: a match starts only where a name starts
 # (the look-behind) and a name is at most 64 characters, so no start is retried at length.
+# A fork inside any loop, whatever the loop is called (`fork until 0`, `for _ in iter(int, 1):
+# os.fork()`, `loop { fork }`, `1.step { fork }`): bounded windows keep it linear.
 FORK_LOOP = re.compile(
-    r"\bfork\b[^\n;]{0,40}\bwhile\b|\b(?:while|loop|for\s*\(;;\))\b[^;]{0,60}\bfork\b"
+    r"\bfork\b[^\n;]{0,40}\b(?:while|until|for|foreach|loop|redo)\b"
+    r"|\b(?:while|until|for|foreach|loop|iter|repeat|times|each|step|goto|redo)\b[\s\S]{0,80}?\bfork\b"
 )
 FUNCTION_DEFINITION = re.compile(r"(?<![\w:.\-])([\w:.\-]{1,64})\(\)\{")
 

@@ -245,6 +245,39 @@ def _delimited(code: str, start: int, analyse: Analyse, depth: int) -> list[Part
     return _no_bare_shell(analyse(code[start + 1 : end], depth + 1))
 
 
+def _move_call(code: str, start: int, analyse: Analyse, depth: int) -> list[Part]:
+    """`shutil.move('/home', x)`, `os.rename(a, b)`: mv by another name."""
+    literal = string_literal(code, start)
+    source = literal[0] if literal else SUBSTITUTION
+    after = code[literal[1] : literal[1] + 300] if literal else ""
+    target = comma_literals(after.lstrip(" \t\n"))[:1] or [SUBSTITUTION]
+    return [Part(["mv", source, target[0]])]
+
+
+def _pipe_open(code: str, start: int, analyse: Analyse, depth: int) -> list[Part]:
+    """Ruby's `open("|cmd")`, Perl's `open(F, "cmd|")`, `open(F, "|cmd")` and
+    `open(my $f, "-|", "cmd", …)`: opening a pipe runs a shell command."""
+    index, found = start, []
+    while len(found) < 3 and index < min(len(code), start + 400):
+        char = code[index]
+        if char in ";\n{":
+            break
+        literal = string_literal(code, index) if char in "'\"" else None
+        if literal is None:
+            index += 1
+            continue
+        found.append(literal[0])
+        text = literal[0].strip()
+        if text in ("-|", "|-"):  # the list form: the program and its arguments follow
+            after = code[literal[1] : literal[1] + 600].lstrip(" \t\n")
+            listed = comma_literals(after)
+            return _words_run(listed, analyse, depth) if listed else [Part([SUBSTITUTION])]
+        if text.startswith("|") or text.endswith("|"):
+            return _no_bare_shell(analyse(text.strip("|").strip(), depth + 1))
+        index = literal[1]
+    return []
+
+
 def _computed(code: str, start: int, analyse: Analyse, depth: int) -> list[Part]:
     return [Part([SUBSTITUTION])]
 
@@ -274,9 +307,13 @@ NODE_RULES = [
 CODE_RULES: dict[str, list[tuple[str, Callable[[str, int, Analyse, int], list[Part]]]]] = {
     "python": [
         (r"\b(?:shutil\.)?rmtree\b", RMTREE),
+        (r"\b(?:shutil\.move|os\.rename|os\.replace|os\.renames)\b", _move_call),
         (r"\bos\.(?:remove|unlink|rmdir|removedirs)\b", RM),
         (r"\bPath(?=\([^)\n]{0,300}\)\.(?:unlink|rmdir)\b)", RM),
-        (r"\b(?:os\.system|os\.popen|subprocess\.\w+|os\.exec\w*|os\.spawn\w*|pty\.spawn)\b", RUN),
+        (
+            r"\b(?:os\.system|os\.popen|subprocess\.\w+|os\.exec\w*|os\.spawn\w*|pty\.spawn|os\.posix_spawnp?)\b",
+            RUN,
+        ),
         (r"\b(?:check_output|check_call|Popen|getoutput|getstatusoutput)\b", RUN),
         (r"(?<=\)\.)(?:system|popen)\b", RUN),  # `__import__('os').system(…)`
     ],
@@ -287,12 +324,14 @@ CODE_RULES: dict[str, list[tuple[str, Callable[[str, int, Analyse, int], list[Pa
         (r"\b(?:system|exec)\b", RUN),
         (r"(?:qx)?(?=`)", _shell_string),
         (r"\bqx\s*(?=[{(\[<|!/])", _delimited),
+        (r"\bopen\b", _pipe_open),
     ],
     "ruby": [
         (r"\bFileUtils\.(?:rm_rf|rm_r|remove_dir|remove_entry\w*)", RMTREE),
         (r"\b(?:File\.delete|File\.unlink|FileUtils\.rm|FileUtils\.rm_f)\b", RM),
         (r"\b(?:system|exec|spawn|IO\.popen|Open3\.\w+)\b", RUN),
         (r"(?=`)", _shell_string),
+        (r"\b(?:open|IO\.(?:read|readlines|foreach|write|binread))\b", _pipe_open),
     ],
     "php": [
         (r"\b(?:system|exec|shell_exec|passthru|popen|proc_open|pcntl_exec)\b", RUN),
@@ -316,7 +355,8 @@ COMPILED = {
 }
 COMPILED["node"].append((re.compile(r"(?:\bBun\.\$|\$)(?=`)"), _shell_string))  # Bun.$`…`, zx
 OPAQUE_MARKERS = {
-    "python": re.compile(r"\b(?:exec|eval|compile|b64decode|a85decode|getattr|run_path|"
+    "python": re.compile(r"__dict__|__builtins__|\bsys\.modules\b|\b(?:vars|globals|locals)\s*\(|"
+                         r"\b(?:exec|eval|compile|b64decode|a85decode|getattr|run_path|"
                          r"run_module|b32decode|fromhex|unhexlify|marshal|pickle|codecs\.decode)"
                          r"\s*\("),
     "node": re.compile(r"\b(?:eval|Function|atob|fromCharCode)\s*\(|['\"]base64['\"]"
@@ -354,11 +394,26 @@ PYTHON_FROM = re.compile(r"\bfrom\s+(?:subprocess|os|shutil|pty)\s+import\s+([\w
 def _python_aliases(code: str) -> list[tuple[re.Pattern[str], Maker]]:
     """`import subprocess as s; s.run([...])`, `from os import system; system(...)`."""
     names = [m.group(1) + r"\.\w+" for m in PYTHON_ALIAS.finditer(code[:100_000])][:16]
+    original: dict[str, str] = {}
     for found in list(PYTHON_FROM.finditer(code[:100_000]))[:16]:
-        names += [n.strip() for n in found.group(1).split(",") if n.strip().isidentifier()][:32]
+        for item in found.group(1).split(",")[:32]:
+            imported, _, alias = item.strip().partition(" as ")  # `system as s`: s is system
+            name = alias.strip() or imported.strip()
+            if name.isidentifier():
+                names.append(name)
+                original[name] = imported.strip()
     rules: list[tuple[re.Pattern[str], Maker]] = []
     for name in names:
-        make = RMTREE if name == "rmtree" else RM if name in ("remove", "unlink") else RUN
+        real = original.get(name, name)
+        make = (
+            RMTREE
+            if real == "rmtree"
+            else RM
+            if real in ("remove", "unlink")
+            else _move_call
+            if real in ("move", "rename", "replace", "renames")
+            else RUN
+        )
         rules.append((re.compile(r"(?<![\w.])" + name + r"\b(?=\s*\()"), make))
     return rules
 

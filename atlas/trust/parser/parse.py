@@ -26,6 +26,7 @@ from atlas.trust.parser.parse_words import (
     unquoted,
 )
 from atlas.trust.parser.shell_grammar import PARSER
+from atlas.trust.parser.shell_state import evaluated, prints_working_folder
 
 MAX_DEPTH = 6  # nested `bash -c` / `$(…)` levels followed; deeper is judged as opaque
 MAX_PARTS = 2000  # simple commands judged on one line; more is judged as opaque
@@ -269,6 +270,8 @@ class Walker:
                 self._append(child, out, in_quotes)
         elif kind in ("simple_expansion", "expansion"):
             self._expansion(node, out, in_quotes)
+        elif kind == "command_substitution" and prints_working_folder(text):
+            out.add(quoted("${PWD}"))  # `$(pwd)` is `$PWD`, which the rules spell out
         elif kind in ("command_substitution", "process_substitution"):
             out.add(SUBSTITUTION)
             out.taint |= self._substitution(node)
@@ -304,6 +307,8 @@ class Walker:
             out.add(" " if in_quotes else "", split_after=not in_quotes)
             return
         value = self.scope.variables.get(name) if simple else None
+        if not simple and self.scope.variables.get(name) is not None:
+            value = evaluated(text, name, self.scope.variables[name])  # `${X%/*}`, `${X:0:1}`
         if text.startswith("${!"):  # `${!x}`: the variable named by x's value
             out.add(SUBSTITUTION)
             out.taint.add("computed")

@@ -13,6 +13,14 @@ from typing import TYPE_CHECKING
 
 from tree_sitter import Node
 
+from atlas.trust.parser.escapes import (
+    ED,
+    SQL_PIPES,
+    client_commands,
+    ed_commands,
+    gdb_commands,
+    gdb_escapes,
+)
 from atlas.trust.parser.interpreters import (
     code_parts,
     inline_code,
@@ -34,6 +42,8 @@ from atlas.trust.parser.parse_extras import (
 )
 from atlas.trust.parser.parse_types import SUBSTITUTION, Part, Upstream, Word
 from atlas.trust.parser.parse_words import named_binary, operands_of, rejoined
+from atlas.trust.parser.shell_state import cd_through_cdpath
+from atlas.trust.parser.tails import scans_tails, shell_strings, tail_starts
 from atlas.trust.parser.wrappers import name_of, unwrap
 
 if TYPE_CHECKING:
@@ -191,6 +201,7 @@ class CommandJudge:
         if head.taint & {"computed", "unknown", "fetched"} or head.text.startswith("$"):
             reason = "fetched-code" if "fetched" in head.taint else "computed-command"
             analysis.note(f"{reason}: the command's name is only known when the line runs")
+        words = cd_through_cdpath(words, walker.scope.variables)  # `CDPATH=../..; cd vault`
         everything = words + redirect_words
         part = Part(
             [w.text for w in everything],
@@ -204,8 +215,21 @@ class CommandJudge:
         analysis.parts.append(part)
         self._define(words)
         self._follow(part, words, heredoc, fed, upstream)
+        self._tails(part, words)
         walker.last_output = self._output(part, words, upstream)
         return part
+
+    def _tails(self, part: Part, words: list[Word]) -> None:
+        """`poetry run rm -rf ~`, `faketime X rm …`, `nix-shell --run 'rm …'`: a program not
+        known to leave its arguments alone is judged with each command line they hold."""
+        if not scans_tails(part.head):
+            return
+        texts = [w.text for w in words]
+        wrappers = part.wrappers + [part.head]
+        for start in tail_starts(texts):
+            self.run(words[start:], wrappers, [], None, None, None)
+        for code in shell_strings(texts):
+            self.walker.sub_shell(code, wrappers)
 
     def _define(self, words: list[Word]) -> None:
         """`alias x='…'` and `read X` change what later words mean."""
@@ -243,6 +267,10 @@ class CommandJudge:
         foreign = foreign_code(part.words)
         if foreign:
             self.analysis.note(f"opaque-code: {foreign[0]} runs code in a language not read here")
+        if heredoc is not None or upstream is not None:
+            self._escapes_on_input(head, heredoc, upstream, wrappers)
+        if head == "gdb":
+            self._gdb(part.words, wrappers)
         language = language_of(head)
         if head == "eval":
             rest = words[2:] if words[1:2] and words[1].text == "--" else words[1:]
@@ -278,6 +306,35 @@ class CommandJudge:
                 self._taint_note(words[index].taint, head)  # bash <(curl …)
             return
         self._feeds_shell(head, language, heredoc, fed, upstream, wrappers)
+
+    def _gdb(self, words: list[str], wrappers: list[str]) -> None:
+        """gdb's `-ex 'shell CMD'`, `'| CMD | SHELL'`, `'python CODE'`, `'call system(…)'`."""
+        for command in gdb_commands(words):
+            for line in command.split("\n")[:64]:
+                found = gdb_escapes(line)
+                if found is None:
+                    continue
+                kind, text = found
+                if kind == "opaque":
+                    self.analysis.note(f"opaque-code: {text}")
+                else:
+                    self._code(kind, text, wrappers + ["gdb"])
+
+    def _escapes_on_input(
+        self, head: str, heredoc: str | None, upstream: Upstream | None, wrappers: list[str]
+    ) -> None:
+        """ed's `!cmd` and a database shell's `.output |cmd` in the commands fed on stdin;
+        a pipe whose text cannot be read feeds ed commands not understood."""
+        if head not in ED and head not in SQL_PIPES:
+            return
+        script = heredoc if heredoc is not None else (upstream.echoed if upstream else None)
+        if script is None:
+            if head in ED and upstream is not None:
+                self.analysis.note(f"piped-code: {head} runs commands piped from {upstream.head}")
+            return
+        found = ed_commands(script) if head in ED else client_commands(head, [script])
+        for code in found:
+            self.walker.sub_shell(code, wrappers + [head])
 
     def _feeds_shell(
         self,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shlex
 
+from atlas.trust.parser.escapes import client_commands, git_config_setting
 from atlas.trust.parser.parse_types import Word
 from atlas.trust.parser.wrappers import name_of
 
@@ -31,7 +32,8 @@ GIT_CODE_KEYS = {"core.pager", "core.sshcommand", "core.fsmonitor", "core.editor
                  "sequence.editor", "core.askpass", "diff.external", "gpg.program",
                  "credential.helper", "core.hookspath", "interactive.difffilter",
                  "merge.tool", "diff.tool"}  # fmt: skip
-GIT_CODE_PREFIXES = ("alias.", "pager.", "filter.", "diff.", "merge.", "difftool.", "mergetool.")
+GIT_CODE_PREFIXES = ("alias.", "pager.", "filter.", "diff.", "merge.", "difftool.", "mergetool.",
+                     "trailer.")  # fmt: skip
 TAR_CODE = {"--to-command", "--use-compress-program", "-I", "--info-script", "-F",
             "--new-volume-script", "--rsh-command"}  # fmt: skip
 VIM = {"vim", "vi", "nvim", "ex", "view", "gvim", "rvim", "vimdiff", "evim"}
@@ -102,6 +104,7 @@ def _client_escapes(head: str, words: list[str]) -> list[str]:
         return _valued(words, {"-a", "--args"})
     if head in ("emacs", "emacsclient") and any(w.startswith(("--eval", "-eval")) for w in words):
         return ["$SUBSTITUTION"]
+    found += client_commands(head, words[1:])  # `.output |cmd`, `\\o |cmd`, COPY … PROGRAM
     for word in words[1:] if head in ESCAPES else []:
         for line in word.split("\n")[:64]:
             text = line.strip()
@@ -221,12 +224,11 @@ def _git(words: list[str]) -> list[str]:
             code = _git_value(key, value)
             if code:
                 found.append(code)
-    if "config" in words:
-        rest = [w for w in words[words.index("config") + 1 :] if not w.startswith("-")]
-        if len(rest) >= 2:
-            code = _git_value(rest[0], rest[1])
-            if code:
-                found.append(code)
+    setting = git_config_setting(words)  # `git config [set] [-f FILE] KEY VALUE`
+    if setting:
+        code = _git_value(*setting)
+        if code:
+            found.append(code)
     return found
 
 
