@@ -16,6 +16,7 @@ import urllib.parse
 
 from atlas.trust.command_words import arguments
 from atlas.trust.parser.normalise import SUBSTITUTION, Part
+from atlas.trust.senders import curl_reads, is_dns_lookup, more_sends
 
 Found = tuple[str, str]
 
@@ -105,7 +106,7 @@ def sends_out(part: Part) -> Found | None:
         return "ssh", f"ssh to {_ssh_destination(words)} runs on, or sends to, another machine"
     if head == "rsync" and any(_remote(w) for w in arguments(part)):
         return "rsync", "rsync copies to or from a remote host"
-    if head in CARRIERS and any(SUBSTITUTION in w for w in words[1:]):
+    if (head in CARRIERS or is_dns_lookup(part)) and any(SUBSTITUTION in w for w in words[1:]):
         return "upload", f"{head} puts a command's output into what it sends"
     if head in URL_CARRIERS and any(SUBSTITUTION in w and ("://" in w or "@" in w) for w in words):
         return "upload", f"{head} puts a command's output into an address it reaches"
@@ -113,7 +114,7 @@ def sends_out(part: Part) -> Found | None:
         return "upload", f"{head} puts what it is piped into what it sends"
     if head in ("curl", "wget", *HTTPIE) and _only_loopback(arguments(part)):
         return None  # a local server (the sandbox has its own loopback): not off the machine
-    if head == "curl" and (reason := _curl_sends(words)):
+    if head == "curl" and (reason := _curl_sends(words) or curl_reads(words)):
         return "upload", reason
     if head == "wget" and (reason := _wget_sends(words)):
         return "upload", reason
@@ -126,7 +127,7 @@ def sends_out(part: Part) -> Found | None:
         return "cloud", f"{head} can copy data to, or change, cloud storage"
     if head in REMOTE_CHANGERS and args[:1] and args[0] in REMOTE_CHANGERS[head]:
         return "cloud", f"{head} {args[0]} changes remote resources or copies data to them"
-    return None
+    return more_sends(part)
 
 
 LOOPBACK_NAMES = {"localhost", "ip6-localhost", "0.0.0.0"}
