@@ -32,6 +32,7 @@ from atlas.tools.jobs import (
     tail,
 )
 from atlas.tools.registry import Notifier, RunContext, Tool, ToolResult, tool
+from atlas.trust.read_taint import remember_command_output
 
 log = logging.getLogger(__name__)
 
@@ -276,6 +277,7 @@ async def run_command(
     if not background:
         async with launch(run, command or "", workdir, sandbox=sandbox) as how:
             output = with_hint(await _run_foreground(how, seconds or DEFAULT_TIMEOUT), how)
+        await remember_command_output(run, command or "", workdir, output)  # what it read outside
         return ToolResult(output, failed=_command_failed(output))
     notify = run.notify if notify_on_complete else None
     job = None

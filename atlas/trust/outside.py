@@ -65,6 +65,8 @@ METADATA_NAMES = {"metadata.google.internal", "metadata", "instance-data",
 METADATA_V6 = {ipaddress.ip_address("fd00:ec2::254")}
 METADATA_V4 = {ipaddress.ip_address("100.100.100.200"), ipaddress.ip_address("192.0.0.192")}
 LINK_LOCAL_V4 = ipaddress.ip_network("169.254.0.0/16")
+# NAT64 (well-known and RFC 8215 local-use): the last 32 bits are the IPv4 address reached.
+NAT64_PREFIXES = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
 # Dots an IDN-aware client reads as ".": ideographic, full-width (NFKC folds it) and half-width.
 DOTS = str.maketrans({"\u3002": ".", "\uff61": ".", "\uff0e": "."})
 HOST_TOKEN = re.compile(r"[0-9A-Za-z.:\[\]%_-]+")
@@ -359,6 +361,8 @@ def _metadata_ip(host: str) -> bool:
         if address in METADATA_V6:
             return True
         mapped = address.ipv4_mapped
+        if mapped is None and any(address in prefix for prefix in NAT64_PREFIXES):
+            mapped = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
         if mapped is None:
             return False
         address = mapped
