@@ -57,7 +57,7 @@ SECRET_NAME = re.compile(
 )
 # `env` or `printenv` alone as a command (the parser sees through `env` as a wrapper, so a bare
 # one leaves no part): the whole environment printed.
-ENV_COMMAND = re.compile(r"(?:^|[\s;|&(`])(?:env|printenv)\s*(?:$|[|;&)`])")
+ENV_COMMAND = re.compile(r"(?:^|[;|&(`])\s*(?:env|printenv)\s*(?:$|[|;&)`])")
 REFERENCE = re.compile(r"\$\{?#?!?([A-Za-z_][A-Za-z0-9_]*)")
 READERS_OF_STDIN = {"read", "mapfile", "readarray"}
 MAX_ASSIGNMENTS = 200  # a line setting more variables than this is judged on the first ones
@@ -79,7 +79,7 @@ def taint_verdict(command: str, analysis: Analysis, context: Context) -> Verdict
     line_reads = _line_reads(analysis, context)
     if ENV_COMMAND.search(command):
         line_reads.append("the environment")
-    taint = _variables(command, context, line_reads)
+    taint = _variables(command, context)
     for part in sinks:
         carried = _carried(part, taint)
         if carried:
@@ -205,7 +205,7 @@ def _line_reads(analysis: Analysis, context: Context) -> list[str]:
     return found
 
 
-def _variables(command: str, context: Context, line_reads: list[str]) -> Taint:
+def _variables(command: str, context: Context) -> Taint:
     """Each variable the line sets, and what outside the workspace its value was read from."""
     taint = Taint()
     tree = PARSER.parse(command.encode("utf-8", "surrogatepass"))
@@ -214,16 +214,16 @@ def _variables(command: str, context: Context, line_reads: list[str]) -> Taint:
         for name, value in assignments:
             if name in taint.sources:
                 continue
-            source = _value_source(value, context, taint, line_reads)
+            source = _value_source(value, context, taint)
             if source:
                 taint.sources[name] = source
     return taint
 
 
-def _value_source(value: str | None, context: Context, taint: Taint, line_reads: list[str]):  # type: ignore[no-untyped-def]
-    """Where a value comes from: None (a read from stdin) takes what the line reads."""
+def _value_source(value: str | None, context: Context, taint: Taint):  # type: ignore[no-untyped-def]
+    """Where a value comes from (None: nothing the line names, such as the terminal)."""
     if value is None:
-        return line_reads[0] if line_reads else None
+        return None
     for name in REFERENCE.findall(value):
         if name in taint.sources:
             return taint.sources[name]
@@ -266,12 +266,48 @@ def _command_sets(node: Node):  # type: ignore[no-untyped-def]
     head = _text(name_node) if name_node is not None else ""
     words = [_text(a) for a in node.children_by_field_name("argument")]
     if head in READERS_OF_STDIN:
+        stdin = _stdin_of(node)
         for word in words:
             if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", word):
-                yield word, None
+                yield word, stdin
     elif head == "printf" and "-v" in words[:-1]:
         at = words.index("-v")
         yield words[at + 1], " ".join(words[at + 2 :])
+
+
+def _stdin_of(node: Node) -> str | None:
+    """What a `read` reads, as a value the rules can judge: `$(cat FILE)` for a redirect on it
+    or on a loop around it (`while read l; do …; done < FILE`), `$(UPSTREAM)` for a pipe into
+    it or into its loop; None when neither is on the line (the terminal: nothing)."""
+    for redirect in node.children_by_field_name("redirect"):  # `read K <<< "$(cat FILE)"`
+        if redirect.type == "herestring_redirect":
+            return _text(redirect).lstrip("<")
+    child: Node | None = node
+    parent = node.parent
+    for _ in range(32):  # a bounded climb: `read` sits a few levels under its loop
+        if parent is None:
+            return None
+        if parent.type == "redirected_statement":
+            sources = [
+                _text(r.child_by_field_name("destination"))
+                for r in parent.named_children
+                if r.type == "file_redirect" and _text(r).lstrip("0123456789").startswith("<")
+            ]
+            if sources:
+                return f"$(cat {' '.join(sources)})"
+            here = [r for r in parent.named_children if r.type in ("herestring_redirect",)]
+            if here:
+                return " ".join(_text(r).lstrip("<") for r in here)
+        if parent.type == "pipeline" and child is not None:
+            upstream = []
+            for sibling in parent.named_children:
+                if sibling == child:
+                    break
+                upstream.append(_text(sibling))
+            if upstream:
+                return "$(" + " | ".join(upstream) + ")"
+        child, parent = parent, parent.parent
+    return None
 
 
 def _text(node: Node | None) -> str:

@@ -185,3 +185,13 @@ async def test_the_nat64_local_use_prefix_is_refused(home_path: Path) -> None:
     for url in ("http://[64:ff9b:1::7f00:1]/", "http://[64:ff9b:1:ffff::a9fe:a9fe]/latest"):
         result = await REGISTRY.get("web_fetch").invoke(run, {"url": url})
         assert result.is_error and "private" in result.text, (url, result.text)
+
+
+def test_a_name_resolving_into_the_local_use_prefix_is_refused() -> None:
+    """The proxy and the browser judge resolved addresses with the same policy as web_fetch."""
+    from atlas.tools.web_access import AccessPolicy
+
+    policy = AccessPolicy.from_settings([])
+    assert policy.refusal("x.example", "64:ff9b:1::808:808")
+    assert policy.refusal("x.example", "64:ff9b::808:808") is None  # well-known NAT64, public
+    assert AccessPolicy.from_settings(["64:ff9b:1::/48"]).refusal("x", "64:ff9b:1::1") is None
