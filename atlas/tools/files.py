@@ -53,6 +53,7 @@ from atlas.tools.file_writes import (
 from atlas.tools.paths import PathArg, judged_path, shown_path
 from atlas.tools.registry import RunContext, Tool, ToolResult, tool
 from atlas.tools.search_files import find_files
+from atlas.trust.read_taint import remember_read
 
 MAX_PAGE_LINES = 2000
 MAX_PAGE_CHARS = 100_000
@@ -202,6 +203,7 @@ async def read_file(
     resolved = judged_path(run, "read_file", path)
     result, digest = await _read_one(run, resolved, offset, limit)
     run.state.file_hashes[str(resolved)] = digest
+    await remember_read(run, resolved, result.text)  # outside the workspace: not to be sent on
     return result
 
 
@@ -230,6 +232,7 @@ async def _read_each(run: RunContext, entries: list[ReadEntry]) -> ToolResult:
             )
         room -= len(result.text)
         run.state.file_hashes[str(resolved)] = digest
+        await remember_read(run, resolved, result.text)
         images.extend(result.images)
         untrusted = untrusted or result.untrusted
         return Outcome(shown, result.text)

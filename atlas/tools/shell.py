@@ -34,6 +34,7 @@ from atlas.tools.jobs import (
     tail,
 )
 from atlas.tools.registry import Notifier, RunContext, Tool, ToolResult, tool
+from atlas.trust.read_taint import remember_command_output
 
 log = logging.getLogger(__name__)
 
@@ -279,6 +280,7 @@ async def run_command(
     if not background:
         async with launch(run, command or "", workdir, sandbox=sandbox) as how:
             output = with_hint(await _run_foreground(how, seconds or DEFAULT_TIMEOUT), how)
+        await remember_command_output(run, command or "", workdir, output)  # what it read outside
         output += await asyncio.to_thread(budget.note_after_command, run)
         return ToolResult(output, failed=_command_failed(output))
     notify = run.notify if notify_on_complete else None

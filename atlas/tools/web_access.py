@@ -68,10 +68,18 @@ class AccessPolicy:
         if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
             ip = ip.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
         inner = embedded_ipv4(ip)
+        # RFC 8215's local-use NAT64 prefix translates to whatever IPv4 the local translator
+        # chooses (often a private one), at no fixed place: Python calls it global; it is not.
+        local_nat64 = ip in _LOCAL_NAT64
         # An address that carries an IPv4 one is judged by it: Python before 3.11.10 calls every
         # 6to4 address (2002::/16) non-global, even one wrapping a public address.
         outer_global = ip.is_global or bool(inner)
-        if outer_global and not ip.is_multicast and all(address.is_global for address in inner):
+        if (
+            outer_global
+            and not local_nat64
+            and not ip.is_multicast
+            and all(address.is_global for address in inner)
+        ):
             return None
         if host.lower().rstrip(".") in self.hosts or any(ip in net for net in self.networks):
             return None
@@ -83,6 +91,7 @@ class AccessPolicy:
 
 
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")
 _SIIT = ipaddress.IPv6Network("::ffff:0:0:0/96")
 
 

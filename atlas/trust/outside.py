@@ -16,6 +16,7 @@ import urllib.parse
 
 from atlas.trust.command_words import arguments
 from atlas.trust.parser.normalise import SUBSTITUTION, Part
+from atlas.trust.senders import curl_reads, is_dns_lookup, more_sends
 
 Found = tuple[str, str]
 
@@ -64,6 +65,8 @@ METADATA_NAMES = {"metadata.google.internal", "metadata", "instance-data",
 METADATA_V6 = {ipaddress.ip_address("fd00:ec2::254")}
 METADATA_V4 = {ipaddress.ip_address("100.100.100.200"), ipaddress.ip_address("192.0.0.192")}
 LINK_LOCAL_V4 = ipaddress.ip_network("169.254.0.0/16")
+# NAT64 (well-known and RFC 8215 local-use): the last 32 bits are the IPv4 address reached.
+NAT64_PREFIXES = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
 # Dots an IDN-aware client reads as ".": ideographic, full-width (NFKC folds it) and half-width.
 DOTS = str.maketrans({"\u3002": ".", "\uff61": ".", "\uff0e": "."})
 HOST_TOKEN = re.compile(r"[0-9A-Za-z.:\[\]%_-]+")
@@ -105,7 +108,7 @@ def sends_out(part: Part) -> Found | None:
         return "ssh", f"ssh to {_ssh_destination(words)} runs on, or sends to, another machine"
     if head == "rsync" and any(_remote(w) for w in arguments(part)):
         return "rsync", "rsync copies to or from a remote host"
-    if head in CARRIERS and any(SUBSTITUTION in w for w in words[1:]):
+    if (head in CARRIERS or is_dns_lookup(part)) and any(SUBSTITUTION in w for w in words[1:]):
         return "upload", f"{head} puts a command's output into what it sends"
     if head in URL_CARRIERS and any(SUBSTITUTION in w and ("://" in w or "@" in w) for w in words):
         return "upload", f"{head} puts a command's output into an address it reaches"
@@ -113,7 +116,7 @@ def sends_out(part: Part) -> Found | None:
         return "upload", f"{head} puts what it is piped into what it sends"
     if head in ("curl", "wget", *HTTPIE) and _only_loopback(arguments(part)):
         return None  # a local server (the sandbox has its own loopback): not off the machine
-    if head == "curl" and (reason := _curl_sends(words)):
+    if head == "curl" and (reason := _curl_sends(words) or curl_reads(words)):
         return "upload", reason
     if head == "wget" and (reason := _wget_sends(words)):
         return "upload", reason
@@ -126,7 +129,7 @@ def sends_out(part: Part) -> Found | None:
         return "cloud", f"{head} can copy data to, or change, cloud storage"
     if head in REMOTE_CHANGERS and args[:1] and args[0] in REMOTE_CHANGERS[head]:
         return "cloud", f"{head} {args[0]} changes remote resources or copies data to them"
-    return None
+    return more_sends(part)
 
 
 LOOPBACK_NAMES = {"localhost", "ip6-localhost", "0.0.0.0"}
@@ -358,6 +361,8 @@ def _metadata_ip(host: str) -> bool:
         if address in METADATA_V6:
             return True
         mapped = address.ipv4_mapped
+        if mapped is None and any(address in prefix for prefix in NAT64_PREFIXES):
+            mapped = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
         if mapped is None:
             return False
         address = mapped

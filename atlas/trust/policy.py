@@ -33,6 +33,7 @@ from atlas.tools.paths import note_judged_path, note_refused_path, resolve_path
 from atlas.tools.registry import RunContext, Tool, effective_mode
 from atlas.trust.gate import Allow, Ask, BaseGate, Decision, Deny, never_remembered
 from atlas.trust.guardian import Guardian
+from atlas.trust.read_taint import carried_question
 from atlas.trust.verdict import Verdict
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,8 @@ class RuleGate(BaseGate):
             args = tool.parse_arguments(call.arguments)
         except ToolError:
             return Allow("the tool itself refuses these arguments", "arguments")
+        if (carried := carried_question(tool.name, args, run)) is not None:
+            return carried  # an address carrying what was read outside the workspace
         if tool.name == "bot_create":  # a new bot is a lasting change: always the user's call
             return bot_create_question(args)
         if tool.name == "delegate" and (ask := delegate_gate_rule(args, run)) is not None:

@@ -56,6 +56,7 @@ from atlas.trust.subcommands import (
     git_danger,
     hidden_program,
 )
+from atlas.trust.taint import taint_verdict
 from atlas.trust.verdict import Verdict
 from atlas.trust.verdict import worst as _worst
 
@@ -117,6 +118,7 @@ def _judge(command: str, context: Context, depth: int, analysis: Analysis | None
             venvs |= created_venvs(part, here)
             here = _after_cd(part, here)
     found.append(raw_home_verdict(command, context))  # after the parts: theirs name the command
+    found.append(taint_verdict(command, analysis, context))  # a file read, then sent out
     if depth > 0:  # a script on disk: its variables are set by whoever runs it
         found = [_soften(verdict) for verdict in found]
     return _worst(found)
