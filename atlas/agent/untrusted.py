@@ -2,7 +2,7 @@
 
 The body must never close the block early. The tag's name is neutralised in every spelling a
 reader could take for it: any case, spaces, zero-width or other format characters inside,
-full-width or look-alike letters and brackets, HTML entities (`&lt;/untrusted_tool_result&gt;`,
+full-width, small-capital or look-alike letters and brackets, HTML entities (`&lt;/untrusted_tool_result&gt;`,
 `&#117;ntrusted...`). The rule is simple on purpose: the name `untrusted_tool_result` (or
 `trusted_tool_result`), with whatever brackets surround it, does not survive in the body.
 """
@@ -13,6 +13,7 @@ import html
 import re
 import unicodedata
 
+from atlas.trust.threat_forms import small_capitals
 from atlas.trust.threats import confusable_table
 
 OPEN = "<untrusted_tool_result"
@@ -38,7 +39,8 @@ _NOT_KEPT = re.compile(r"[^a-z0-9</>]+")
 
 
 def _fold(text: str) -> str:
-    folded = unicodedata.normalize("NFKC", text).casefold().translate(confusable_table())
+    folded = unicodedata.normalize("NFKC", text).translate(small_capitals()).casefold()
+    folded = folded.translate(confusable_table())
     return unicodedata.normalize("NFKC", folded).translate(_BRACKETS)
 
 
