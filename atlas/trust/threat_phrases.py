@@ -54,7 +54,7 @@ ENGLISH: list[tuple[str, str]] = [
     ),
     (
         "text that closes a tool's result or opens a system message",
-        r"<\s*/?\s*(?:un)?trusted[\s_-]?tool[\s_-]?result\b|<\s*/?\s*(?:tool_result|"
+        r"<\s*(?:/\s*)?(?:un)?trusted[\s_-]?tool[\s_-]?result\b|<\s*(?:/\s*)?(?:tool_result|"
         r"function_results?|system-reminder)\s*>",
     ),
 ]

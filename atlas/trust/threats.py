@@ -108,7 +108,7 @@ _SOURCES: list[tuple[str, str]] = [
     ),
     (
         "text that pretends to be a system or tool message",
-        r"<\s*/?\s*(?:system|im_start|im_end)\s*>|\[/?(?:system|inst)\]|<\|im_start\|>",
+        r"<\s*(?:/\s*)?(?:system|im_start|im_end)\s*>|\[/?(?:system|inst)\]|<\|im_start\|>",
     ),
     *ENGLISH,  # by meaning: approve, stop asking, send the conversations out (threat_phrases.py)
 ]
