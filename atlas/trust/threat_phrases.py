@@ -39,9 +39,11 @@ ENGLISH: list[tuple[str, str]] = [
         r"\b(?:never|do not|don'?t|stop|no longer|no need to|need not|skip)\s+(?:ask|asking|"
         r"check|checking|confirm|confirming|consult|consulting)\s+(?:with\s+)?(?:the\s+)?"
         r"(?:(?:user|owner|person|human|me|anyone|them)\s+)?(?:first\s+)?(?:before|prior to)\b|"
-        rf"\b(?:run|execute|delete|remove|install|send|push|approve|do)\b{_GAP}\bwithout\s+"
-        r"(?:asking|checking|confirming|consulting|prompting|(?:any\s+)?(?:permission|approval|"
-        r"confirmation))\b",
+        # Anchored on "without", a rare word: an action word before it within a gap made the
+        # pattern cost 80 steps at every "send" of a long text.
+        r"\bwithout\s+(?:asking|checking|confirming|consulting|prompting)\s+(?:(?:the\s+)?"
+        r"(?:user|owner|person|human|anyone|first)|me first|for\s+(?:permission|approval|"
+        r"confirmation))\b|\bwithout\s+(?:any\s+)?(?:permission|approval|confirmation) from\b",
     ),
     (
         "an order to send the conversations elsewhere",

@@ -220,8 +220,8 @@ def scan(text: str) -> str | None:
     if reason := _judge(text):
         return reason
     for how, form in decoded_forms(text):
-        # Rot13 or reversed text with look-alike letters on top is far-fetched, and reading the
-        # spelling twice more would double the time a large skill takes.
+        # Rot13 or reversed text with look-alike letters on top, or in another language, is
+        # far-fetched, and reading it so twice more would double the time a large skill takes.
         decoded = how in UNDO_SPELLING_IN  # new characters may appear, invisible ones too
         if decoded and (hidden := _invisible(form)):
             return f"it holds an invisible character, hidden as {how}: {hidden}"
@@ -233,7 +233,7 @@ def scan(text: str) -> str | None:
 def _judge(text: str, *, undo_spelling: bool = True) -> str | None:
     patterns, folded_patterns, squeezed = _patterns()
     flat = _normalised(text)
-    for why, pattern in patterns:
+    for why, pattern in patterns if undo_spelling else patterns[: len(_SOURCES)]:
         if match := pattern.search(flat):
             return f"it reads as {why} ({match.group(0).strip()!r})"
     if not undo_spelling:
