@@ -19,7 +19,7 @@ from atlas.agent.compaction import compact, over_budget, truncate_old_tool_outpu
 from atlas.agent.context import build_system_prompt, in_answer_order, repair_history
 from atlas.agent.guards import RepeatGuard
 from atlas.agent.spill import spill
-from atlas.agent.untrusted import wrap_untrusted
+from atlas.agent.untrusted import wrap_untrusted_off_loop
 from atlas.errors import AtlasError, ProviderError
 from atlas.outbox.rows import Outgoing
 from atlas.providers.base import (
@@ -335,5 +335,5 @@ class ToolLoop:
             )
         turn.files.extend(result.files)
         if not result.is_error and (result.untrusted or (tool and tool.untrusted)):
-            text = wrap_untrusted(call.name, text)
+            text = await wrap_untrusted_off_loop(call.name, text)
         return Message("tool", text, tool_call_id=call.id, name=call.name, images=result.images)

@@ -13,6 +13,9 @@ import functools
 import re
 import unicodedata
 
+from atlas.trust.threat_forms import UNDO_SPELLING_IN, decoded_forms, small_capitals, without_marks
+from atlas.trust.threat_phrases import ENGLISH, MULTILINGUAL
+
 # Format characters that render as nothing but still reach the model (zero-width spaces, bidi
 # overrides, word joiners, the BOM) and Unicode "tag" characters that can spell hidden ASCII.
 _ZERO_WIDTH_JOINER = "\u200d"
@@ -105,8 +108,9 @@ _SOURCES: list[tuple[str, str]] = [
     ),
     (
         "text that pretends to be a system or tool message",
-        r"<\s*/?\s*(?:system|im_start|im_end)\s*>|\[/?(?:system|inst)\]|<\|im_start\|>",
+        r"<\s*(?:/\s*)?(?:system|im_start|im_end)\s*>|\[/?(?:system|inst)\]|<\|im_start\|>",
     ),
+    *ENGLISH,  # by meaning: approve, stop asking, send the conversations out (threat_phrases.py)
 ]
 
 # Spelled with no separators at all ("i g n o r e a l l ...", "i.g.n.o.r.e"): the letters alone.
@@ -130,10 +134,11 @@ Patterns = list[tuple[str, re.Pattern[str]]]
 
 @functools.cache
 def _patterns() -> tuple[Patterns, Patterns, re.Pattern[str]]:
-    """The patterns as written, with 1/l/i folded, and squeezed: compiled on the first scan,
-    not at import (~10 ms of every process's start, where a first answer scans nothing)."""
+    """The patterns as written (with the other languages' phrases), with 1/l/i folded, and
+    squeezed: compiled on the first scan, not at import (~10 ms of every process's start, where
+    a first answer scans nothing)."""
     return (
-        [(why, re.compile(source)) for why, source in _SOURCES],
+        [(why, re.compile(source)) for why, source in [*_SOURCES, *MULTILINGUAL]],
         [(why, re.compile(_fold_l(source))) for why, source in _SOURCES],
         re.compile(_fold_l(_SQUEEZED_SOURCE)),
     )
@@ -184,7 +189,8 @@ def _invisible(text: str) -> str | None:
 
 
 def _normalised(text: str) -> str:
-    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text).casefold())
+    folded = unicodedata.normalize("NFKC", text).translate(small_capitals()).casefold()
+    return re.sub(r"\s+", " ", folded)
 
 
 def _leet_word(match: re.Match[str]) -> str:
@@ -195,7 +201,8 @@ def _leet_word(match: re.Match[str]) -> str:
 def _skeleton(text: str) -> str:
     """The text as it reads to the eye: look-alikes mapped to ASCII, words spelled out with
     spaces joined, digits inside words read as letters, l and i folded together."""
-    folded = unicodedata.normalize("NFKC", text).casefold().translate(confusable_table())
+    folded = unicodedata.normalize("NFKC", text).translate(small_capitals()).casefold()
+    folded = without_marks(folded.translate(confusable_table()))
     folded = unicodedata.normalize("NFKC", folded).casefold()
     joined = _SPACED_OUT.sub(lambda m: m.group(0).replace(" ", ""), folded)
     return re.sub(r"\s+", " ", _TOKEN.sub(_leet_word, joined)).translate(_LI)
@@ -206,14 +213,31 @@ def _squeezed(skeleton: str) -> str:
 
 
 def scan(text: str) -> str | None:
-    """Why `text` must not be stored where a model will follow it, or None when it is clean."""
+    """Why `text` must not be stored where a model will follow it, or None when it is clean.
+    The text is read as written, then in each form a model would decode on its own."""
     if hidden := _invisible(text):
         return f"it holds an invisible character: {hidden}"
+    if reason := _judge(text):
+        return reason
+    for how, form in decoded_forms(text):
+        # Rot13 or reversed text with look-alike letters on top, or in another language, is
+        # far-fetched, and reading it so twice more would double the time a large skill takes.
+        decoded = how in UNDO_SPELLING_IN  # new characters may appear, invisible ones too
+        if decoded and (hidden := _invisible(form)):
+            return f"it holds an invisible character, hidden as {how}: {hidden}"
+        if reason := _judge(form, undo_spelling=decoded):
+            return f"{reason}, hidden as {how}"
+    return None
+
+
+def _judge(text: str, *, undo_spelling: bool = True) -> str | None:
     patterns, folded_patterns, squeezed = _patterns()
     flat = _normalised(text)
-    for why, pattern in patterns:
+    for why, pattern in patterns if undo_spelling else patterns[: len(_SOURCES)]:
         if match := pattern.search(flat):
             return f"it reads as {why} ({match.group(0).strip()!r})"
+    if not undo_spelling:
+        return None
     skeleton = _skeleton(text)
     for why, pattern in folded_patterns:
         if match := pattern.search(skeleton):

@@ -196,9 +196,12 @@ def _sed(words: list[str]) -> list[str]:
     return found
 
 
-# A sed command after an optional address: `e cmd`, `1e cmd`, `$w file`, `/x/w file`.
+# A sed command after an optional address: `e cmd`, `1e cmd`, `$w file`, `/x/w file`. Linear:
+# blanks never include a newline (a newline starts the next command, so each run of blanks is
+# read once), and the blanks after the address belong to the address (two `\s*` side by side
+# were quadratic on `;` and 10,000 spaces).
 SED_COMMANDS = re.compile(
-    r"(?:^|[;\n{}])\s*(?:\d{1,9}|\$|/[^/\n]{0,200}/)?\s*([ewW])(?:\s+([^;\n}]*)|$)"
+    r"(?:^|[;\n{}])[^\S\n]*(?:(?:\d{1,9}|\$|/[^/\n]{0,200}/)[^\S\n]*)?([ewW])(?:\s+([^;\n}]*)|$)"
 )
 # `s/a/b/FLAGS` with `/` or `|` or `#` as the delimiter: the flags after the third one.
 SED_SUBSTITUTE_FLAGS = re.compile(
