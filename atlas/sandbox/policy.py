@@ -67,9 +67,8 @@ def policy_for(
     home: Home, bot: Bot, *, read_only: bool = False, proxy_socket: Path | None = None
 ) -> SandboxPolicy:
     """The bot's view (atlas/sandbox/view.py) as bubblewrap's policy, with its environment."""
-    from atlas.sandbox.view import View
-
     from atlas.sandbox.limits import limits_of
+    from atlas.sandbox.view import View
 
     view = View.of(home, bot, read_only=read_only)
     policy = view.policy(env=allowed_env(home, bot), proxy_socket=proxy_socket)

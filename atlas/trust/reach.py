@@ -103,7 +103,8 @@ def code_of(part: Part) -> str | None:
 # ---------------------------------------------------------------- the Atlas home
 
 
-REDIRECT = re.compile(r"\d*(?:<<?<?|<>|>>?|&>>?|>\|)")  # reads too: `exec 3< FILE`, `: < FILE`
+# Reads too: `exec 3< FILE`, `: < FILE`. (?<!\d): linear on a long run of digits.
+REDIRECT = re.compile(r"(?<!\d)\d*(?:<<?<?|<>|>>?|&>>?|>\|)")
 
 
 def home_verdict(part: Part, context: Context) -> Verdict | None:
