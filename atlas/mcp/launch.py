@@ -153,7 +153,7 @@ def _check_visible(
     check_program(where, server.command, server.args, path)
     program = shutil.which(server.command, path=path) if "/" not in server.command else None
     candidates = [Path(program or server.command), *(Path(a) for a in server.args)]
-    visible = (data, *policy.writable)
+    visible = (data, *policy.writable, *policy.readable)  # bound back: grants, Atlas's programs
     for candidate in candidates:
         if not candidate.is_absolute() or not candidate.exists():
             continue
@@ -161,7 +161,8 @@ def _check_visible(
         if why:
             raise ConfigError(
                 f"{where}: {why}, so the server cannot start there. Move it to a folder the "
-                f"sandbox shows (read-only: /opt, /usr/local, your home; writable: {data}), "
+                f"sandbox shows (read-only: /opt, /usr/local, or a folder of [sandbox] readable; "
+                f"writable: {data}), "
                 f'or give the server "sandbox": false'
             )
 
