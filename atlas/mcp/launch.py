@@ -149,15 +149,17 @@ def _check_visible(
 ) -> None:
     """Raise ProgramMissing when the server's program is missing, ConfigError when it or a script among its
     arguments is where the sandbox shows nothing (what node would call MODULE_NOT_FOUND)."""
+    from atlas.sandbox.launcher import bound_back
+
     where = f"{server.source}: server {server.name!r}"
     check_program(where, server.command, server.args, path)
     program = shutil.which(server.command, path=path) if "/" not in server.command else None
     candidates = [Path(program or server.command), *(Path(a) for a in server.args)]
-    visible = (data, *policy.writable, *policy.readable)  # bound back: grants, Atlas's programs
+    visible = (data, *policy.writable, *bound_back(policy))  # grants, Atlas's programs
     for candidate in candidates:
         if not candidate.is_absolute() or not candidate.exists():
             continue
-        why = unseen_path(candidate, policy.hidden, visible, policy.readable)
+        why = unseen_path(candidate, policy.hidden, visible, visible)
         if why:
             raise ConfigError(
                 f"{where}: {why}, so the server cannot start there. Move it to a folder the "

@@ -162,6 +162,12 @@ def _real(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
+def bound_back(policy: SandboxPolicy) -> list[Path]:
+    """What a sandbox shows read-only besides the root: the policy's readable paths, and
+    Atlas's own programs where they live under the private /tmp (a CI clone there)."""
+    return [*policy.readable, *_runtime_under(_real(Path("/tmp")), policy.env)]
+
+
 def _runtime_under(tmp: Path, env: Mapping[str, str]) -> list[Path]:
     """Atlas's own Python, its package and the PATH's folders, where they live under /tmp (a
     checkout or a CI clone there): the private /tmp would hide the programs a sandbox runs."""
