@@ -91,17 +91,22 @@ GDB_FOREIGN = re.compile(r"(?:guile|gu|guile-repl|gr)\b")
 GDB_INFERIOR_CALL = re.compile(r"(?:call|print|p|output)\s.{0,200}\b(?:system|exec\w*|popen)\s*\(")
 
 
-def gdb_commands(words: list[str]) -> list[str]:
-    """The commands given to gdb on its line (`-ex CMD`, `--eval-command=CMD`)."""
+def option_values(words: list[str], names: set[str]) -> list[str]:
+    """The values of the given options (`-e CMD`, `--rsh=CMD`)."""
     found: list[str] = []
     for index, word in enumerate(words[1:], start=1):
         option, equals, value = word.partition("=")
-        if option in GDB_COMMAND_OPTIONS:
+        if option in names:
             if equals:
                 found.append(value)
             elif index + 1 < len(words):
                 found.append(words[index + 1])
-    return found[:64]
+    return found
+
+
+def gdb_commands(words: list[str]) -> list[str]:
+    """The commands given to gdb on its line (`-ex CMD`, `--eval-command=CMD`)."""
+    return option_values(words, GDB_COMMAND_OPTIONS)[:64]
 
 
 def gdb_escapes(command: str) -> tuple[str, str] | None:

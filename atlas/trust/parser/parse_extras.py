@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from atlas.trust.parser.escapes import client_commands, git_config_setting
+from atlas.trust.parser.escapes import client_commands, git_config_setting, option_values
 from atlas.trust.parser.parse_types import Word
 from atlas.trust.parser.wrappers import name_of
 
@@ -69,11 +69,11 @@ def code_strings(words: list[str]) -> list[str]:
     if head in VIM:
         return _vim(words)
     if head == "rsync":
-        return _valued(words, {"-e", "--rsh"})
+        return option_values(words, {"-e", "--rsh"})
     if head in ("sed", "gsed"):
         return _sed(words)
     if head == "zip":
-        return _valued(words, {"-TT", "--unzip-command"})
+        return option_values(words, {"-TT", "--unzip-command"})
     if head.startswith(("python", "pypy")) and _runs_code_module(words):
         return ["$SUBSTITUTION"]  # `python -m timeit 'os.system(…)'`, `python -m pdb -c CMD`
     if head in ("less", "more", "most"):
@@ -81,11 +81,11 @@ def code_strings(words: list[str]) -> list[str]:
     if head in ("make", "gmake"):  # `make SHELL=CMD`: every recipe runs through CMD
         return [w.split("=", 1)[1] for w in words[1:] if w.startswith(("SHELL=", ".SHELLFLAGS="))]
     if head in ("npm", "pnpm", "yarn"):
-        return _valued(words, {"--script-shell", "--shell"})
+        return option_values(words, {"--script-shell", "--shell"})
     if head in ("bash", "sh", "zsh", "ksh", "dash"):  # `bash --rcfile FILE` sources FILE
-        return [f". {f}" for f in _valued(words, {"--rcfile", "--init-file"})]
+        return [f". {f}" for f in option_values(words, {"--rcfile", "--init-file"})]
     if head == "man":
-        return _valued(words, {"-P", "--pager", "-H", "--html"})
+        return option_values(words, {"-P", "--pager", "-H", "--html"})
     return _client_escapes(head, words)
 
 
@@ -101,7 +101,7 @@ def _client_escapes(head: str, words: list[str]) -> list[str]:
     `emacs --eval '(shell-command …)'` (Lisp: not read, so a computed command)."""
     found: list[str] = []
     if head == "ansible" and set(words) & {"shell", "command", "raw", "ansible.builtin.shell"}:
-        return _valued(words, {"-a", "--args"})
+        return option_values(words, {"-a", "--args"})
     if head in ("emacs", "emacsclient") and any(w.startswith(("--eval", "-eval")) for w in words):
         return ["$SUBSTITUTION"]
     found += client_commands(head, words[1:])  # `.output |cmd`, `\\o |cmd`, COPY … PROGRAM
@@ -111,19 +111,6 @@ def _client_escapes(head: str, words: list[str]) -> list[str]:
             for prefix in ESCAPES[head]:
                 if text.startswith(prefix):
                     found.append(text[len(prefix) :])
-    return found
-
-
-def _valued(words: list[str], names: set[str]) -> list[str]:
-    """The values of the given options (`-e CMD`, `--rsh=CMD`)."""
-    found: list[str] = []
-    for index, word in enumerate(words[1:], start=1):
-        option, equals, value = word.partition("=")
-        if option in names:
-            if equals:
-                found.append(value)
-            elif index + 1 < len(words):
-                found.append(words[index + 1])
     return found
 
 
@@ -161,9 +148,9 @@ GIT_RUNS_REST = {("bisect", "run"), ("submodule", "foreach")}
 def _git_runs(words: list[str]) -> list[str]:
     """`git rebase --exec CMD`, `git clone --upload-pack=CMD`, `git bisect run CMD…`,
     `git submodule foreach CMD`, `ext::CMD` remotes (`% ` is a space there)."""
-    found = _valued(words, GIT_CODE_OPTIONS)
+    found = option_values(words, GIT_CODE_OPTIONS)
     if "clone" in words or "fetch" in words or "pull" in words:
-        found += _valued(words, {"-u"})
+        found += option_values(words, {"-u"})
     for index in range(1, len(words) - 1):
         if (words[index], words[index + 1]) in GIT_RUNS_REST:
             found.append(" ".join(w for w in words[index + 2 :] if w != "--recursive"))
@@ -176,7 +163,7 @@ def _git_runs(words: list[str]) -> list[str]:
 def _sed(words: list[str]) -> list[str]:
     """GNU sed's `e CMD` runs CMD, `s/…/…/e` runs the pattern space (unknown), and `w FILE` writes
     FILE: returned as shell strings (the write as `: > FILE`) so the rules judge them."""
-    scripts = _valued(words, {"-e", "--expression"})
+    scripts = option_values(words, {"-e", "--expression"})
     operands = [w for w in words[1:] if not w.startswith("-")]
     if not scripts and operands:
         scripts = operands[:1]
@@ -236,7 +223,7 @@ def _git(words: list[str]) -> list[str]:
 
 
 def _tar(words: list[str]) -> list[str]:
-    found = _valued(words, TAR_CODE)
+    found = option_values(words, TAR_CODE)
     for word in words[1:]:
         if word.startswith("--checkpoint-action="):
             action = word.split("=", 1)[1]
@@ -247,7 +234,7 @@ def _tar(words: list[str]) -> list[str]:
 
 def _vim(words: list[str]) -> list[str]:
     """`vim -c ':!rm -rf ~'`, `vim +'!cmd'`, `--cmd`: what follows a `!` is a shell command."""
-    commands = _valued(words, {"-c", "--cmd"})
+    commands = option_values(words, {"-c", "--cmd"})
     commands += [  # `ex -sc CMD`: a cluster ending in c takes the next word
         words[i + 1]
         for i, w in enumerate(words[:-1])
