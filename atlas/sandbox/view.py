@@ -24,7 +24,7 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -437,21 +437,15 @@ def build_view(home: Home, bot: Bot, *, read_only: bool = False) -> View:
 _link_scans: dict[View, tuple[float, frozenset[tuple[int, int]] | None]] = {}
 
 
-def _hidden_inodes(view: View) -> frozenset[tuple[int, int]] | None:
-    """(device, inode) of every file the view hides (the emptied home and the hidden paths);
-    None when there are more than LINK_SCAN_MAX_ENTRIES entries to walk."""
-    now = time.monotonic()
-    cached = _link_scans.get(view)
-    if cached and now - cached[0] < LINK_SCAN_TTL_S:
-        return cached[1]
-    skip = {str(p) for p in (view.workspace, *view.writable, *view.readable, *view.runtime,
-                             view.atlas_home, view.vault)}  # fmt: skip
-    roots = [p for p in view.hidden if p.exists() and not under(p, PROC)]
-    if not view.person_granted:
-        roots.append(view.person)
+def inodes_under(
+    roots: Iterable[Path | str], skip: Callable[[str], bool]
+) -> frozenset[tuple[int, int]] | None:
+    """(device, inode) of every regular file under `roots` (a root may be a file itself), not
+    going into the folders `skip` names; None past LINK_SCAN_MAX_ENTRIES entries. Every file
+    counts, whatever its links now: a link may be made after the walk."""
     found: set[tuple[int, int]] = set()
     seen = 0
-    stack = [str(r) for r in roots]
+    stack = [str(root) for root in roots]
     while stack:
         top = stack.pop()
         try:
@@ -468,17 +462,34 @@ def _hidden_inodes(view: View) -> frozenset[tuple[int, int]] | None:
         for entry in entries:
             seen += 1
             if seen > LINK_SCAN_MAX_ENTRIES:
-                _link_scans[view] = (now, None)
                 return None
             try:
                 est = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if stat.S_ISDIR(est.st_mode) and entry.path not in skip:
+            if stat.S_ISDIR(est.st_mode) and not skip(entry.path):
                 stack.append(entry.path)
             elif stat.S_ISREG(est.st_mode):
                 found.add((est.st_dev, est.st_ino))
-    result = frozenset(found)
+    return frozenset(found)
+
+
+def _hidden_inodes(view: View) -> frozenset[tuple[int, int]] | None:
+    """(device, inode) of every file the view hides (the emptied home and the hidden paths);
+    None when there are more than LINK_SCAN_MAX_ENTRIES entries to walk."""
+    now = time.monotonic()
+    cached = _link_scans.get(view)
+    if cached and now - cached[0] < LINK_SCAN_TTL_S:
+        return cached[1]
+    skip = {str(p) for p in (view.workspace, *view.writable, *view.readable, *view.runtime,
+                             view.atlas_home, view.vault)}  # fmt: skip
+    roots = [p for p in view.hidden if p.exists() and not under(p, PROC)]
+    if not view.person_granted:
+        roots.append(view.person)
+    result = inodes_under(roots, lambda folder: folder in skip)
+    if result is None:
+        _link_scans[view] = (now, None)
+        return None
     _link_scans.clear()  # one view's walk kept at a time: they are big
     _link_scans[view] = (now, result)
     return result

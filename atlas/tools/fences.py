@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Literal
 
 from atlas.errors import ToolError
-from atlas.sandbox.view import View
+from atlas.sandbox.view import LINK_SCAN_TTL_S, View, inodes_under
 
 if TYPE_CHECKING:
     from atlas.home import Home
@@ -53,9 +53,8 @@ SETTINGS_FILES = ("config.toml", "mcp.json", "models.toml")
 SECRET_FILES = ("dashboard.key", "run")
 UNREACHABLE_AREAS = ("vault", "secret")
 HOME_MEMORY = ("USER.md", "MEMORY.md", "memory")
-# Hard links: fenced trees are walked for their files' inodes (the walk is kept this long).
-LINK_SCAN_TTL_S = 2.0
-LINK_SCAN_MAX_ENTRIES = 200_000
+# Hard links: fenced trees are walked for their files' inodes (atlas/sandbox/view.py
+# inodes_under, within its bounds; a walk is kept LINK_SCAN_TTL_S).
 O_PATH = getattr(os, "O_PATH", os.O_RDONLY)  # Linux: a folder fd that needs no read permission
 
 
@@ -269,31 +268,13 @@ def fenced_inodes(home: Path, vault: Path) -> frozenset[tuple[int, int]] | None:
     cached = _link_scans.get(key)
     if cached and now - cached[0] < LINK_SCAN_TTL_S:
         return cached[1]
-    found: set[tuple[int, int]] = set()
-    seen = 0
     bots = home / "bots"
-    stack = [vault, home]
-    while stack:
-        folder = stack.pop()
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        for entry in entries:
-            seen += 1
-            if seen > LINK_SCAN_MAX_ENTRIES:
-                _link_scans[key] = (now, None)
-                return None
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                if not (entry.name == "workspace" and Path(folder).parent == bots):
-                    stack.append(Path(entry.path))
-            elif stat.S_ISREG(st.st_mode):  # every file: a link may be made after the walk
-                found.add((st.st_dev, st.st_ino))
-    result = frozenset(found)
+
+    def a_workspace(folder: str) -> bool:  # bots/<name>/workspace: no private files
+        path = Path(folder)
+        return path.name == "workspace" and path.parent.parent == bots
+
+    result = inodes_under([vault, home], a_workspace)
     _link_scans[key] = (now, result)
     return result
 
