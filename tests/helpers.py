@@ -44,6 +44,13 @@ def make_home(
     return Home(root)
 
 
+def give_telegram_channel(root: Path, bot: str = "atlas") -> None:
+    """A `[channels.telegram]` table in the bot's bot.toml (its token variable unset: enough
+    for what reads the configured channels, not to start one); reload the Home after."""
+    with (root / "bots" / bot / "bot.toml").open("a") as toml:
+        toml.write('\n[channels.telegram]\ntoken_env = "ATLAS_TEST_TELEGRAM_TOKEN"\n')
+
+
 def run_context(
     home: Home,
     *,

@@ -5,7 +5,6 @@ and line; a report that did not arrive is never shown as a green `ok`."""
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -13,15 +12,13 @@ import pytest
 from atlas.dashboard.render import environment
 from atlas.errors import ConfigError
 from atlas.home import REPO_ROOT, Home
-from atlas.providers.scripted import Reply, ScriptedModel
+from atlas.providers.scripted import Reply
 from atlas.routines.cli import _run_line
 from atlas.routines.files import read_routine_file, reconcile_files
 from atlas.routines.store import RoutineRun
 from atlas.routines.targets import resolve_channel
-from tests.helpers import close_test_stores
-from tests.unit.test_routines import Rig, home_with, rig_for
-
-TELEGRAM = '\n[channels.telegram]\ntoken_env = "ATLAS_TEST_TELEGRAM_TOKEN"\n'
+from tests.helpers import give_telegram_channel
+from tests.unit.test_routines import Rig, home_with, telegram_rig  # noqa: F401 (a fixture)
 
 
 def docs_routines() -> list[str]:
@@ -44,22 +41,10 @@ def shipped_routines() -> list[tuple[str, str]]:
     return armed
 
 
-@pytest.fixture
-async def rig(home_path: Path) -> AsyncIterator[Rig]:
-    """The main bot has a Telegram channel; a recording channel stands in for it."""
-    home_with(home_path)
-    with (home_path / "bots" / "atlas" / "bot.toml").open("a") as toml:
-        toml.write(TELEGRAM)
-    made = rig_for(Home(home_path), ScriptedModel())
-    made.dispatcher.channels["telegram:atlas"] = made.channel
-    yield made
-    await made.scheduler.stop()
-    await made.dispatcher.shutdown()
-    await made.runtime.close()
-    await close_test_stores()
-
-
-async def test_every_example_routine_loads_and_is_delivered_to_the_bots_channel(rig: Rig) -> None:
+async def test_every_example_routine_loads_and_is_delivered_to_the_bots_channel(
+    telegram_rig: Rig,  # noqa: F811 (the fixture imported above)
+) -> None:
+    rig = telegram_rig  # the main bot has a Telegram channel; a recording one stands in
     files = {f"docs-{i}": text for i, text in enumerate(docs_routines())}
     files |= dict(shipped_routines())
     for name, text in files.items():
@@ -105,8 +90,7 @@ def test_a_platform_alone_is_the_bots_own_channel_and_one_it_lacks_is_named(
     home_path: Path,
 ) -> None:
     home_with(home_path)
-    with (home_path / "bots" / "atlas" / "bot.toml").open("a") as toml:
-        toml.write(TELEGRAM)
+    give_telegram_channel(home_path)
     home = Home(home_path)
     assert resolve_channel(home, "atlas", "telegram") == "telegram:atlas"
     assert resolve_channel(home, "atlas", "telegram:atlas") == "telegram:atlas"

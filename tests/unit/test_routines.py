@@ -28,7 +28,13 @@ from atlas.tools.registry import RunContext, ToolRegistry
 from atlas.tools.routines import ROUTINE_TOOLS, cronjob_manage
 from atlas.trust.gate import OpenGate
 from tests.fakes.recording_channel import RecordingChannel
-from tests.helpers import BASE_CONFIG, close_test_stores, make_home, open_store_for_tests
+from tests.helpers import (
+    BASE_CONFIG,
+    close_test_stores,
+    give_telegram_channel,
+    make_home,
+    open_store_for_tests,
+)
 
 CHAT = Address("atlas", "fake", "chat-1", user="u1")
 TARGET = Target("fake", "chat-1")
@@ -252,8 +258,7 @@ async def telegram_rig(home_path: Path) -> AsyncIterator[Rig]:
     """A rig whose main bot has a Telegram channel (a recording one stands in for it), as the
     routine files of the docs expect: `channel = "telegram"` is that channel."""
     home_with(home_path)
-    with (home_path / "bots" / "atlas" / "bot.toml").open("a") as toml:
-        toml.write('\n[channels.telegram]\ntoken_env = "ATLAS_TEST_TELEGRAM_TOKEN"\n')
+    give_telegram_channel(home_path)
     made = rig_for(Home(home_path), ScriptedModel())
     made.dispatcher.channels["telegram:atlas"] = made.channel
     yield made

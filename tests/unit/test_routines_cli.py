@@ -18,9 +18,7 @@ from atlas.runtime import Runtime
 from atlas.store.home_db import HomeStore
 from atlas.tools.registry import ToolRegistry
 from atlas.trust.gate import OpenGate
-from tests.helpers import make_home
-
-TELEGRAM = '\n[channels.telegram]\ntoken_env = "ATLAS_TEST_TELEGRAM_TOKEN"\n'
+from tests.helpers import give_telegram_channel, make_home
 
 PING = """\
 schedule = "every day at 7:30"
@@ -36,9 +34,8 @@ chat = "123"
 @pytest.fixture
 def home(home_path: Path) -> Home:
     """A fresh home whose main bot has a Telegram channel: the example files' targets name it."""
-    made = make_home(home_path)
-    with (made.bot("atlas").root / "bot.toml").open("a") as toml:
-        toml.write(TELEGRAM)
+    make_home(home_path)
+    give_telegram_channel(home_path)
     return Home(home_path)
 
 
