@@ -188,7 +188,13 @@ async def _read_one(
     return ToolResult(text=about, images=[image]), digest
 
 
-@tool(read_only=True, pages_itself=True, aliases={"file_path": "path"})
+@tool(
+    read_only=True,
+    pages_itself=True,
+    aliases={"file_path": "path"},
+    hidden={"reads"},
+    required=["path"],
+)
 async def read_file(
     run: RunContext,
     path: PathArg = "",
@@ -268,7 +274,9 @@ async def _write_one(run: RunContext, resolved: Path, content: str) -> str:
     return f"{'Replaced' if replaced else 'Created'} {shown}: {lines} lines, {len(data)} bytes"
 
 
-@tool(edits_files=True, aliases={"file_path": "path"})
+@tool(
+    edits_files=True, aliases={"file_path": "path"}, hidden={"files"}, required=["path", "content"]
+)
 async def write_file(
     run: RunContext,
     path: PathArg = "",
@@ -348,7 +356,12 @@ async def _edit_one(run: RunContext, resolved: Path, change: tuple[str, str, boo
     return f"Edited {shown} ({count} replacement{plural}):\n{diff_of(before, after, shown)}"
 
 
-@tool(edits_files=True, aliases={"file_path": "path"})
+@tool(
+    edits_files=True,
+    aliases={"file_path": "path"},
+    hidden={"edits"},
+    required=["path", "old_string", "new_string"],
+)
 async def edit_file(
     run: RunContext,
     path: PathArg = "",
