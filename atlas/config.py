@@ -333,7 +333,9 @@ class BotSettings(Strict):
     # Names are checked at home load; one not in the library is a warning, as the main bot
     # may create it later (atlas/home.py).
     skills: list[str] | None = None
-    mcp_servers: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # The home's mcp.json servers this bot uses (none named: all of them). A list of names, as
+    # the shipped bot.toml shows; a table's keys are read as the names too.
+    mcp_servers: list[str] = Field(default_factory=list)
     channels: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # ask: the gate asks the guardian and the person; auto: skips the guardian only;
     # read-only: no write_file/edit_file, and commands that are not clearly read-only ask.
@@ -342,6 +344,11 @@ class BotSettings(Strict):
     # A busy bot (a team's Slack): its conversations are spread over every worker process by
     # a hash of their address; its channels stay in one (docs/ARCHITECTURE.md, "Workers").
     spread: bool = False
+
+    @field_validator("mcp_servers", mode="before")
+    @classmethod
+    def _server_names(cls, value: Any) -> Any:
+        return list(value) if isinstance(value, dict) else value
 
     @field_validator("skills")
     @classmethod

@@ -37,9 +37,10 @@ def _inline(node: Any, definitions: dict[str, Any]) -> Any:
         return _inline(merged, definitions)
     if "anyOf" in node:
         choices = [c for c in node["anyOf"] if c != {"type": "null"}]
+        rest = {k: v for k, v in node.items() if k != "anyOf"}
         if len(choices) == 1:
-            rest = {k: v for k, v in node.items() if k != "anyOf"}
             return _inline({**choices[0], **rest}, definitions)
+        node = {"anyOf": choices, **rest}
     short: dict[str, Any] = {}
     for key, value in node.items():
         if key in ("title", "$defs", "additionalProperties") and not (
@@ -55,17 +56,37 @@ def _inline(node: Any, definitions: dict[str, Any]) -> Any:
     return short
 
 
+def _drop(schema: dict[str, Any], entry: str) -> None:
+    """Take one hidden entry out: `name` a parameter, `name.sub` a property of the objects a
+    list parameter holds, `name=value` one value of a parameter's enum."""
+    path, _, value = entry.partition("=")
+    names = path.split(".")
+    node = schema
+    for name in names[:-1]:
+        node = node.get("properties", {}).get(name, {})
+        node = node.get("items", node)
+    last = names[-1]
+    if not value:
+        node.get("properties", {}).pop(last, None)
+        if last in node.get("required", []):
+            node["required"] = [n for n in node["required"] if n != last]
+        return
+    target = node.get("properties", {}).get(last, {})
+    if "enum" in target:
+        target["enum"] = [v for v in target["enum"] if v != value]
+
+
 def advertised_schema(
     full: dict[str, Any], *, hidden: Iterable[str] = (), required: Iterable[str] = ()
 ) -> dict[str, Any]:
     """`full` (pydantic's JSON schema of the arguments) as the model is shown it: compacted,
-    without the `hidden` parameters, and with `required` added to what it must send (a
-    parameter whose model default only serves a hidden form, such as a batch list)."""
+    without the `hidden` entries (see _drop), and with `required` added to what it must send
+    (a parameter whose model default only serves a hidden form, such as a batch list)."""
     schema = _inline(full, full.get("$defs", {}))
     hidden = set(hidden)
+    for entry in sorted(hidden):
+        _drop(schema, entry)
     properties = schema.get("properties", {})
-    for name in hidden:
-        properties.pop(name, None)
     must = [n for n in schema.get("required", []) if n not in hidden]
     for name in required:
         if name not in properties:

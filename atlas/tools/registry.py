@@ -150,6 +150,9 @@ class Tool:
     untrusted: bool = False  # every result comes from outside (web, MCP): wrapped as data
     edits_files: bool = False  # withheld in read-only mode
     aliases: dict[str, str] = field(default_factory=dict)
+    # Another harness's word for a value (find_files' output_mode "files_with_matches"):
+    # parameter -> {their value: ours}. Accepted, never advertised.
+    value_aliases: dict[str, dict[str, str]] = field(default_factory=dict)
     available: Availability | None = None
     describe: Callable[[RunContext], str] | None = None  # a description made for the run
     # Accepted, never advertised: parameters the model is not shown (a batch form; see
@@ -216,6 +219,10 @@ class Tool:
                     f"({value!r} vs {data[canonical]!r}); give one"
                 )
             data[canonical] = value
+        for name, ours in self.value_aliases.items():
+            value = data.get(name)
+            if isinstance(value, str) and value in ours:
+                data[name] = ours[value]
         try:
             return self.arguments.model_validate(data).model_dump()
         except ValidationError as exc:
@@ -253,6 +260,7 @@ def tool(
     untrusted: bool = False,
     edits_files: bool = False,
     aliases: dict[str, str] | None = None,
+    value_aliases: dict[str, dict[str, str]] | None = None,
     available: Availability | None = None,
     describe: Callable[[RunContext], str] | None = None,
     hidden: Iterable[str] = (),
@@ -283,6 +291,7 @@ def tool(
             untrusted=untrusted,
             edits_files=edits_files,
             aliases=dict(aliases or {}),
+            value_aliases=dict(value_aliases or {}),
             available=available,
             describe=describe,
             hidden=frozenset(hidden),

@@ -133,6 +133,19 @@ async def _run_rg(
 
 
 GLOB_SPECIAL = re.compile(r"([*?\[\]{}\\!])")
+GLOB_HINT = (
+    "The pattern {pattern!r} looks like a file-name glob; pattern is a regex for contents. "
+    'To find files by name: target="files", pattern {pattern!r}. To search only such files: '
+    "file_glob {pattern!r} with a regex pattern."
+)
+
+
+def looks_like_glob(pattern: str) -> bool:
+    """`**/*.py`, `*.md`, `src/*.ts`: a name glob given as a content regex (Claude Code's
+    Glob habit), not a regex with a wildcard such as `.*foo`."""
+    if ".*" in pattern or "\\" in pattern:
+        return False
+    return pattern.startswith("*") or "**" in pattern or "/*" in pattern or "*." in pattern
 
 
 @dataclass
@@ -321,7 +334,10 @@ def _answer(search: _Search, summary: str) -> str:
         "-B": "context_before",
         "type": "file_type",
         "head_limit": "limit",
+        "-n": "line_numbers",
     },
+    value_aliases={"output_mode": {"files_with_matches": "files_only"}},
+    hidden={"line_numbers"},
 )
 async def find_files(
     run: RunContext,
@@ -340,6 +356,7 @@ async def find_files(
     multiline: Annotated[bool, Field(description="a match may span lines")] = False,
     limit: Annotated[int, Field(ge=1, le=500, description="result lines per page")] = 50,
     offset: Annotated[int, Field(ge=0, description="result lines to skip")] = 0,
+    line_numbers: bool = True,  # Claude Code's -n: content lines always carry their number
 ) -> str:
     """Search with ripgrep: file contents by regex (documents such as PDF and Word too), or file
     names by glob (target=files). Skips hidden, git-ignored, dependency and build folders
@@ -380,8 +397,17 @@ async def find_files(
             skip_documents = [f"--iglob=!*{s}" for s in DOCUMENT_SUFFIXES]  # searched as Markdown
             globs = ["--glob", file_glob] if file_glob else []
             args = [*flags, *scope, *globs, *skip_documents, *fences, "--", arg]
-            await search.rg_lines(args, _collector(search.results, mode, _strip_dot, fenced.keep))
+            try:
+                await search.rg_lines(
+                    args, _collector(search.results, mode, _strip_dot, fenced.keep)
+                )
+            except ToolError as exc:
+                if looks_like_glob(pattern):
+                    raise ToolError(f"{exc}\n{GLOB_HINT.format(pattern=pattern)}") from None
+                raise
         if not search.stopped and (is_dir or is_document(resolved)):
             documents = await search.documents(arg, is_dir, scope, file_glob, fences)
             await search.search_documents(documents, flags, mode)
+    if target == "content" and not search.results.total and looks_like_glob(pattern):
+        search.notes.append(GLOB_HINT.format(pattern=pattern))
     return _answer(search, _summary(search.results, target, mode, shown, pattern))
