@@ -215,6 +215,11 @@ def _executor_record(db: sqlite_utils.Database) -> None:
         db.execute(f"CREATE TRIGGER {trigger}")
 
 
+def _routine_precheck(db: sqlite_utils.Database) -> None:
+    # A routine's pre-check command (atlas/routines/precheck.py): '' for none.
+    db["routines"].add_column("precheck", str, not_null_default="")
+
+
 HOME_MIGRATIONS: list[Migration] = [
     ("001_gate_decisions", _gate_decisions),
     ("002_channel_pairing", _channel_pairing),
@@ -222,6 +227,7 @@ HOME_MIGRATIONS: list[Migration] = [
     ("004_routines", _routines),
     ("005_owed_routine_reports", _owed_reports),
     ("006_executor_record", _executor_record),
+    ("007_routine_precheck", _routine_precheck),
 ]
 
 

@@ -306,8 +306,13 @@ class ToolRegistry:
     """Tools in a fixed order, so the tool list (and the prompt prefix) is byte-identical
     from one turn to the next."""
 
-    def __init__(self, tools: Sequence[Tool] = ()) -> None:
+    def __init__(
+        self, tools: Sequence[Tool] = (), *, why_missing: Callable[[str], str | None] | None = None
+    ) -> None:
         self._tools: dict[str, Tool] = {}
+        # Why a name that is not here is still one the model may know (an MCP server's tool
+        # while the server is down): said instead of "no such tool".
+        self.why_missing = why_missing
         self._always_on: list[Tool] | None = None  # in registry order; rebuilt after an add
         for t in tools:
             self.add(t)
@@ -354,6 +359,8 @@ class ToolRegistry:
 
     async def call(self, run: RunContext, name: str, raw: str | dict[str, Any]) -> ToolResult:
         t = self._tools.get(name)
+        if t is None and self.why_missing is not None and (why := self.why_missing(name)):
+            return ToolResult(f"Error: {name} is not offered to this run: {why}", is_error=True)
         if t is None:
             near = ", ".join(x.name for x in self.for_run(run))
             return ToolResult(
