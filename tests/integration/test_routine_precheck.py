@@ -4,6 +4,8 @@ the real SDK path: a quiet check costs no model request at all."""
 
 from __future__ import annotations
 
+import re
+import tomllib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,3 +134,65 @@ async def test_the_routine_file_and_the_tool_take_a_precheck(rig: Rig) -> None:
         run, {"action": "update", "job_id": "page", "precheck": ""}
     )
     assert "pre-check" not in cleared.text
+
+
+def docs_prechecks() -> dict[str, dict[str, str]]:
+    """The routine files with a pre-check that docs/routines.md shows, by their first word."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "routines.md").read_text()
+    blocks = [tomllib.loads(b) for b in re.findall(r"```toml\n(.*?)```", text, re.S)]
+    shown = [b for b in blocks if "precheck" in b]
+    assert len(shown) == 3, "docs/routines.md shows three pre-checks"
+    return {b["precheck"].split()[0]: b for b in shown}
+
+
+def _mail_arrives(workspace: Path) -> None:
+    (workspace / "maildir" / "new").mkdir(parents=True)
+    (workspace / "maildir" / "new" / "1700000000.M1.host").write_text("Subject: hi\n")
+
+
+def _tests_fail(workspace: Path) -> None:
+    (workspace / "project" / "test_sum.py").write_text(
+        "import unittest\n\nclass T(unittest.TestCase):\n"
+        "    def test_sum(self):\n        self.assertEqual(1 + 1, 30)\n"  # not the size of the passing one: a stale .pyc would pass
+    )
+
+
+async def test_the_docs_prechecks_are_quiet_until_there_is_news(rig: Rig) -> None:
+    """Each example of docs/routines.md, run as written (the page's address aside: no network
+    here, so the page is a local file), once with nothing to report and once with news."""
+    examples = docs_prechecks()
+    workspace = rig.home.main_bot.workspace
+    (workspace / "project").mkdir()
+    (workspace / "project" / "test_sum.py").write_text(
+        "import unittest\n\nclass T(unittest.TestCase):\n"
+        "    def test_sum(self):\n        self.assertEqual(1 + 1, 2)\n"
+    )
+    (workspace / "status.html").write_text("all systems go\n")
+    page = examples["curl"]["precheck"].replace(
+        "https://example.org/status", f"file://{workspace / 'status.html'}"
+    )
+    # (name, check, what brings news); the page below has no copy to compare with at its
+    # first run, so it reports first and is quiet the second time.
+    cases = [
+        ("mail", examples["ls"]["precheck"], _mail_arrives),
+        ("tests", examples["cd"]["precheck"], _tests_fail),
+    ]
+    for name, check, news in cases:
+        quiet = await rig.run(f"{name}-quiet", check)
+        assert quiet.status == "skipped", (name, quiet)
+        news(workspace)
+        rig.server.reply(f"news from {name}")
+        told = await rig.run(f"{name}-news", check)
+        assert told.status == "ok", (name, told)
+    rig.server.reply("the page changed")
+    assert (await rig.run("page-first", page)).status == "ok"
+    assert (await rig.run("page-same", page)).status == "skipped"
+    (workspace / "status.html").write_text("degraded\n")
+    rig.server.reply("the page changed again")
+    changed = await rig.run("page-changed", page)
+    assert changed.status == "ok"
+    assert len(rig.server.requests) == 4  # one per run with news, none for the quiet ones
+    prompts = [r["messages"][-1]["content"] for r in rig.server.requests]
+    assert "1700000000.M1.host" in prompts[0]
+    assert "AssertionError: 2 != 30" in prompts[1]
+    assert "< all systems go" in prompts[3] and "> degraded" in prompts[3]
