@@ -148,6 +148,9 @@ class _FenceFilter:
     fenced: frozenset[tuple[int, int]] | None
     dropped: int = 0
     _seen: dict[str, bool] = field(default_factory=dict)
+    # Ignored by a .gitignore above the searched folder (search_scope.Scope.hides): rg is not
+    # told of those files, so its results are checked here; not counted as dropped.
+    ignored: Callable[[Path], bool] = lambda _path: False
 
     @classmethod
     async def for_search(cls, fence: Fence, cwd: Path, root: Path) -> _FenceFilter:
@@ -171,7 +174,7 @@ class _FenceFilter:
         known = self._seen.get(found)
         if known is None:
             path = Path(os.path.normpath(self.cwd / found))
-            if not self._in_view(path):
+            if not self._in_view(path) or self.ignored(path):
                 known = self._seen[found] = False  # not counted: it does not exist for the bot
                 return known
             known = self._seen[found] = self._allowed(path)
@@ -363,7 +366,8 @@ async def find_files(
     loop = asyncio.get_running_loop()
     fenced = await _FenceFilter.for_search(fence, cwd, resolved)
     search = _Search(run, rg, cwd, loop.time() + SEARCH_TIMEOUT_S, _Results(offset, limit), fenced)
-    scope = await scope_flags(run, resolved, is_dir, file_type)
+    found_scope = await scope_flags(run, resolved, is_dir, file_type)
+    scope, fenced.ignored = found_scope.flags, found_scope.hides
     # Last before "--": rg's later globs win over earlier ones, the model's file_glob included.
     fences = [*skipped_folder_globs(run, resolved), *fenced.globs(resolved)]
     mode = "files" if target == "files" else output_mode

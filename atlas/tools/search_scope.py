@@ -1,6 +1,6 @@
 """What find_files tells ripgrep: which files are in scope, and how matches are printed.
 
-Hidden, git-ignored, dependency and build folders are skipped unless the search path names
+Hidden, ignored (.gitignore, in-process), dependency and build folders are skipped unless the search path names
 them (docs/tools.md, find_files).
 """
 
@@ -10,10 +10,9 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
-from atlas.sandbox.helpers import inside_repository, run_git
+from atlas.tools.fences import Fence
+from atlas.tools.ignore_rules import IgnoreRules
 from atlas.tools.registry import RunContext
-
-GIT_TIMEOUT_S = 5.0
 
 # Dependency, cache and build folders: thousands of files nobody wrote, skipped even when no
 # .gitignore names them (a fresh clone, a folder outside git). The hidden ones matter once a
@@ -44,32 +43,40 @@ def _inside_hidden(run: RunContext, resolved: Path) -> bool:
     return any(p.startswith(".") and p not in (".", "..") for p in _parts(run, resolved))
 
 
-def _may_be_ignored(resolved: Path, folder: Path) -> bool:
-    top = resolved == folder and (folder / ".git").exists()
-    return not top and inside_repository(folder)
+@dataclass
+class Scope:
+    """rg's flags for what is in scope, and the ignore rules each result is checked against
+    (rg reads no ignore file itself: `--no-ignore`)."""
+
+    flags: list[str]
+    rules: IgnoreRules | None = None
+    root: Path | None = None
+
+    def hides(self, found: Path) -> bool:
+        if self.rules is None or self.root is None:
+            return False
+        return self.rules.ignored_below(found, self.root)
 
 
-async def _git_ignored(run: RunContext, resolved: Path, folder: Path) -> bool:
-    """Whether git ignores the searched path. git runs in the bot's sandbox with every hook off
-    (atlas/sandbox/helpers.py): the repository's config is the bot's to write. Outside any
-    repository, or for a repository's top folder (never ignored: the common `path="."`), git
-    is not started (a sandbox's start is most of its cost)."""
-    if not await asyncio.to_thread(_may_be_ignored, resolved, folder):
-        return False
-    done = await run_git(
-        run.home, run.bot, folder, ["check-ignore", "-q", "--", str(resolved)],
-        timeout=GIT_TIMEOUT_S, stdout=False, reads_contents=False,
-    )  # fmt: skip
-    return done.returncode == 0
+def _ignore_rules(run: RunContext, resolved: Path) -> IgnoreRules:
+    view = Fence.for_run(run).view
+    return IgnoreRules.around(view, resolved, run.bot.workspace.resolve())
 
 
-async def scope_flags(run: RunContext, resolved: Path, is_dir: bool, file_type: str) -> list[str]:
+async def scope_flags(run: RunContext, resolved: Path, is_dir: bool, file_type: str) -> Scope:
     """Hidden and ignored files are skipped, unless the search starts inside such a folder;
-    `file_type` is one of rg's types (`rg --type-list`)."""
-    flags = ["--hidden"] if _inside_hidden(run, resolved) else []
-    if await _git_ignored(run, resolved, resolved if is_dir else resolved.parent):
-        flags.append("--no-ignore")
-    return [*flags, f"--type={file_type}"] if file_type else flags
+    `file_type` is one of rg's types (`rg --type-list`). Ignore rules are matched in-process
+    (atlas/tools/ignore_rules.py: no git runs, every ignore file is read through the view),
+    inside a repository or not; rg itself reads none (`--no-ignore`), nor the person's global
+    one. A search starting inside an ignored folder sees everything in it."""
+    flags = [*(["--hidden"] if _inside_hidden(run, resolved) else []), "--no-ignore"]
+    rules = await asyncio.to_thread(_ignore_rules, run, resolved)
+    scope = Scope(flags)
+    if not await asyncio.to_thread(rules.ignored, resolved, is_dir):
+        scope.rules, scope.root = rules, resolved
+    if file_type:
+        flags.append(f"--type={file_type}")
+    return scope
 
 
 @dataclass(frozen=True)
