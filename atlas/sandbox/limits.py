@@ -24,6 +24,7 @@ import logging
 import os
 import secrets
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,15 +219,30 @@ def _write(path: Path, value: str) -> None:
 
 AUTO_GRACE_SECONDS = 60.0  # an unreleased group is joined within this of its creation
 _auto: dict[Path, float] = {}  # groups nobody releases (sandbox_argv's own): swept once empty
+_state = threading.Lock()  # _auto and _released: the cgroup worker sweeps (group_pool.py)
 
 
 def create_group(limits: Limits, *, released_by_caller: bool = True) -> Group | None:
-    """A new cgroup with the limits set, or None under `rlimits`. Sweeps empty leftovers.
-    Without `released_by_caller`, a sweep removes it once it is empty after its grace."""
+    """A cgroup with the limits set, or None under `rlimits`: one made ahead by the cgroup
+    worker (atlas/sandbox/group_pool.py), else made now. Without `released_by_caller`, a sweep
+    removes it once it is empty after its grace."""
+    from atlas.sandbox import group_pool
+
+    if _detect()[0] == "rlimits":
+        return None
+    group = group_pool.take(limits) or make_group(limits)
+    if group is not None and not released_by_caller:
+        with _state:
+            for folder in group.folders:
+                _auto[folder] = time.monotonic()
+    return group
+
+
+def make_group(limits: Limits) -> Group | None:
+    """A new cgroup with the limits written (no sweep: the cgroup worker sweeps)."""
     kind, parents = _detect()
     if kind == "rlimits":
         return None
-    sweep()
     # The pid namespace too: pids repeat across namespaces (a nested sandbox's Atlas is pid 2).
     name = f"{os.getpid()}-{_pid_namespace()}-{next(_counter)}-{secrets.token_hex(3)}"
     memory = str(limits.max_memory_mb * MB)
@@ -235,8 +251,6 @@ def create_group(limits: Limits, *, released_by_caller: bool = True) -> Group | 
         folder = parent / name
         folder.mkdir()
         folders.append(folder)
-        if not released_by_caller:
-            _auto[folder] = time.monotonic()
         if kind == "cgroup2":
             _write(folder / "pids.max", str(limits.max_processes))
             _write(folder / "memory.max", memory)
@@ -264,8 +278,8 @@ def _members(folder: Path) -> list[int]:
 _released: set[Path] = set()  # groups released while their processes were still exiting
 
 
-def _kill_and_remove(folder: Path) -> bool:
-    """SIGKILL what is in `folder`, then remove it; False while processes are still exiting."""
+def _kill(folder: Path) -> None:
+    """SIGKILL whatever is in `folder` (cgroup.kill where the kernel has it)."""
     pids = _members(folder)
     if pids:
         kill = folder / "cgroup.kill"
@@ -274,6 +288,11 @@ def _kill_and_remove(folder: Path) -> bool:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _kill_and_remove(folder: Path) -> bool:
+    """SIGKILL what is in `folder`, then remove it; False while processes are still exiting."""
+    _kill(folder)
     try:
         folder.rmdir()
     except FileNotFoundError:
@@ -283,14 +302,24 @@ def _kill_and_remove(folder: Path) -> bool:
     return True
 
 
+def remove_folders(folders: tuple[Path, ...]) -> None:
+    """Remove a released group's folders (at once, or at a later sweep while still busy)."""
+    for folder in folders:
+        if not _kill_and_remove(folder):
+            with _state:
+                _released.add(folder)
+
+
 def release(group: Group | None) -> None:
-    """Kill whatever is still in the group and remove it (at once, or at the next sweep: a
-    command's result does not wait for its sandbox's teardown)."""
+    """Kill whatever is still in the group, at once; its folders are removed by the cgroup
+    worker (group_pool.py): a command's result does not wait for its sandbox's teardown."""
+    from atlas.sandbox import group_pool
+
     if group is None:
         return
     for folder in group.folders:
-        if not _kill_and_remove(folder):
-            _released.add(folder)
+        _kill(folder)
+    group_pool.remove_later(group.folders)
 
 
 def _pid_namespace() -> int:
@@ -301,22 +330,33 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists()
 
 
+def retry_released() -> bool:
+    """Remove the released groups that were still busy; True while some still are."""
+    with _state:
+        released = list(_released)
+    for folder in released:
+        if _kill_and_remove(folder):
+            with _state:
+                _released.discard(folder)
+    with _state:
+        return bool(_released)
+
+
 def sweep() -> None:
     """Remove empty groups left by this process or by a daemon that is gone (SIGKILLed)."""
     _, parents = _detect()
     me = os.getpid()
-    for folder in list(_released):
-        if _kill_and_remove(folder):
-            _released.discard(folder)
+    retry_released()
     for parent in parents:
         for folder in parent.iterdir():
             owner, namespace = (folder.name.split("-") + ["", ""])[:2]
             if not folder.is_dir() or not owner.isdigit():
                 continue
-            created = _auto.get(folder)
+            with _state:
+                created = _auto.get(folder)
             if created is not None and time.monotonic() - created > AUTO_GRACE_SECONDS:
                 if not _members(folder):
-                    with contextlib.suppress(OSError):  # joined meanwhile
+                    with contextlib.suppress(OSError), _state:  # joined meanwhile
                         folder.rmdir()
                         del _auto[folder]
             elif namespace == str(_pid_namespace()) and int(owner) != me and not _alive(int(owner)):
@@ -378,6 +418,7 @@ __all__ = [
     "create_group",
     "describe",
     "limits_of",
+    "make_group",
     "mechanism",
     "release",
     "shield_daemon",
