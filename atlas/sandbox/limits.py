@@ -120,20 +120,23 @@ def _writable(folder: Path) -> bool:
     return folder.is_dir() and os.access(folder, os.W_OK)
 
 
-def _v2_parent(mounts: dict[str, Path], own: dict[str, str]) -> Path | None:
+def _v2_parent(
+    mounts: dict[str, Path], own: dict[str, str], wanted: tuple[str, ...] = CONTROLLERS
+) -> Path | None:
     """The delegated v2 folder sandboxes go under, controllers enabled; None if there is none.
-    The no-internal-process rule: this process moves into a leaf (`atlas-daemon`) first."""
+    The no-internal-process rule: this process moves into a leaf (`atlas-daemon`) first.
+    `wanted`: the controllers it needs (tests run it with those a machine can enable)."""
     if "" not in mounts or "" not in own:
         return None
     folder = mounts[""] / own[""].lstrip("/")
     controllers = set((folder / "cgroup.controllers").read_text().split())
-    if not set(CONTROLLERS) <= controllers or not _writable(folder):
+    if not set(wanted) <= controllers or not _writable(folder):
         return None
     parent = folder / GROUPS_FOLDER
     try:
-        enable = " ".join(f"+{name}" for name in CONTROLLERS)
+        enable = " ".join(f"+{name}" for name in wanted)
         enabled = set((folder / "cgroup.subtree_control").read_text().split())
-        if not set(CONTROLLERS) <= enabled:
+        if not set(wanted) <= enabled:
             daemon = folder / "atlas-daemon"
             daemon.mkdir(exist_ok=True)
             (daemon / "cgroup.procs").write_text(str(os.getpid()))
