@@ -37,6 +37,10 @@ MAX_IGNORE_BYTES = 1024 * 1024  # git reads bigger ones; a bot's 1 MB of pattern
 def read_through_view(view: View, path: Path) -> str | None:
     """The text of a small regular file the view shows, else None (missing, hidden, reached
     through a link to a hidden file, a hard link to one, a FIFO, too big)."""
+    try:
+        os.lstat(path)
+    except OSError:
+        return None  # most folders have none of the three names: no resolution for them
     real = view.resolve(path)
     if not view.sees(real):
         return None
@@ -99,7 +103,8 @@ class IgnoreRules:
     def _decides(self, path: Path, is_dir: bool) -> bool:
         """Whether the rules of the folders from the top down to `path`'s parent ignore `path`
         itself; the deepest file decides."""
-        folders = [p for p in (path.parent, *path.parent.parents) if under(p, self.top)]
+        parts = path.relative_to(self.top).parts
+        folders = [self.top.joinpath(*parts[:depth]) for depth in range(len(parts) - 1, -1, -1)]
         candidates = [self._rules_in(f) for f in folders]  # deepest first
         if self._exclude is not None:
             candidates.append(self._exclude)  # below every .gitignore, as in git
@@ -112,16 +117,16 @@ class IgnoreRules:
                 return include
         return False
 
-    def _steps(self, path: Path, start: Path) -> Iterator[Path]:
+    @staticmethod
+    def _steps(path: Path, start: Path) -> Iterator[Path]:
         """`path`'s folders below `start`, outermost first, then `path`."""
-        for part in reversed(path.parents):
-            if start in part.parents:
-                yield part
-        yield path
+        parts = path.relative_to(start).parts
+        for depth in range(1, len(parts) + 1):
+            yield start.joinpath(*parts[:depth])
 
     def ignored(self, path: Path, is_dir: bool) -> bool:
         """Whether `path` (resolved, below the top) is ignored, itself or by a folder above it."""
-        if not under(path, self.top) or path == self.top:
+        if not _within(path, self.top) or path == self.top:
             return False
         for step in self._steps(path, self.top):
             if ".git" in step.relative_to(self.top).parts:
@@ -131,14 +136,14 @@ class IgnoreRules:
         return False
 
     def ignored_below(self, path: Path, root: Path) -> bool:
-        """Whether `path`, found by a search of `root` (itself not ignored), is ignored: itself
-        or a folder between `root` and it. Each folder's verdict is kept for the search."""
-        if not under(path, self.top) or not under(path, root) or path == root:
+        """Whether `path`, a file found by a search of `root` (itself not ignored), is ignored:
+        itself or a folder between `root` and it. Each folder's verdict is kept for the search."""
+        if not _within(path, self.top) or not _within(path, root) or path == root:
             return False
         for step in self._steps(path, root):
             verdict = self._verdicts.get(step)
             if verdict is None:
-                is_dir = step != path or _is_dir(step)
+                is_dir = step != path  # rg reports files; the steps before are folders
                 inside_git = ".git" in step.relative_to(self.top).parts
                 verdict = inside_git or self._decides(step, is_dir)
                 if step != path:
@@ -148,11 +153,10 @@ class IgnoreRules:
         return False
 
 
-def _is_dir(path: Path) -> bool:
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False
+def _within(path: Path, folder: Path) -> bool:
+    """`path` is `folder` or below it (as strings: it runs for every result of a search)."""
+    text, top = str(path), str(folder)
+    return text == top or text.startswith(top if top.endswith("/") else top + "/")
 
 
 __all__ = ["IgnoreRules", "read_through_view", "repository_top"]

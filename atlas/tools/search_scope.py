@@ -58,9 +58,12 @@ class Scope:
         return self.rules.ignored_below(found, self.root)
 
 
-def _ignore_rules(run: RunContext, resolved: Path) -> IgnoreRules:
+def _ignore_rules(run: RunContext, resolved: Path, is_dir: bool) -> IgnoreRules | None:
+    """The rules results are checked against; None when the searched path is itself ignored
+    (the search then sees everything in it)."""
     view = Fence.for_run(run).view
-    return IgnoreRules.around(view, resolved, run.bot.workspace.resolve())
+    rules = IgnoreRules.around(view, resolved, run.bot.workspace.resolve())
+    return None if rules.ignored(resolved, is_dir) else rules
 
 
 async def scope_flags(run: RunContext, resolved: Path, is_dir: bool, file_type: str) -> Scope:
@@ -70,10 +73,8 @@ async def scope_flags(run: RunContext, resolved: Path, is_dir: bool, file_type: 
     inside a repository or not; rg itself reads none (`--no-ignore`), nor the person's global
     one. A search starting inside an ignored folder sees everything in it."""
     flags = [*(["--hidden"] if _inside_hidden(run, resolved) else []), "--no-ignore"]
-    rules = await asyncio.to_thread(_ignore_rules, run, resolved)
-    scope = Scope(flags)
-    if not await asyncio.to_thread(rules.ignored, resolved, is_dir):
-        scope.rules, scope.root = rules, resolved
+    rules = await asyncio.to_thread(_ignore_rules, run, resolved, is_dir)
+    scope = Scope(flags, rules, resolved)
     if file_type:
         flags.append(f"--type={file_type}")
     return scope
