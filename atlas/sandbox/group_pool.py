@@ -4,7 +4,8 @@ Making a sandbox's cgroup (a folder per v1 hierarchy, its limits written) and re
 few milliseconds of file-system calls per command, and the sweep of leftovers as much again
 (docs/benchmarks.md, "Sandbox limits"). So a worker thread keeps POOL_SIZE groups ready for each
 set of limits in use, removes released groups and sweeps, while commands take a ready group
-(`take`) and hand it back for removal (`remove_later`). Containment does not change: a group is
+(`take`) and hand it back for removal (`later`). This module knows nothing of cgroups:
+atlas/sandbox/limits.py gives it how to make a group, remove one and sweep. Containment does not change: a group is
 made with its limits already written, is joined by one command only, and whatever is still in
 it when it is released is killed at once, by the caller (atlas/sandbox/limits.py `release`).
 
@@ -21,7 +22,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -32,6 +32,18 @@ log = logging.getLogger(__name__)
 POOL_SIZE = 2  # ready groups per set of limits: a command and the next one, or two at once
 SWEEP_INTERVAL_S = 2.0  # leftovers are swept at most this often
 RETRY_S = 0.05  # a released group still busy (its processes leaving) is retried this often
+
+
+@dataclass
+class Housekeeping:
+    """What the worker does besides its jobs (set by atlas/sandbox/limits.py, which owns the
+    groups): retry removing released groups still busy (True while some are), and sweep."""
+
+    retry: Callable[[], bool] = lambda: False
+    sweep: Callable[[], None] = lambda: None
+
+
+housekeeping = Housekeeping()
 
 
 @dataclass
@@ -66,8 +78,6 @@ def _submit(job: Callable[[], None]) -> None:
 
 
 def _work(pool: _Pool) -> None:
-    from atlas.sandbox import limits
-
     busy = False  # released groups whose killed processes were still leaving
     while True:
         try:
@@ -77,46 +87,42 @@ def _work(pool: _Pool) -> None:
         try:
             if job is not None:
                 job()
-            busy = limits.retry_released()
+            busy = housekeeping.retry()
             if job is None:
                 continue
             if time.monotonic() - pool.last_sweep > SWEEP_INTERVAL_S:
                 pool.last_sweep = time.monotonic()
-                limits.sweep()
+                housekeeping.sweep()
         except OSError as exc:  # a cgroup file system refusing: the next command makes its own
             log.warning("sandbox limits: the cgroup worker failed (%s)", exc)
 
 
-def take(wanted: Limits) -> Group | None:
-    """A ready group with these limits, or None (the caller makes one); refills either way."""
+def take(wanted: Limits, make: Callable[[Limits], Group | None]) -> Group | None:
+    """A ready group with these limits, or None (the caller makes one); the worker refills the
+    pool with `make` either way."""
     pool = _current()
     with pool.lock:
         ready = pool.ready.setdefault(wanted, [])
         group = ready.pop() if ready else None
-    _submit(lambda: _refill(pool, wanted))
+    _submit(lambda: _refill(pool, wanted, make))
     return group
 
 
-def _refill(pool: _Pool, wanted: Limits) -> None:
-    from atlas.sandbox import limits
-
+def _refill(pool: _Pool, wanted: Limits, make: Callable[[Limits], Group | None]) -> None:
     while True:
         with pool.lock:
             if len(pool.ready.get(wanted, [])) >= POOL_SIZE:
                 return
-        group = limits.make_group(wanted)
+        group = make(wanted)
         if group is None:
             return
         with pool.lock:
             pool.ready.setdefault(wanted, []).append(group)
 
 
-def remove_later(folders: tuple[Path, ...]) -> None:
-    """Remove a released group's folders in the worker (killed already; busy ones are retried
-    by the sweep)."""
-    from atlas.sandbox import limits
-
-    _submit(lambda: limits.remove_folders(folders))
+def later(job: Callable[[], None]) -> None:
+    """Run `job` in the worker (a released group's removal)."""
+    _submit(job)
 
 
 def ready_count(wanted: Limits) -> int:
@@ -132,4 +138,4 @@ def wait_idle(timeout: float = 5.0) -> bool:
     return done.wait(timeout)
 
 
-__all__ = ["POOL_SIZE", "ready_count", "remove_later", "take", "wait_idle"]
+__all__ = ["POOL_SIZE", "Housekeeping", "housekeeping", "later", "ready_count", "take", "wait_idle"]

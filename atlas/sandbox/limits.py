@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from atlas.sandbox import group_pool
+
 if TYPE_CHECKING:
     from atlas.config import SandboxSettings
 
@@ -229,11 +231,9 @@ def create_group(limits: Limits, *, released_by_caller: bool = True) -> Group | 
     """A cgroup with the limits set, or None under `rlimits`: one made ahead by the cgroup
     worker (atlas/sandbox/group_pool.py), else made now. Without `released_by_caller`, a sweep
     removes it once it is empty after its grace."""
-    from atlas.sandbox import group_pool
-
     if _detect()[0] == "rlimits":
         return None
-    group = group_pool.take(limits) or make_group(limits)
+    group = group_pool.take(limits, make_group) or make_group(limits)
     if group is not None and not released_by_caller:
         with _state:
             for folder in group.folders:
@@ -316,13 +316,12 @@ def remove_folders(folders: tuple[Path, ...]) -> None:
 def release(group: Group | None) -> None:
     """Kill whatever is still in the group, at once; its folders are removed by the cgroup
     worker (group_pool.py): a command's result does not wait for its sandbox's teardown."""
-    from atlas.sandbox import group_pool
-
     if group is None:
         return
     for folder in group.folders:
         _kill(folder)
-    group_pool.remove_later(group.folders)
+    folders = group.folders
+    group_pool.later(lambda: remove_folders(folders))
 
 
 def _pid_namespace() -> int:
@@ -413,6 +412,10 @@ def shield_daemon() -> bool:
         log.info("sandbox limits: the daemon's oom_score_adj stays as it was (%s)", exc)
         return False
     return True
+
+
+group_pool.housekeeping.retry = retry_released  # the cgroup worker's own upkeep
+group_pool.housekeeping.sweep = sweep
 
 
 __all__ = [
