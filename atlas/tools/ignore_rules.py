@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,9 +73,9 @@ class IgnoreRules:
 
     view: View
     top: Path
-    _by_folder: dict[Path, _Rules | None] = field(default_factory=dict)
+    _by_folder: dict[tuple[str, ...], GitIgnoreSpec | None] = field(default_factory=dict)
     _exclude: _Rules | None = None
-    _verdicts: dict[Path, bool] = field(default_factory=dict)
+    _verdicts: dict[tuple[str, ...], bool] = field(default_factory=dict)
 
     @classmethod
     def around(cls, view: View, path: Path, workspace: Path) -> IgnoreRules:
@@ -92,65 +91,70 @@ class IgnoreRules:
                 rules._exclude = _Rules(top, GitIgnoreSpec.from_lines(text.splitlines()))
         return rules
 
-    def _rules_in(self, folder: Path) -> _Rules | None:
+    def _rules_in(self, folder: tuple[str, ...]) -> GitIgnoreSpec | None:
+        """The patterns of the folder `folder` (its names below the top), read once."""
         if folder not in self._by_folder:
-            texts = [read_through_view(self.view, folder / name) for name in IGNORE_FILES]
+            place = self.top.joinpath(*folder)
+            texts = [read_through_view(self.view, place / name) for name in IGNORE_FILES]
             lines = [line for text in texts if text for line in text.splitlines()]
-            spec = GitIgnoreSpec.from_lines(lines) if lines else None
-            self._by_folder[folder] = _Rules(folder, spec) if spec else None
+            self._by_folder[folder] = GitIgnoreSpec.from_lines(lines) if lines else None
         return self._by_folder[folder]
 
-    def _decides(self, path: Path, is_dir: bool) -> bool:
-        """Whether the rules of the folders from the top down to `path`'s parent ignore `path`
-        itself; the deepest file decides."""
-        parts = path.relative_to(self.top).parts
-        folders = [self.top.joinpath(*parts[:depth]) for depth in range(len(parts) - 1, -1, -1)]
-        candidates = [self._rules_in(f) for f in folders]  # deepest first
-        if self._exclude is not None:
-            candidates.append(self._exclude)  # below every .gitignore, as in git
-        for rules in candidates:
-            if rules is None:
+    def _decides(self, parts: tuple[str, ...], is_dir: bool) -> bool:
+        """Whether the rules of the folders from the top down to the parent of `parts` (a path's
+        names below the top) ignore that path itself; the deepest file decides, then
+        `.git/info/exclude`. Paths are handled as names: this runs for every result."""
+        slash = "/" if is_dir else ""
+        for depth in range(len(parts) - 1, -1, -1):  # deepest first
+            spec = self._rules_in(parts[:depth])
+            if spec is None:
                 continue
-            relative = path.relative_to(rules.folder).as_posix() + ("/" if is_dir else "")
-            include = rules.spec.check_file(relative).include
+            include = spec.check_file("/".join(parts[depth:]) + slash).include
             if include is not None:
                 return include
+        if self._exclude is not None:  # below every .gitignore, as in git
+            include = self._exclude.spec.check_file("/".join(parts) + slash).include
+            return bool(include)
         return False
 
-    @staticmethod
-    def _steps(path: Path, start: Path) -> Iterator[Path]:
-        """`path`'s folders below `start`, outermost first, then `path`."""
-        parts = path.relative_to(start).parts
-        for depth in range(1, len(parts) + 1):
-            yield start.joinpath(*parts[:depth])
+    def _below_top(self, path: Path) -> tuple[str, ...] | None:
+        text, top = str(path), str(self.top)
+        if text == top:
+            return ()
+        prefix = top if top.endswith("/") else top + "/"
+        return tuple(text[len(prefix) :].split("/")) if text.startswith(prefix) else None
+
+    def _verdict(self, parts: tuple[str, ...], is_dir: bool, keep: bool) -> bool:
+        verdict = self._verdicts.get(parts)
+        if verdict is None:
+            verdict = ".git" in parts or self._decides(parts, is_dir)  # git never lists .git
+            if keep:
+                self._verdicts[parts] = verdict
+        return verdict
 
     def ignored(self, path: Path, is_dir: bool) -> bool:
         """Whether `path` (resolved, below the top) is ignored, itself or by a folder above it."""
-        if not _within(path, self.top) or path == self.top:
+        parts = self._below_top(path)
+        if not parts:
             return False
-        for step in self._steps(path, self.top):
-            if ".git" in step.relative_to(self.top).parts:
-                return True  # git never lists its own folder
-            if self._decides(step, step != path or is_dir):
-                return True
-        return False
+        last = len(parts)
+        return any(
+            self._verdict(parts[:depth], depth != last or is_dir, depth != last)
+            for depth in range(1, last + 1)
+        )
 
     def ignored_below(self, path: Path, root: Path) -> bool:
         """Whether `path`, a file found by a search of `root` (itself not ignored), is ignored:
         itself or a folder between `root` and it. Each folder's verdict is kept for the search."""
-        if not _within(path, self.top) or not _within(path, root) or path == root:
+        parts, start = self._below_top(path), self._below_top(root)
+        if parts is None or start is None or parts[: len(start)] != start or parts == start:
             return False
-        for step in self._steps(path, root):
-            verdict = self._verdicts.get(step)
-            if verdict is None:
-                is_dir = step != path  # rg reports files; the steps before are folders
-                inside_git = ".git" in step.relative_to(self.top).parts
-                verdict = inside_git or self._decides(step, is_dir)
-                if step != path:
-                    self._verdicts[step] = verdict
-            if verdict:
-                return True
-        return False
+        last = len(parts)
+        # rg reports files; the steps before are folders
+        return any(
+            self._verdict(parts[:depth], depth != last, depth != last)
+            for depth in range(len(start) + 1, last + 1)
+        )
 
 
 def _within(path: Path, folder: Path) -> bool:
