@@ -414,6 +414,16 @@ def shield_daemon() -> bool:
     return True
 
 
+def _after_fork_in_child() -> None:
+    """A child forked while the cgroup worker held the lock would wait on it for ever; the
+    groups its parent made or released stay the parent's."""
+    global _state
+    _state = threading.Lock()
+    _auto.clear()
+    _released.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 group_pool.housekeeping.retry = retry_released  # the cgroup worker's own upkeep
 group_pool.housekeeping.sweep = sweep
 

@@ -4,6 +4,7 @@ folders go once released, and whatever is left in one is killed at release, not 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from dataclasses import replace
@@ -66,3 +67,27 @@ def test_what_is_left_in_a_group_is_killed_at_release_not_later() -> None:
         sleeper.wait()
     assert group_pool.wait_idle()
     assert wait_for(lambda: not any(folder.exists() for folder in group.folders))
+
+
+def test_a_forked_child_never_takes_its_parents_ready_groups() -> None:
+    first = limits.create_group(LIMITS)
+    assert group_pool.wait_idle() and group_pool.ready_count(LIMITS) == group_pool.POOL_SIZE
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: its own pool, its own lock, its own groups
+        ok = False
+        try:
+            group = limits.create_group(LIMITS)
+            ok = group is not None and group.folders[0].name.startswith(f"{os.getpid()}-")
+            limits.release(group)
+            ok = ok and group_pool.wait_idle()
+        finally:
+            os.write(write, b"1" if ok else b"0")
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1)
+    os.close(read)
+    os.waitpid(child, 0)
+    assert answer == b"1"
+    assert group_pool.ready_count(LIMITS) == group_pool.POOL_SIZE  # the parent's, untouched
+    limits.release(first)
