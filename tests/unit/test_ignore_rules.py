@@ -106,3 +106,22 @@ async def test_an_ignore_file_linked_to_a_hidden_file_is_not_read(run: RunContex
     assert read_through_view(view, ws / "src/.gitignore") is None
     assert await find(run, pattern="needle", path="lib") == ["lib/b.txt:1:needle"]
     assert await find(run, pattern="needle") == ["lib/b.txt:1:needle", "src/a.txt:1:needle"]
+
+
+async def test_no_git_runs_for_the_ignore_rules(
+    run: RunContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `git` first on the PATH leaves a mark if anything starts it: the search of an ignored
+    folder inside a repository (what `git check-ignore` answered before) must not."""
+    ws = run.bot.workspace
+    git_init(ws)
+    tree(ws, {".gitignore": "build/\n", "build/out.txt": "needle\n", "a.txt": "needle\n"})
+    fake = tmp_path / "fake-bin"
+    fake.mkdir()
+    mark = tmp_path / "git-ran"
+    (fake / "git").write_text(f'#!/bin/sh\necho "$@" >> "{mark}"\nexit 1\n')
+    (fake / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    assert await find(run, pattern="needle", path="build") == ["build/out.txt:1:needle"]
+    assert await find(run, pattern="needle") == ["a.txt:1:needle"]
+    assert not mark.exists(), mark.read_text()
