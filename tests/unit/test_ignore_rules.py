@@ -17,7 +17,7 @@ from atlas.sandbox.view import View
 from atlas.tools.catalog import default_registry
 from atlas.tools.ignore_rules import IgnoreRules, read_through_view
 from atlas.tools.registry import RunContext, ToolResult
-from tests.helpers import make_home, run_context
+from tests.helpers import BASE_CONFIG, make_home, run_context
 
 
 @pytest.fixture
@@ -112,8 +112,13 @@ async def test_no_git_runs_for_the_ignore_rules(
     run: RunContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A `git` first on the PATH leaves a mark if anything starts it: the search of an ignored
-    folder inside a repository (what `git check-ignore` answered before) must not."""
+    folder inside a repository (what `git check-ignore` answered before) must not. The sandbox
+    off: a sandboxed git could leave no mark outside its read-only view."""
+    config = BASE_CONFIG.format(base_url="http://127.0.0.1:9/v1") + "\n[sandbox]\nenabled = false\n"
+    made = make_home(tmp_path / "unsandboxed", config=config)
+    run = run_context(Home(made.root))
     ws = run.bot.workspace
+    ws.mkdir(parents=True, exist_ok=True)
     git_init(ws)
     tree(ws, {".gitignore": "build/\n", "build/out.txt": "needle\n", "a.txt": "needle\n"})
     fake = tmp_path / "fake-bin"
