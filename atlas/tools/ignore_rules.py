@@ -76,6 +76,8 @@ class IgnoreRules:
     _by_folder: dict[tuple[str, ...], GitIgnoreSpec | None] = field(default_factory=dict)
     _exclude: _Rules | None = None
     _verdicts: dict[tuple[str, ...], bool] = field(default_factory=dict)
+    _lines: dict[tuple[str, ...], list[str]] = field(default_factory=dict)
+    _exclude_lines: list[str] = field(default_factory=list)
 
     @classmethod
     def around(cls, view: View, path: Path, workspace: Path) -> IgnoreRules:
@@ -88,7 +90,8 @@ class IgnoreRules:
         if (top / ".git").exists():
             text = read_through_view(view, top / EXCLUDE_FILE)
             if text:
-                rules._exclude = _Rules(top, GitIgnoreSpec.from_lines(text.splitlines()))
+                rules._exclude_lines = text.splitlines()
+                rules._exclude = _Rules(top, GitIgnoreSpec.from_lines(rules._exclude_lines))
         return rules
 
     def _rules_in(self, folder: tuple[str, ...]) -> GitIgnoreSpec | None:
@@ -97,6 +100,7 @@ class IgnoreRules:
             place = self.top.joinpath(*folder)
             texts = [read_through_view(self.view, place / name) for name in IGNORE_FILES]
             lines = [line for text in texts if text for line in text.splitlines()]
+            self._lines[folder] = lines
             self._by_folder[folder] = GitIgnoreSpec.from_lines(lines) if lines else None
         return self._by_folder[folder]
 
@@ -155,6 +159,48 @@ class IgnoreRules:
             self._verdict(parts[:depth], depth != last, depth != last)
             for depth in range(len(start) + 1, last + 1)
         )
+
+    def prune_patterns(self, root: Path, cwd: Path) -> list[str]:
+        """Patterns for rg's `--ignore-file` (matched from `cwd`, where rg runs) that let it
+        skip, without going in, what the rules of the folders from the top down to the searched
+        `root` (its own included) ignore: a big ignored `data/` is not read to be filtered
+        after. Only a hint: every result is still checked (`ignored_below`), which also applies
+        the files below `root`. None at all where one of these files re-includes a path (`!`),
+        so nothing re-included is ever skipped."""
+        start = self._below_top(root)
+        if start is None:
+            return []
+        folders = [start[:depth] for depth in range(len(start) + 1)]
+        for folder in folders:
+            self._rules_in(folder)  # read, through the view, if not yet
+        sources = [((), self._exclude_lines)] + [(f, self._lines.get(f, [])) for f in folders]
+        patterns = [
+            (folder, line.rstrip())
+            for folder, lines in sources
+            for line in lines
+            if line.strip() and not line.lstrip().startswith("#")
+        ]
+        if any(line.lstrip().startswith("!") for _, line in patterns):
+            return []
+        translated = (_for_rg(self.top.joinpath(*f), line, cwd) for f, line in patterns)
+        return [pattern for pattern in translated if pattern]
+
+
+def _for_rg(folder: Path, pattern: str, cwd: Path) -> str | None:
+    """A `.gitignore` pattern of `folder` as one rg matches from `cwd`; None where it would
+    not mean the same there (it is then left to the check of each result)."""
+    if "\\" in pattern or pattern != pattern.lstrip() or not pattern.strip("/"):
+        return None  # escapes, leading blanks, a lone slash: not translated
+    anchored = "/" in pattern.rstrip("/")  # git: a slash before the end anchors to the folder
+    if _within(folder, cwd):
+        relative = folder.relative_to(cwd).as_posix()
+        prefix = "" if relative == "." else relative + "/"
+        if anchored:
+            return "/" + prefix + pattern.lstrip("/")
+        return f"/{prefix}**/{pattern}" if prefix else pattern
+    if _within(cwd, folder) and not anchored:
+        return pattern  # at any depth below a folder above cwd: at any depth from cwd
+    return None
 
 
 def _within(path: Path, folder: Path) -> bool:

@@ -366,26 +366,33 @@ async def find_files(
     loop = asyncio.get_running_loop()
     fenced = await _FenceFilter.for_search(fence, cwd, resolved)
     search = _Search(run, rg, cwd, loop.time() + SEARCH_TIMEOUT_S, _Results(offset, limit), fenced)
-    found_scope = await scope_flags(run, resolved, is_dir, file_type)
+    found_scope = await scope_flags(run, resolved, is_dir, file_type, cwd)
     scope, fenced.ignored = found_scope.flags, found_scope.hides
-    # Last before "--": rg's later globs win over earlier ones, the model's file_glob included.
-    fences = [*skipped_folder_globs(run, resolved), *fenced.globs(resolved)]
-    mode = "files" if target == "files" else output_mode
-    if target == "files":
-        glob_flag = "--iglob" if ignore_case else "--glob"
-        args = ["--files", "--sort=path", *scope, glob_flag, pattern, *fences, "--", arg]
-        await search.rg_lines(args, _collector(search.results, mode, _strip_dot, fenced.keep))
-    else:
-        matching = Matching(
-            output_mode, context, context_before, context_after, ignore_case, multiline
-        )
-        flags = [*matching.flags(), "--regexp", pattern]
-        if is_dir or not is_document(resolved):
-            skip_documents = [f"--iglob=!*{s}" for s in DOCUMENT_SUFFIXES]  # searched as Markdown
-            globs = ["--glob", file_glob] if file_glob else []
-            args = [*flags, *scope, *globs, *skip_documents, *fences, "--", arg]
+    try:
+        # Last before "--": rg's later globs win over earlier ones, the model's file_glob included.
+        fences = [*skipped_folder_globs(run, resolved), *fenced.globs(resolved)]
+        mode = "files" if target == "files" else output_mode
+        if target == "files":
+            glob_flag = "--iglob" if ignore_case else "--glob"
+            args = ["--files", "--sort=path", *scope, glob_flag, pattern, *fences, "--", arg]
             await search.rg_lines(args, _collector(search.results, mode, _strip_dot, fenced.keep))
-        if not search.stopped and (is_dir or is_document(resolved)):
-            documents = await search.documents(arg, is_dir, scope, file_glob, fences)
-            await search.search_documents(documents, flags, mode)
+        else:
+            matching = Matching(
+                output_mode, context, context_before, context_after, ignore_case, multiline
+            )
+            flags = [*matching.flags(), "--regexp", pattern]
+            if is_dir or not is_document(resolved):
+                skip_documents = [
+                    f"--iglob=!*{s}" for s in DOCUMENT_SUFFIXES
+                ]  # searched as Markdown
+                globs = ["--glob", file_glob] if file_glob else []
+                args = [*flags, *scope, *globs, *skip_documents, *fences, "--", arg]
+                await search.rg_lines(
+                    args, _collector(search.results, mode, _strip_dot, fenced.keep)
+                )
+            if not search.stopped and (is_dir or is_document(resolved)):
+                documents = await search.documents(arg, is_dir, scope, file_glob, fences)
+                await search.search_documents(documents, flags, mode)
+    finally:
+        found_scope.close()
     return _answer(search, _summary(search.results, target, mode, shown, pattern))

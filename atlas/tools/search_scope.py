@@ -7,6 +7,8 @@ them (docs/tools.md, find_files).
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,11 +53,27 @@ class Scope:
     flags: list[str]
     rules: IgnoreRules | None = None
     root: Path | None = None
+    ignore_file: Path | None = None  # rg's --ignore-file: what it may skip without going in
 
     def hides(self, found: Path) -> bool:
         if self.rules is None or self.root is None:
             return False
         return self.rules.ignored_below(found, self.root)
+
+    def close(self) -> None:
+        if self.ignore_file is not None:
+            self.ignore_file.unlink(missing_ok=True)
+
+
+def _prune_file(rules: IgnoreRules, root: Path, cwd: Path) -> Path | None:
+    """The patterns rg may skip folders by, in a file of Atlas's own (removed by Scope.close)."""
+    patterns = rules.prune_patterns(root, cwd)
+    if not patterns:
+        return None
+    fd, name = tempfile.mkstemp(prefix="atlas-ignore-", suffix=".txt")
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        file.write("\n".join(patterns) + "\n")
+    return Path(name)
 
 
 def _ignore_rules(run: RunContext, resolved: Path, is_dir: bool) -> IgnoreRules | None:
@@ -66,15 +84,23 @@ def _ignore_rules(run: RunContext, resolved: Path, is_dir: bool) -> IgnoreRules 
     return None if rules.ignored(resolved, is_dir) else rules
 
 
-async def scope_flags(run: RunContext, resolved: Path, is_dir: bool, file_type: str) -> Scope:
+async def scope_flags(
+    run: RunContext, resolved: Path, is_dir: bool, file_type: str, cwd: Path
+) -> Scope:
     """Hidden and ignored files are skipped, unless the search starts inside such a folder;
-    `file_type` is one of rg's types (`rg --type-list`). Ignore rules are matched in-process
-    (atlas/tools/ignore_rules.py: no git runs, every ignore file is read through the view),
-    inside a repository or not; rg itself reads none (`--no-ignore`), nor the person's global
-    one. A search starting inside an ignored folder sees everything in it."""
+        `file_type` is one of rg's types (`rg --type-list`). Ignore rules are matched in-process
+        (atlas/tools/ignore_rules.py: no git runs, every ignore file is read through the view),
+        inside a repository or not; rg itself reads none (`--no-ignore`), nor the person's global
+        one; rg is given the patterns of the folders down to the searched one that it may skip folders
+    by (`--ignore-file`, a file of Atlas's own). A search starting inside an ignored folder sees
+    everything in it."""
     flags = [*(["--hidden"] if _inside_hidden(run, resolved) else []), "--no-ignore"]
     rules = await asyncio.to_thread(_ignore_rules, run, resolved, is_dir)
     scope = Scope(flags, rules, resolved)
+    if rules is not None and is_dir:
+        scope.ignore_file = await asyncio.to_thread(_prune_file, rules, resolved, cwd)
+        if scope.ignore_file is not None:
+            flags.append(f"--ignore-file={scope.ignore_file}")
     if file_type:
         flags.append(f"--type={file_type}")
     return scope

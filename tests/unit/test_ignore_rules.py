@@ -17,6 +17,8 @@ from atlas.sandbox.view import View
 from atlas.tools.catalog import default_registry
 from atlas.tools.ignore_rules import IgnoreRules, read_through_view
 from atlas.tools.registry import RunContext, ToolResult
+from atlas.tools.search_files import _ripgrep
+from atlas.tools.search_scope import scope_flags
 from tests.helpers import BASE_CONFIG, make_home, run_context
 
 
@@ -35,6 +37,10 @@ async def find(run: RunContext, **arguments: Any) -> list[str]:
     result: ToolResult = await default_registry().call(run, "find_files", json.dumps(arguments))
     assert not result.is_error, result.text
     return result.text.splitlines()[:-1]
+
+
+def listing(argv: list[str], cwd: Path) -> str:
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=True).stdout
 
 
 def git_init(ws: Path) -> None:
@@ -130,3 +136,29 @@ async def test_no_git_runs_for_the_ignore_rules(
     assert await find(run, pattern="needle", path="build") == ["build/out.txt:1:needle"]
     assert await find(run, pattern="needle") == ["a.txt:1:needle"]
     assert not mark.exists(), mark.read_text()
+
+
+async def test_rg_skips_ignored_folders_without_going_in(run: RunContext) -> None:
+    """The rules down to the searched folder reach rg as an ignore file of Atlas's own, so a big
+    ignored folder is not read to be filtered after; a negation anywhere turns that off."""
+    ws = run.bot.workspace.resolve()
+    git_init(ws)
+    tree(ws, {".gitignore": "data/\n/only-top.txt\n*.log\n", "src/.gitignore": "gen/\n",
+              "data/big.txt": "needle\n", "src/a.txt": "needle\n"})  # fmt: skip
+    view = View.of(run.home, run.bot)
+    rules = IgnoreRules.around(view, ws / "src", ws)
+    assert rules.prune_patterns(ws / "src", ws) == ["data/", "/only-top.txt", "*.log",
+                                                    "/src/**/gen/"]  # fmt: skip
+    assert rules.prune_patterns(ws / "src", ws / "src") == ["data/", "*.log", "gen/"]
+    scope = await scope_flags(run, ws, True, "", ws)
+    given = [flag for flag in scope.flags if flag.startswith("--ignore-file=")]
+    assert len(given) == 1
+    rg = [_ripgrep(), "--no-config", "--files", *scope.flags, "."]
+    listed = listing(rg, ws)
+    assert "data/big.txt" not in listed and "src/a.txt" in listed  # rg itself skipped data/
+    scope.close()
+    assert not Path(given[0].removeprefix("--ignore-file=")).exists()
+    (ws / "src/.gitignore").write_text("gen/\n!keep.log\n")
+    again = IgnoreRules.around(view, ws / "src", ws)
+    assert again.prune_patterns(ws / "src", ws) == []  # something re-included: no pruning
+    assert await find(run, pattern="needle") == ["src/a.txt:1:needle"]
