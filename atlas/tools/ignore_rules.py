@@ -10,10 +10,12 @@ the path, the deepest deciding; a path inside an ignored folder is ignored (git 
 it either). The top is the repository around the path (the nearest folder holding `.git`), else
 the bot's workspace when the path is inside it, else the searched folder: a `.gitignore` outside
 a repository counts too. ripgrep's own ignore files (`.ignore`, `.rgignore`) count as it would
-count them, above `.gitignore` in the same folder. ripgrep itself reads no ignore file
-(`--no-ignore`): it would open them on the host, following a link the bot made to a hidden file;
-each of its results is checked here instead (`IgnoreRules.ignored`, with a verdict kept per
-folder).
+count them, above `.gitignore` in the same folder. ripgrep itself reads no ignore file of
+the tree (`--no-ignore`): it would open them on the host, following a link the bot made to a
+hidden file; each of its results is checked here instead (`IgnoreRules.ignored_below`, with a
+verdict kept per folder), and it is given the patterns read here down to the searched folder
+(`prune_patterns`, in a file of Atlas's own) so that it skips ignored folders without reading
+them.
 """
 
 from __future__ import annotations
