@@ -181,6 +181,7 @@ class TaskSpec:
     # Claude Code's --permission-mode (`default` asks before edits and commands, `acceptEdits`
     # lets edits in the folder pass); None: the harness's default. Codex asks nothing.
     permission_mode: str | None = None
+    bot: str | None = None  # the bot that delegated: the executor runs in its view
 
 
 SteerOutcome = Literal["sent", "queued"]  # delivered into the running turn, or after it

@@ -102,7 +102,7 @@ class ExecutorTasks(TaskAsking):
         for hop in route or []:
             self.executors.resolve(hop, None)  # a wrong name fails now, not at the limit
         task = Task(new_instance_id(), goal, folder, Origin.of(run), route, executor, account)
-        await self._launch(task, TaskSpec(folder, goal, account))
+        await self._launch(task, TaskSpec(folder, goal, account, bot=task.origin.bot))
         self.workbench.add(
             Instance(
                 task.id,
@@ -142,7 +142,10 @@ class ExecutorTasks(TaskAsking):
         task.tried, task.hops = [], []
         prompt = message
         if target is None or self.executors.resolve(target, None)[1] == task.account:
-            await self._launch(task, TaskSpec(task.folder, message, task.account, task.session_id))
+            spec = TaskSpec(
+                task.folder, message, task.account, task.session_id, bot=task.origin.bot
+            )
+            await self._launch(task, spec)
         else:
             executor, account = self.executors.resolve(target, None)
             why = f"it ended there and goes on on {account.target}"
@@ -176,11 +179,13 @@ class ExecutorTasks(TaskAsking):
                 same = False
         if same:
             prompt = f"{CONTINUE}\n\n{message}".strip() if message else CONTINUE
-            spec = TaskSpec(task.folder, prompt, account, session_id=task.session_id)
+            spec = TaskSpec(
+                task.folder, prompt, account, session_id=task.session_id, bot=task.origin.bot
+            )
         else:
             packet = await self._packet(task, why)
             prompt = packet.prompt() + (f"\n\n# Now\n{message}" if message else "")
-            spec = TaskSpec(task.folder, prompt, account)
+            spec = TaskSpec(task.folder, prompt, account, bot=task.origin.bot)
             task.session_id = None
         source = task.account.target
         task.executor = executor

@@ -161,6 +161,9 @@ class _FenceFilter:
     fenced: frozenset[tuple[int, int]] | None
     dropped: int = 0
     _seen: dict[str, bool] = field(default_factory=dict)
+    # Ignored by a .gitignore above the searched folder (search_scope.Scope.hides): rg is not
+    # told of those files, so its results are checked here; not counted as dropped.
+    ignored: Callable[[Path], bool] = lambda _path: False
 
     @classmethod
     async def for_search(cls, fence: Fence, cwd: Path, root: Path) -> _FenceFilter:
@@ -184,7 +187,7 @@ class _FenceFilter:
         known = self._seen.get(found)
         if known is None:
             path = Path(os.path.normpath(self.cwd / found))
-            if not self._in_view(path):
+            if not self._in_view(path) or self.ignored(path):
                 known = self._seen[found] = False  # not counted: it does not exist for the bot
                 return known
             known = self._seen[found] = self._allowed(path)
@@ -380,34 +383,39 @@ async def find_files(
     loop = asyncio.get_running_loop()
     fenced = await _FenceFilter.for_search(fence, cwd, resolved)
     search = _Search(run, rg, cwd, loop.time() + SEARCH_TIMEOUT_S, _Results(offset, limit), fenced)
-    scope = await scope_flags(run, resolved, is_dir, file_type)
-    # Last before "--": rg's later globs win over earlier ones, the model's file_glob included.
-    fences = [*skipped_folder_globs(run, resolved), *fenced.globs(resolved)]
-    mode = "files" if target == "files" else output_mode
-    if target == "files":
-        glob_flag = "--iglob" if ignore_case else "--glob"
-        args = ["--files", "--sort=path", *scope, glob_flag, pattern, *fences, "--", arg]
-        await search.rg_lines(args, _collector(search.results, mode, _strip_dot, fenced.keep))
-    else:
-        matching = Matching(
-            output_mode, context, context_before, context_after, ignore_case, multiline
-        )
-        flags = [*matching.flags(), "--regexp", pattern]
-        if is_dir or not is_document(resolved):
-            skip_documents = [f"--iglob=!*{s}" for s in DOCUMENT_SUFFIXES]  # searched as Markdown
-            globs = ["--glob", file_glob] if file_glob else []
-            args = [*flags, *scope, *globs, *skip_documents, *fences, "--", arg]
-            try:
-                await search.rg_lines(
-                    args, _collector(search.results, mode, _strip_dot, fenced.keep)
-                )
-            except ToolError as exc:
-                if looks_like_glob(pattern):
-                    raise ToolError(f"{exc}\n{GLOB_HINT.format(pattern=pattern)}") from None
-                raise
-        if not search.stopped and (is_dir or is_document(resolved)):
-            documents = await search.documents(arg, is_dir, scope, file_glob, fences)
-            await search.search_documents(documents, flags, mode)
+    found_scope = await scope_flags(run, resolved, is_dir, file_type, cwd)
+    scope, fenced.ignored = found_scope.flags, found_scope.hides
+    try:
+        # Last before "--": rg's later globs win over earlier ones, the model's file_glob included.
+        fences = [*skipped_folder_globs(run, resolved), *fenced.globs(resolved)]
+        mode = "files" if target == "files" else output_mode
+        if target == "files":
+            glob_flag = "--iglob" if ignore_case else "--glob"
+            args = ["--files", "--sort=path", *scope, glob_flag, pattern, *fences, "--", arg]
+            await search.rg_lines(args, _collector(search.results, mode, _strip_dot, fenced.keep))
+        else:
+            matching = Matching(
+                output_mode, context, context_before, context_after, ignore_case, multiline
+            )
+            flags = [*matching.flags(), "--regexp", pattern]
+            if is_dir or not is_document(resolved):
+                # Documents are searched as Markdown, below.
+                skip_documents = [f"--iglob=!*{s}" for s in DOCUMENT_SUFFIXES]
+                globs = ["--glob", file_glob] if file_glob else []
+                args = [*flags, *scope, *globs, *skip_documents, *fences, "--", arg]
+                try:
+                    await search.rg_lines(
+                        args, _collector(search.results, mode, _strip_dot, fenced.keep)
+                    )
+                except ToolError as exc:
+                    if looks_like_glob(pattern):
+                        raise ToolError(f"{exc}\n{GLOB_HINT.format(pattern=pattern)}") from None
+                    raise
+            if not search.stopped and (is_dir or is_document(resolved)):
+                documents = await search.documents(arg, is_dir, scope, file_glob, fences)
+                await search.search_documents(documents, flags, mode)
+    finally:
+        found_scope.close()
     if target == "content" and not search.results.total and looks_like_glob(pattern):
         search.notes.append(GLOB_HINT.format(pattern=pattern))
     return _answer(search, _summary(search.results, target, mode, shown, pattern))

@@ -247,6 +247,18 @@ class RuleGate(BaseGate):
                     "folder (it could change any file in it). Allow?",
                     "workbench:broad-folder",
                 )
+            if (
+                area == "outside"
+                and inside(path, fence.view.person)
+                and not fence.view.may_write(path)
+            ):
+                # The executor's sandbox makes its folder writable: in the person's hidden home
+                # that is a write outside the view, as write_file's would be (asked each time).
+                return Ask(
+                    f"delegate wants an executor to change files in {path}, outside what this "
+                    "bot may write (its workspace and granted folders). Allow this once?",
+                    "sandbox:write-outside",
+                )
         return None
 
     # ---- commands --------------------------------------------------------------------------
