@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
 from collections.abc import Iterator
 
 import pytest
 
-from tests.postgres_cluster import Cluster, find_postgres_bin, start_cluster
+from tests.postgres_cluster import SUPERUSER, Cluster, find_postgres_bin, start_cluster
 
 _database_numbers = itertools.count()
 
@@ -33,21 +34,24 @@ def postgres_cluster() -> Iterator[Cluster]:
 
 @pytest.fixture
 def postgres_url(postgres_cluster: Cluster) -> str:
-    """A new database of its own for this test (CREATE DATABASE copies template1: fast)."""
-    import asyncio
-
-    import asyncpg
-
+    """A new database of its own for this test (CREATE DATABASE copies template1: fast). Made
+    with the `createdb` client, not asyncpg: an async fixture may ask for this one, inside a
+    running event loop."""
     name = f"t{os.getpid()}_{next(_database_numbers)}"
-
-    async def create() -> None:
-        conn = await asyncpg.connect(postgres_cluster.url())
-        try:
-            await conn.execute(f'CREATE DATABASE "{name}"')
-        finally:
-            await conn.close()
-
-    asyncio.run(create())
+    subprocess.run(
+        [
+            str(postgres_cluster.bin_dir / "createdb"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(postgres_cluster.port),
+            "-U",
+            SUPERUSER,
+            name,
+        ],
+        check=True,
+        capture_output=True,
+    )
     return postgres_cluster.url(name)
 
 

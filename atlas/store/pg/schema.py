@@ -1,0 +1,69 @@
+"""The home's tables on PostgreSQL, as numbered steps recorded in `schema_version`.
+
+One database holds every bot's conversations (the `bot` column tells them apart, where SQLite
+gives each bot its own file), so several machines can share it. Times stay UTC ISO 8601 text,
+as in SQLite, so rows read the same from both engines and copy across unchanged.
+
+Search: `words` is the message's tsvector in the `atlas_words` configuration (English stems,
+accents removed, no stop words: FTS5's `porter unicode61 remove_diacritics 2` also drops
+none), filled on insert from the text split as FTS5's unicode61 splits it (atlas/store/pg/
+text.py). Substrings (parts of words, Chinese, Japanese, Korean) use pg_trgm's index under
+ILIKE, as FTS5's trigram index does. unaccent and pg_trgm ship with PostgreSQL (contrib)
+and are trusted extensions: the database's owner may create them.
+"""
+
+from __future__ import annotations
+
+SchemaStep = tuple[int, str, tuple[str, ...]]
+
+_WORD_TOKENS = (
+    "asciiword, word, numword, asciihword, hword, numhword, hword_asciipart, hword_part, "
+    "hword_numpart"
+)
+
+STEPS: list[SchemaStep] = [
+    (
+        1,
+        "conversations_and_messages",
+        (
+            "CREATE TABLE conversations (id BIGSERIAL PRIMARY KEY, bot TEXT NOT NULL, "
+            "channel TEXT NOT NULL, chat TEXT NOT NULL, thread TEXT NOT NULL DEFAULT '', "
+            "\"user\" TEXT NOT NULL DEFAULT '', kind TEXT NOT NULL DEFAULT 'conversation', "
+            "title TEXT, created_at TEXT NOT NULL, updated_at TEXT NOT NULL)",
+            "CREATE UNIQUE INDEX conversations_key "
+            'ON conversations (bot, channel, chat, thread, "user")',
+            "CREATE TABLE messages (id BIGSERIAL PRIMARY KEY, bot TEXT NOT NULL, "
+            "conversation_id BIGINT NOT NULL REFERENCES conversations (id), role TEXT NOT NULL, "
+            "content TEXT NOT NULL DEFAULT '', tool_calls TEXT, tool_call_id TEXT, name TEXT, "
+            "images TEXT, usage TEXT, model TEXT, event_id TEXT, "
+            "kind TEXT NOT NULL DEFAULT 'message', answers_upto BIGINT, delivered_at TEXT, "
+            "sending_at TEXT, created_at TEXT NOT NULL, words TSVECTOR NOT NULL)",
+            "CREATE INDEX messages_by_conversation ON messages (conversation_id, id)",
+            # A platform event is stored once per bot, whatever the conversation (as SQLite's
+            # messages_event_anywhere check): Slack retries after a restart, `!new` moves on.
+            "CREATE UNIQUE INDEX messages_event ON messages (bot, event_id) "
+            "WHERE event_id IS NOT NULL",
+            "CREATE TABLE compactions (id BIGSERIAL PRIMARY KEY, "
+            "conversation_id BIGINT NOT NULL REFERENCES conversations (id), "
+            "first_kept_id BIGINT NOT NULL, summary TEXT NOT NULL, created_at TEXT NOT NULL)",
+            "CREATE INDEX compactions_by_conversation ON compactions (conversation_id, id)",
+        ),
+    ),
+    (
+        2,
+        "message_search",
+        (
+            "CREATE EXTENSION IF NOT EXISTS unaccent",
+            "CREATE EXTENSION IF NOT EXISTS pg_trgm",
+            # Snowball's English stemmer (Porter's successor) without its stop-word list.
+            "CREATE TEXT SEARCH DICTIONARY atlas_stem (TEMPLATE = snowball, LANGUAGE = english)",
+            "CREATE TEXT SEARCH CONFIGURATION atlas_words (COPY = simple)",
+            f"ALTER TEXT SEARCH CONFIGURATION atlas_words ALTER MAPPING FOR {_WORD_TOKENS} "
+            "WITH unaccent, atlas_stem",
+            "CREATE INDEX messages_words ON messages USING gin (words)",
+            "CREATE INDEX messages_trigram ON messages USING gin (content gin_trgm_ops)",
+        ),
+    ),
+]
+
+SCHEMA_VERSION = STEPS[-1][0]
