@@ -8,16 +8,18 @@ tests/unit/test_store_engines.py run the same calls and queries on each.
 
 Not yet behind the seam (docs/scaling.md): the SQLite store's `also` hook (outbox rows written
 in the answer's transaction), its browsing reads (`read_messages`, `summarise_conversations`),
-and the home's shared tables (atlas/store/home_db.py), which only `atlas store migrate` copies.
+and most of the home's shared tables (atlas/store/home_db.py): `HomeStateEngine` covers the
+gate's log and the delegations so far.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from atlas.providers.base import Message, Usage
 from atlas.store.conversation_schema import Conversation, ConversationKind, MessageKind
 from atlas.store.history_cache import Compaction
+from atlas.store.home_db import GateRecord
 from atlas.store.search import (
     ConversationMatch,
     MessageFilter,
@@ -86,3 +88,24 @@ class ConversationEngine(Protocol):
     ) -> list[StoredMessage]: ...
 
     async def usage_totals(self, conversation_id: int) -> Usage: ...
+
+
+@runtime_checkable
+class HomeStateEngine(Protocol):
+    """The home's shared state behind the seam so far: the gate's log and the delegations."""
+
+    async def close(self) -> None: ...
+
+    async def record_decision(self, record: GateRecord) -> None: ...
+
+    async def recent_decisions(self, limit: int = 20) -> list[dict[str, Any]]: ...
+
+    async def record_delegation(self, row: dict[str, Any]) -> None: ...
+
+    async def update_delegation(self, delegation_id: str, **fields: Any) -> None: ...
+
+    async def delegation(self, delegation_id: str) -> dict[str, Any] | None: ...
+
+    async def delegations(
+        self, bot: str, parent_conversation_id: int, limit: int = 20
+    ) -> list[dict[str, Any]]: ...

@@ -14,8 +14,10 @@ from atlas.home import Home
 from atlas.providers.base import Message, ToolCall
 from atlas.start_checks import check_store_url
 from atlas.store.conversations import ConversationStore
+from atlas.store.home_db import GateRecord, HomeStore
 from atlas.store.pg.conversations import PgConversationStore
 from atlas.store.pg.doctor import store_checks
+from atlas.store.pg.home_state import PgHomeState
 from atlas.store.pg.migrate import migrate_home
 from atlas.store.pg.schema import SCHEMA_VERSION
 from atlas.store.pg.server import PgServer
@@ -54,6 +56,34 @@ async def _fill(home: Home) -> dict[str, list[int]]:
             ]
             await store.record_compaction(first.id, made[2], "summary of the start")  # type: ignore[arg-type]
             ids[name] = [i for i in made if i is not None]
+    # The home's shared state: a gate decision and a delegation naming a conversation.
+    helper_conversation = 2  # the helper bot's slack conversation, id 2 in its own file
+    shared = HomeStore(home.db_path)
+    await shared.record_decision(
+        GateRecord(
+            "helper",
+            helper_conversation,
+            "conversation",
+            "run_command",
+            "d1",
+            "ls",
+            "allow",
+            "",
+            "",
+            "rule",
+        )
+    )
+    await shared.record_delegation(
+        {
+            "id": "sa-1",
+            "bot": "helper",
+            "parent_conversation_id": helper_conversation,
+            "conversation_id": 99,
+            "goal": "look",
+            "status": "done",
+        }
+    )
+    await shared.close()
     return ids
 
 
@@ -74,12 +104,13 @@ async def test_migrate_copies_every_bot_and_counts(tmp_path: Path, postgres_url:
     bots = sorted(home.bots)[:2]
     before = {name: _digest(home.bots[name].db_path) for name in bots}
 
-    copies = await migrate_home(home, postgres_url, None)
+    copies, shared = await migrate_home(home, postgres_url, None)
 
     assert [(c.bot, c.conversations, c.messages, c.compactions) for c in copies] == [
         (bots[0], 2, 5, 1),
         (bots[1], 2, 5, 1),
     ]
+    assert shared is not None and (shared.gate_decisions, shared.delegations) == (1, 1)
     assert {name: _digest(home.bots[name].db_path) for name in bots} == before  # read only
     async with PgServer(postgres_url) as server:
         for number, name in enumerate(bots):
@@ -108,6 +139,22 @@ async def test_migrate_copies_every_bot_and_counts(tmp_path: Path, postgres_url:
             # The event id still stops a redelivered event.
             assert await copied.append(there.id, Message("user", "again"), event_id="e1") is None
 
+        # Shared state points at the helper's conversation under its new id; an id the bot's
+        # file does not have (99) is not left pointing at another conversation.
+        helper = await PgConversationStore(server, "helper").conversation(
+            "slack", "C9", thread="t", user="U1", bot="helper"
+        )
+        state = PgHomeState(server)
+        [decision] = await state.recent_decisions()
+        assert (decision["bot"], decision["conversation_id"]) == ("helper", helper.id)
+        delegation = await state.delegation("sa-1")
+        assert delegation is not None
+        assert (delegation["parent_conversation_id"], delegation["conversation_id"]) == (
+            helper.id,
+            None,
+        )
+        assert helper.id != 2  # the atlas bot's conversations came first
+
     with pytest.raises(AtlasError, match=f"already holds 2 conversation\\(s\\) of bot '{bots[0]}'"):
         await migrate_home(home, postgres_url, None)
 
@@ -119,7 +166,7 @@ def test_the_command_reports_and_refuses_a_bad_url(
     assert main(["--home", str(home.root), "store", "migrate", "--to", postgres_url]) == 0
     out = capsys.readouterr().out
     assert "copied 0 bot(s) to postgresql://atlas@127.0.0.1:" in out
-    assert "not copied yet: the home's shared state" in out
+    assert "not copied yet: pairing, routines, the outbox" in out
     bad = "postgresql://atlas:pw@127.0.0.1/x"
     assert main(["--home", str(home.root), "store", "migrate", "--to", bad]) == 2
     err = capsys.readouterr().err

@@ -39,16 +39,21 @@ def store_main(home: Any, args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise AtlasError(f"--to: {_first_error(exc)}") from None
     password = home.settings.store.password()
-    copies = asyncio.run(migrate_home(home, args.to, password))
+    copies, shared = asyncio.run(migrate_home(home, args.to, password))
     for copy in copies:
         print(
             f"{copy.bot}: {copy.conversations} conversations, {copy.messages} messages, "
             f"{copy.compactions} compactions copied and counted"
         )
+    if shared is not None:
+        print(
+            f"atlas.db: {shared.gate_decisions} gate decisions, {shared.delegations} "
+            "delegations copied and counted"
+        )
     print(f"copied {len(copies)} bot(s) to {redact_url(args.to)}")
     print(
-        "not copied yet: the home's shared state (atlas.db); `atlas run` still uses the "
-        "home's files (docs/scaling.md)"
+        "not copied yet: pairing, routines, the outbox and the dashboard's sessions (atlas.db); "
+        "`atlas run` still uses the home's files (docs/scaling.md)"
     )
     return 0
 

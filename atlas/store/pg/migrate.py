@@ -7,8 +7,11 @@ holds every bot, so a file's ids would collide) and the ids that point at messag
 staging table and on with one INSERT that fills the search column, so a million messages take
 seconds, not an INSERT each. The counts are then compared bot by bot.
 
-A bot that already has conversations in the database is refused, not copied twice.
-Not copied yet: the home's shared state in atlas.db (docs/scaling.md says what is built).
+Of the home's shared state (atlas.db), the gate's log and the delegations are copied, their
+conversation ids moved to the new numbering. A bot that already has conversations in the
+database is refused, not copied twice, and so is a database that already has a gate log or
+delegations. Not copied yet: pairing, routines, the outbox, the dashboard's sessions
+(docs/scaling.md says what is built).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 import asyncpg
 
 from atlas.errors import AtlasError
+from atlas.store.pg.home_state import DELEGATION_COLUMNS, GATE_COLUMNS
 from atlas.store.pg.server import PgServer
 from atlas.store.pg.text import WORDS_CONFIG, words_text
 
@@ -39,6 +43,14 @@ class BotCopy:
     conversations: int
     messages: int
     compactions: int
+
+
+@dataclass(frozen=True)
+class HomeCopy:
+    """What was copied of atlas.db (checked against what it holds)."""
+
+    gate_decisions: int
+    delegations: int
 
 
 def _read_file(path: Path) -> dict[str, list[dict[str, Any]]]:
@@ -68,8 +80,11 @@ async def _new_ids(conn: asyncpg.Connection, table: str, count: int) -> list[int
     return [row[0] for row in rows]
 
 
-async def copy_bot(conn: asyncpg.Connection, bot: str, path: Path) -> BotCopy:
-    """Copy one bot's file in one transaction; the counts read back from the database."""
+async def copy_bot(
+    conn: asyncpg.Connection, bot: str, path: Path
+) -> tuple[BotCopy, dict[int, int]]:
+    """Copy one bot's file in one transaction; the counts read back from the database, and
+    its conversations' new ids by their old ones."""
     rows = _read_file(path)
     async with conn.transaction():
         already = await conn.fetchval("SELECT count(*) FROM conversations WHERE bot = $1", bot)
@@ -149,7 +164,7 @@ async def copy_bot(conn: asyncpg.Connection, bot: str, path: Path) -> BotCopy:
         result = BotCopy(bot, copied["conversations"], copied["messages"], copied["compactions"])
         if result != expected:  # rolled back with the transaction: nothing half copied
             raise AtlasError(f"copy of bot {bot!r} does not add up: {result} != {expected}")
-    return result
+    return result, conversation_ids
 
 
 def _moved(message_ids: dict[int, int], old: int | None) -> int | None:
@@ -199,12 +214,78 @@ async def _copy_messages(
     )
 
 
-async def migrate_home(home: Any, url: str, password: str | None) -> list[BotCopy]:
-    """Copy every bot's conversations of `home` (an atlas.home.Home) to the database at `url`."""
+def _read_home_file(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """atlas.db's gate log and delegations, read-only; a table it does not have yet is empty."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn.row_factory = sqlite3.Row
+    try:
+        present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        return {
+            table: [dict(row) for row in conn.execute(f"SELECT * FROM {table} ORDER BY rowid")]
+            if table in present
+            else []
+            for table in ("gate_decisions", "delegations")
+        }
+    except sqlite3.Error as exc:
+        raise AtlasError(f"{path}: cannot read it to copy: {exc}") from exc
+    finally:
+        conn.close()
+
+
+async def copy_home_state(
+    conn: asyncpg.Connection, path: Path, conversation_ids: dict[str, dict[int, int]]
+) -> HomeCopy:
+    """Copy atlas.db's gate log and delegations in one transaction, conversation ids moved
+    (an id the bot's file no longer has becomes NULL rather than pointing at another's)."""
+    rows = _read_home_file(path)
+
+    def moved(row: dict[str, Any], column: str) -> int | None:
+        old = row.get(column)
+        return None if old is None else conversation_ids.get(row.get("bot") or "", {}).get(old)
+
+    async with conn.transaction():
+        for table in ("gate_decisions", "delegations"):
+            if await conn.fetchval(f"SELECT count(*) FROM {table}"):
+                raise AtlasError(
+                    f"the database already holds rows in {table}; migrate copies a home into "
+                    "a database that has none of its shared state"
+                )
+        for table, columns, ids in (
+            ("gate_decisions", GATE_COLUMNS, ("conversation_id",)),
+            ("delegations", DELEGATION_COLUMNS, ("parent_conversation_id", "conversation_id")),
+        ):
+            await conn.copy_records_to_table(
+                table,
+                columns=list(columns),
+                records=[
+                    tuple(moved(row, name) if name in ids else row.get(name) for name in columns)
+                    for row in rows[table]
+                ],
+            )
+        copied = HomeCopy(
+            await conn.fetchval("SELECT count(*) FROM gate_decisions"),
+            await conn.fetchval("SELECT count(*) FROM delegations"),
+        )
+        expected = HomeCopy(len(rows["gate_decisions"]), len(rows["delegations"]))
+        if copied != expected:
+            raise AtlasError(f"copy of {path} does not add up: {copied} != {expected}")
+    return copied
+
+
+async def migrate_home(
+    home: Any, url: str, password: str | None
+) -> tuple[list[BotCopy], HomeCopy | None]:
+    """Copy every bot's conversations of `home` (an atlas.home.Home), then the shared state
+    that has tables there so far, to the database at `url`."""
     copies = []
+    conversation_ids: dict[str, dict[int, int]] = {}
     async with PgServer(url, password) as server, server.pool.acquire() as conn:
         for name, bot in sorted(home.bots.items()):
             if not bot.db_path.exists():
                 continue  # a bot that never talked has no file, and nothing to copy
-            copies.append(await copy_bot(conn, name, bot.db_path))
-    return copies
+            copy, conversation_ids[name] = await copy_bot(conn, name, bot.db_path)
+            copies.append(copy)
+        shared = None
+        if home.db_path.exists():
+            shared = await copy_home_state(conn, home.db_path, conversation_ids)
+    return copies, shared

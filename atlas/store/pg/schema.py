@@ -64,6 +64,23 @@ STEPS: list[SchemaStep] = [
             "CREATE INDEX messages_trigram ON messages USING gin (content gin_trgm_ops)",
         ),
     ),
+    (
+        3,
+        "gate_log_and_delegations",
+        (
+            # The columns of atlas.db's tables of the same names (atlas/store/home_db.py).
+            "CREATE TABLE gate_decisions (id BIGSERIAL PRIMARY KEY, at TEXT, bot TEXT, "
+            "conversation_id BIGINT, run_kind TEXT, tool TEXT, arguments_digest TEXT, "
+            "summary TEXT, verdict TEXT, rule TEXT, reason TEXT, answered_by TEXT)",
+            "CREATE INDEX gate_decisions_at ON gate_decisions (at)",
+            "CREATE TABLE delegations (id TEXT PRIMARY KEY, batch TEXT, bot TEXT, "
+            "parent_conversation_id BIGINT, parent_run_kind TEXT, goal TEXT, context TEXT, "
+            "status TEXT, result TEXT, reason TEXT, spill_path TEXT, conversation_id BIGINT, "
+            "input_tokens BIGINT, output_tokens BIGINT, rounds BIGINT, created_at TEXT, "
+            "started_at TEXT, ended_at TEXT)",
+            "CREATE INDEX delegations_by_parent ON delegations (bot, parent_conversation_id)",
+        ),
+    ),
 ]
 
 SCHEMA_VERSION = STEPS[-1][0]
