@@ -231,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_routines_parser(sub)
 
-    from atlas.store.pg.cli import add_store_parser
+    from atlas.store_cli import add_store_parser
 
     add_store_parser(sub, _load_home)  # `atlas store migrate --to postgresql://…`
 
