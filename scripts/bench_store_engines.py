@@ -6,7 +6,8 @@ Fills a SQLite conversation store as scripts/bench_search.py does (same seed, sa
 terms), copies it to PostgreSQL with `atlas store migrate`'s copy (timed), then runs the same
 queries on both (`match_conversations` for the conversations, then `matching_messages` in the
 best one, as the search tool does) and prints p50 per engine and whether both found the same
-conversations. Without --url it starts a throwaway server (tests/postgres_cluster.py).
+conversations with as many matching messages each (ranking aside: bm25 and ts_rank order
+equally good matches differently). Without --url it starts a throwaway server (tests/postgres_cluster.py).
 """
 
 from __future__ import annotations
@@ -36,24 +37,33 @@ RUNS = 10
 QUERIES = (RARE_TERM, COMMON_TERM, CJK_TERM, "budget review", "deploy")
 
 
-async def _search(engine: ConversationEngine, text: str) -> tuple[float, list[int]]:
-    index = "trigram" if has_cjk(text) else "words"
-    query = TextQuery.build(text, index)  # type: ignore[arg-type]
+def _query(text: str) -> TextQuery:
+    query = TextQuery.build(text, "trigram" if has_cjk(text) else "words")
     assert query is not None
+    return query
+
+
+async def _search(engine: ConversationEngine, text: str) -> float:
+    """The search tool's two steps: the best conversations, then the matches in the first."""
+    query = _query(text)
     began = time.perf_counter()
     found = await engine.match_conversations(query, MessageFilter(), sort="relevance", limit=5)
     if found:
         where = MessageFilter(conversation_id=found[0].conversation.id)
         await engine.matching_messages(query, where, limit=10)
-    return (time.perf_counter() - began) * 1000, sorted(m.conversation.id for m in found)
+    return (time.perf_counter() - began) * 1000
 
 
-async def _timed(engine: ConversationEngine, text: str) -> tuple[float, list[int]]:
-    timings, found = [], []
-    for _ in range(RUNS):
-        ms, found = await _search(engine, text)
-        timings.append(ms)
-    return statistics.median(timings), found
+async def _every_match(engine: ConversationEngine, text: str) -> set[tuple[int, int]]:
+    """Every matching conversation and its number of matching messages (ranking aside)."""
+    found = await engine.match_conversations(
+        _query(text), MessageFilter(), sort="newest", limit=1_000_000
+    )
+    return {(m.conversation.id, m.hits) for m in found}
+
+
+async def _p50(engine: ConversationEngine, text: str) -> float:
+    return statistics.median([await _search(engine, text) for _ in range(RUNS)])
 
 
 async def bench(messages: int, url: str, folder: Path) -> dict[str, Any]:
@@ -71,15 +81,14 @@ async def bench(messages: int, url: str, folder: Path) -> dict[str, Any]:
         pg = PgConversationStore(server, "bench")
         async with ConversationStore(path) as sqlite:
             for text in QUERIES:
-                sqlite_ms, sqlite_found = await _timed(sqlite, text)
-                pg_ms, pg_found = await _timed(pg, text)
                 # A fresh database numbers the copied conversations as the file did.
-                same = sqlite_found == pg_found
+                on_sqlite, on_pg = await _every_match(sqlite, text), await _every_match(pg, text)
                 results[text] = {
-                    "sqlite_p50_ms": round(sqlite_ms, 1),
-                    "postgres_p50_ms": round(pg_ms, 1),
-                    "conversations": len(sqlite_found),
-                    "same_conversations": same,
+                    "sqlite_p50_ms": round(await _p50(sqlite, text), 1),
+                    "postgres_p50_ms": round(await _p50(pg, text), 1),
+                    "conversations_sqlite": len(on_sqlite),
+                    "conversations_postgres": len(on_pg),
+                    "same_matches": on_sqlite == on_pg,
                 }
     return results
 

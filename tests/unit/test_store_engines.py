@@ -310,3 +310,106 @@ async def test_match_conversations_filters_and_sorts(engine: ConversationEngine)
     )
     assert [m.content for m in messages] == ["the budget", "budget rev"]
     assert messages[0].length == len("the budget again, budget budget")
+
+
+# ---- one corpus, many queries, both engines side by side --------------------------------------
+
+CORPUS = [
+    "The deployment failed at 03:00; rolling back to v2.4.1",
+    "deploy the new build to staging after lunch",
+    "Running the migrations took 12 minutes on the replica",
+    "I ran them yesterday, it runs faster now",
+    "Naïve Bayes résumé for the café project in Zürich",
+    "see https://example.com/docs/setup_guide.html and ops@atlas.dev",
+    "the log is in /var/log/atlas/daemon.log (rotate_weekly)",
+    "what's new in c++20 and rust 1.75?",
+    "明日は東京タワーで会議があります",
+    "我想知道东京的天气怎么样，还有北京。",
+    "내일 회의는 서울에서 합니다",
+    "Kubernetes cluster is down, pods CrashLoopBackOff",
+    "generalization, generalize, generally, generous",
+    "connection connected connecting connections",
+    "Ünïcödé ÀÉÎÕÜ accents everywhere",
+]
+QUERIES = [
+    "deploy",
+    "deployment",
+    "deployed",
+    "failed",
+    "fail",
+    "run",
+    "runs",
+    "running",
+    "ran",
+    "migration",
+    "naive",
+    "resume",
+    "cafe",
+    "zurich",
+    "example",
+    "setup_guide",
+    "guide",
+    "ops@atlas.dev",
+    "atlas",
+    "daemon.log",
+    "rotate",
+    "c++20",
+    "c",
+    "20",
+    "rust",
+    "1.75",
+    "v2.4.1",
+    "03:00",
+    "generalization",
+    "general",
+    "generous",
+    "connect",
+    "connections",
+    "unicode",
+    "AEIOU",
+    "accent",
+    "kubernetes",
+    "crashloopbackoff",
+    "東京タワー",
+    "北京",
+    "서울에서",
+    "the",
+    "the log",
+    "log the",
+    "is",
+    "pods down",
+    "zzz",
+]
+
+
+@pytest.mark.postgres
+async def test_the_same_queries_find_the_same_messages_on_both_engines(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """Every query on both engines, word index and substring index: the same messages (ids
+    match: both number a fresh store's messages from 1, in order)."""
+    async with ConversationStore(tmp_path / "c.db") as sqlite, PgServer(postgres_url) as server:
+        pg = PgConversationStore(server, BOT)
+        for engine in (sqlite, pg):
+            conversation_id = await _chat(engine)
+            for text in CORPUS:
+                await _say(engine, conversation_id, text)
+        differences = []
+        for text in QUERIES:
+            on_sqlite = {hit.message_id for hit in await sqlite.search(text, limit=100)}
+            on_pg = {hit.message_id for hit in await pg.search(text, limit=100)}
+            if on_sqlite != on_pg:
+                differences.append(("words", text, on_sqlite, on_pg))
+            query = TextQuery.build(text, "trigram")
+            if query is not None:
+                where = MessageFilter(conversation_id=1)
+                found = [
+                    {m.id for m in await engine.matching_messages(query, where, limit=100)}
+                    for engine in (sqlite, pg)
+                ]
+                if found[0] != found[1]:
+                    differences.append(("substrings", text, *found))
+        assert differences == []
+        # The corpus is not trivially empty for the word index: most queries find something.
+        finding = [text for text in QUERIES if await sqlite.search(text)]
+        assert len(finding) > 35, finding

@@ -27,6 +27,7 @@ from atlas.store.pg.text import (
     words_terms,
     words_text,
     words_tsquery,
+    words_vector,
 )
 from atlas.store.search import (
     ConversationMatch,
@@ -47,7 +48,7 @@ _INSERT_MESSAGE = (
     "WITH stored AS (INSERT INTO messages (bot, conversation_id, role, content, tool_calls, "
     "tool_call_id, name, images, usage, model, event_id, kind, answers_upto, created_at, words) "
     "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, "
-    f"to_tsvector('{WORDS_CONFIG}', $15)) "
+    f"{words_vector('$15')}) "
     "ON CONFLICT (bot, event_id) WHERE event_id IS NOT NULL DO NOTHING "
     "RETURNING id, conversation_id, created_at), "
     "touched AS (UPDATE conversations SET updated_at = stored.created_at FROM stored "

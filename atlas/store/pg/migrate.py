@@ -27,7 +27,7 @@ import asyncpg
 from atlas.errors import AtlasError
 from atlas.store.pg.home_state import DELEGATION_COLUMNS, GATE_COLUMNS
 from atlas.store.pg.server import PgServer
-from atlas.store.pg.text import WORDS_CONFIG, words_text
+from atlas.store.pg.text import words_text, words_vector
 
 _MESSAGE_COLUMNS = (
     "id, conversation_id, role, content, tool_calls, tool_call_id, name, images, usage, "
@@ -210,7 +210,7 @@ async def _copy_messages(
     names = ", ".join(columns)
     await conn.execute(
         f"INSERT INTO messages (bot, {names}, words) SELECT bot, {names}, "
-        f"to_tsvector('{WORDS_CONFIG}', words_text) FROM staged_messages"
+        f"{words_vector('words_text')} FROM staged_messages"
     )
 
 

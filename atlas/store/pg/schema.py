@@ -4,10 +4,9 @@ One database holds every bot's conversations (the `bot` column tells them apart,
 gives each bot its own file), so several machines can share it. Times stay UTC ISO 8601 text,
 as in SQLite, so rows read the same from both engines and copy across unchanged.
 
-Search: `words` is the message's tsvector in the `atlas_words` configuration (English stems,
-accents removed, no stop words: FTS5's `porter unicode61 remove_diacritics 2` also drops
-none), filled on insert from the text split as FTS5's unicode61 splits it (atlas/store/pg/
-text.py). Substrings (parts of words, Chinese, Japanese, Korean) use pg_trgm's index under
+Search: `words` is the message's tsvector of `atlas_lexemes` (Porter stems, accents removed,
+no stop words: as FTS5's `porter unicode61 remove_diacritics 2`), filled on insert from the
+text split as FTS5's unicode61 splits it (atlas/store/pg/text.py). Substrings (parts of words, Chinese, Japanese, Korean) use pg_trgm's index under
 ILIKE, as FTS5's trigram index does. unaccent and pg_trgm ship with PostgreSQL (contrib)
 and are trusted extensions: the database's owner may create them.
 """
@@ -55,8 +54,21 @@ STEPS: list[SchemaStep] = [
         (
             "CREATE EXTENSION IF NOT EXISTS unaccent",
             "CREATE EXTENSION IF NOT EXISTS pg_trgm",
-            # Snowball's English stemmer (Porter's successor) without its stop-word list.
-            "CREATE TEXT SEARCH DICTIONARY atlas_stem (TEMPLATE = snowball, LANGUAGE = english)",
+            # The Porter stemmer FTS5 uses (Snowball's `english` stems some words otherwise:
+            # it finds "deployment" for "deploy", where Porter does not), no stop-word list.
+            "CREATE TEXT SEARCH DICTIONARY atlas_stem (TEMPLATE = snowball, LANGUAGE = porter)",
+            # A message's words (split already, atlas/store/pg/text.py) as FTS5's porter
+            # tokenizer gives them: lower case, accents removed, and stemmed only when 3 to 64
+            # bytes long (FTS5 leaves shorter and longer tokens as they are, where Snowball
+            # would make "is" into "i"). Stored with `to_tsvector('simple', ...)`, which keeps
+            # them and their positions (phrases) as they are.
+            "CREATE FUNCTION atlas_lexemes(words TEXT) RETURNS TEXT LANGUAGE sql STABLE "
+            "PARALLEL SAFE AS $$ SELECT COALESCE(string_agg(CASE WHEN octet_length(token) "
+            "BETWEEN 3 AND 64 THEN COALESCE((ts_lexize('atlas_stem', token))[1], token) "
+            "ELSE token END, ' ' ORDER BY position), '') FROM unnest(string_to_array("
+            "lower(unaccent(words)), ' ')) WITH ORDINALITY AS split(token, position) "
+            "WHERE token <> '' $$",
+            # For the snippets (ts_headline), which parse the stored text itself.
             "CREATE TEXT SEARCH CONFIGURATION atlas_words (COPY = simple)",
             f"ALTER TEXT SEARCH CONFIGURATION atlas_words ALTER MAPPING FOR {_WORD_TOKENS} "
             "WITH unaccent, atlas_stem",

@@ -13,7 +13,14 @@ import re
 
 from atlas.store.search import TextQuery
 
-WORDS_CONFIG = "atlas_words"
+WORDS_CONFIG = "atlas_words"  # for snippets; matching goes through atlas_lexemes (schema.py)
+
+
+def words_vector(parameter: str) -> str:
+    """SQL for the tsvector of a message's split text (`words_text`) held in `parameter`."""
+    return f"to_tsvector('simple', atlas_lexemes({parameter}))"
+
+
 # Python's \w is letters, digits and the underscore; unicode61 separates on the underscore too.
 _SEPARATORS = re.compile(r"[\W_]+")
 
@@ -33,7 +40,8 @@ def words_tsquery(terms: list[str], first_parameter: int) -> tuple[str, list[str
     """SQL for a tsquery matching every term (each a phrase: its tokens in order, adjacent,
     as FTS5 reads a quoted term), and its parameters numbered from `first_parameter`."""
     parts = [
-        f"phraseto_tsquery('{WORDS_CONFIG}', ${first_parameter + i})" for i in range(len(terms))
+        f"phraseto_tsquery('simple', atlas_lexemes(${first_parameter + i}))"
+        for i in range(len(terms))
     ]
     return " && ".join(parts), terms
 
