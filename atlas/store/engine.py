@@ -7,8 +7,7 @@ unchanged), or the home's PostgreSQL database (atlas/store/pg/conversations.py, 
 tests/unit/test_store_engines.py run the same calls and queries on each.
 
 Not yet behind the seam (docs/scaling.md): the SQLite store's `also` hook (outbox rows written
-in the answer's transaction), its browsing reads (`read_messages`, `summarise_conversations`),
-and most of the home's shared tables (atlas/store/home_db.py): `HomeStateEngine` covers the
+in the answer's transaction), and most of the home's shared tables (atlas/store/home_db.py): `HomeStateEngine` covers the
 gate's log and the delegations so far.
 """
 
@@ -22,6 +21,7 @@ from atlas.store.history_cache import Compaction
 from atlas.store.home_db import GateRecord
 from atlas.store.search import (
     ConversationMatch,
+    ConversationSummary,
     MessageFilter,
     SearchHit,
     SearchSort,
@@ -86,6 +86,24 @@ class ConversationEngine(Protocol):
     async def matching_messages(
         self, query: TextQuery, where: MessageFilter, *, limit: int, chars: int = 2000
     ) -> list[StoredMessage]: ...
+
+    async def read_messages(
+        self,
+        where: MessageFilter,
+        *,
+        limit: int,
+        offset: int = 0,
+        after_id: int | None = None,
+        before_id: int | None = None,
+        newest_first: bool = False,
+        chars: int = 2000,
+    ) -> list[StoredMessage]: ...
+
+    async def get_message(self, message_id: int, *, chars: int = 2000) -> StoredMessage | None: ...
+
+    async def summarise_conversations(
+        self, where: MessageFilter, *, sort: SearchSort, limit: int, ids: list[int] | None = None
+    ) -> list[ConversationSummary]: ...
 
     async def usage_totals(self, conversation_id: int) -> Usage: ...
 

@@ -312,6 +312,60 @@ async def test_match_conversations_filters_and_sorts(engine: ConversationEngine)
     assert messages[0].length == len("the budget again, budget budget")
 
 
+# ---- browsing: reading a conversation, one message, summaries ----------------------------------
+
+
+async def test_read_messages_pages_and_cuts(engine: ConversationEngine) -> None:
+    conversation_id = await _chat(engine)
+    ids = [await _say(engine, conversation_id, f"message number {n}") for n in range(5)]
+    await engine.append(
+        conversation_id, Message("tool", "tool output", tool_call_id="c", name="ls")
+    )
+    calls = [ToolCall("c2", "read_file", "{}")]
+    await engine.append(conversation_id, Message("assistant", "", tool_calls=calls))
+    where = MessageFilter(conversation_id=conversation_id)
+
+    async def read(**options: object) -> list[int]:
+        return [m.id for m in await engine.read_messages(where, **options)]  # type: ignore[arg-type]
+
+    assert await read(limit=10) == ids  # the tool's and the tools-only messages are left out
+    assert await read(limit=2, offset=1) == ids[1:3]
+    assert await read(limit=10, after_id=ids[1], before_id=ids[4]) == ids[2:4]
+    assert await read(limit=2, newest_first=True) == [ids[4], ids[3]]
+    every_role = MessageFilter(("user", "assistant", "tool"), conversation_id=conversation_id)
+    shown = await engine.read_messages(every_role, limit=10, chars=7)
+    assert [m.content for m in shown[-2:]] == ["tool ou", ""]
+    assert shown[-1].tool_names == ("read_file",) and shown[0].length == len("message number 0")
+    one = await engine.get_message(ids[2], chars=7)
+    assert one is not None and (one.content, one.length, one.role) == ("message", 16, "user")
+    assert await engine.get_message(ids[-1] + 100) is None
+
+
+async def test_summaries_count_what_passes_the_filter(engine: ConversationEngine) -> None:
+    first, second, empty = (
+        await _chat(engine, "a"),
+        await _chat(engine, "b"),
+        await _chat(engine, "c"),
+    )
+    for text in ("one", "two"):
+        await _say(engine, first, text)
+    await _say(engine, second, "three", "assistant")
+    await engine.append(empty, Message("tool", "only a tool", tool_call_id="x", name="ls"))
+
+    async def summary(where: MessageFilter, **options: object) -> list[tuple[int, int]]:
+        found = await engine.summarise_conversations(where, limit=10, **options)  # type: ignore[arg-type]
+        return [(s.conversation.id, s.messages) for s in found]
+
+    assert await summary(MessageFilter(), sort="newest") == [(second, 1), (first, 2)]
+    assert await summary(MessageFilter(), sort="oldest") == [(first, 2), (second, 1)]
+    assert await summary(MessageFilter(roles=("user",)), sort="newest") == [(first, 2)]
+    assert await summary(MessageFilter(), sort="newest", ids=[first]) == [(first, 2)]
+    assert await summary(MessageFilter(), sort="newest", ids=[]) == []
+    assert await summary(MessageFilter(after="2999-01-01"), sort="newest") == []
+    [whole] = await engine.summarise_conversations(MessageFilter(), sort="oldest", limit=1)
+    assert whole.first_at is not None and whole.first_at <= (whole.last_at or "")
+
+
 # ---- one corpus, many queries, both engines side by side --------------------------------------
 
 CORPUS = [
@@ -413,3 +467,47 @@ async def test_the_same_queries_find_the_same_messages_on_both_engines(
         # The corpus is not trivially empty for the word index: most queries find something.
         finding = [text for text in QUERIES if await sqlite.search(text)]
         assert len(finding) > 35, finding
+
+
+@pytest.mark.postgres
+async def test_the_search_tool_reads_the_same_on_both_engines(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """The conversation search tool's views (atlas/tools/conversation_views.py), which take any
+    ConversationEngine, give the same text on both (times aside: each store stamped its own)."""
+    import re
+
+    from atlas.tools.conversation_views import (
+        BotStore,
+        Search,
+        browse,
+        discover,
+        read_around,
+        read_whole,
+        render_discovery,
+    )
+
+    def same_times(text: str) -> str:
+        return re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d", "TIME", text)
+
+    async with ConversationStore(tmp_path / "c.db") as sqlite, PgServer(postgres_url) as server:
+        pg = PgConversationStore(server, BOT)
+        views: dict[str, list[str]] = {}
+        for name, engine in (("sqlite", sqlite), ("postgres", pg)):
+            for number, text in enumerate(CORPUS):
+                conversation_id = await _chat(engine, f"chat{number % 4}")
+                await _say(engine, conversation_id, text, "user" if number % 3 else "assistant")
+            where = BotStore(BOT, engine, qualify=False)  # type: ignore[arg-type]
+            texts = []
+            for query in ("deploy", "run", "東京タワー", "atlas log", "bernet", "zzz"):
+                search = Search(query=query, sort="newest", detail="full")
+                found, index = await discover([where], search)
+                texts.append(f"{index}: {await render_discovery(found, search)}")
+            texts.append(await browse([where], Search(query=None, limit=10)))
+            conversation = await engine.get_conversation(2)
+            assert conversation is not None
+            texts.append(await read_whole(where, conversation, 0, Search(query=None)))
+            texts.append(await read_around(where, conversation, 6, 1, Search(query=None)))
+            views[name] = [same_times(text) for text in texts]
+        assert views["postgres"] == views["sqlite"]
+        assert "東京タワー" in views["sqlite"][2] and "No conversation" in views["sqlite"][5]

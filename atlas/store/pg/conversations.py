@@ -31,6 +31,7 @@ from atlas.store.pg.text import (
 )
 from atlas.store.search import (
     ConversationMatch,
+    ConversationSummary,
     MessageFilter,
     SearchHit,
     SearchSort,
@@ -356,13 +357,83 @@ class PgConversationStore:
         # No score for substrings (a constant may not lead an ORDER BY): oldest first.
         order = "m.id" if score == _NO_SCORE else f"{score}, m.id"
         sql = (
-            f"SELECT m.id, m.conversation_id, m.role, m.kind, substr(m.content, 1, ${chars_at}) "
-            "AS content, length(m.content) AS length, m.created_at, m.tool_calls, "
+            f"SELECT {_message_columns(chars_at)}, "
             f"{snippet} AS snippet FROM messages AS m WHERE {' AND '.join(conditions)} "
             f"ORDER BY {order} LIMIT {int(limit)}"
         )
         rows = await self.server.pool.fetch(sql, *params)
         return [_stored_message(row, query) for row in rows]
+
+    async def read_messages(
+        self,
+        where: MessageFilter,
+        *,
+        limit: int,
+        offset: int = 0,
+        after_id: int | None = None,
+        before_id: int | None = None,
+        newest_first: bool = False,
+        chars: int = 2000,
+    ) -> list[StoredMessage]:
+        """Messages of one conversation in id order (or newest first), each cut to `chars`."""
+        if where.conversation_id is None:
+            raise ValueError("read_messages needs where.conversation_id")
+        params: list[Any] = []
+        conditions = self._filter(where, params)
+        if after_id is not None:
+            conditions.append(f"m.id > ${_add(params, after_id)}")
+        if before_id is not None:
+            conditions.append(f"m.id < ${_add(params, before_id)}")
+        sql = (
+            f"SELECT {_message_columns(_add(params, chars))}, NULL AS snippet "
+            f"FROM messages AS m WHERE {' AND '.join(conditions)} "
+            f"ORDER BY m.id {'DESC' if newest_first else ''} "
+            f"LIMIT {int(limit)} OFFSET {int(offset)}"
+        )
+        return [_stored_message(row) for row in await self.server.pool.fetch(sql, *params)]
+
+    async def get_message(self, message_id: int, *, chars: int = 2000) -> StoredMessage | None:
+        row = await self.server.pool.fetchrow(
+            f"SELECT {_message_columns(3)}, NULL AS snippet FROM messages AS m "
+            "WHERE m.id = $1 AND m.bot = $2",
+            message_id,
+            self.bot,
+            chars,
+        )
+        return _stored_message(row) if row else None
+
+    async def summarise_conversations(
+        self, where: MessageFilter, *, sort: SearchSort, limit: int, ids: list[int] | None = None
+    ) -> list[ConversationSummary]:
+        """Conversations with messages passing `where` (or those of `ids`), latest first unless
+        sort is oldest; with the count, first and last time of those messages."""
+        params: list[Any] = []
+        conditions = ["m.conversation_id = c.id", *self._filter(where, params)]
+        outer = [f"c.bot = ${_add(params, self.bot)}"]
+        if where.after:
+            outer.append(f"c.updated_at >= ${_add(params, where.after)}")
+        if where.before:
+            outer.append(f"c.created_at < ${_add(params, where.before)}")
+        if ids is not None:
+            outer.append(f"c.id = ANY(${_add(params, [int(i) for i in ids])}::bigint[])")
+        order = "c.created_at, c.id" if sort == "oldest" else "c.updated_at DESC, c.id DESC"
+        columns = ", ".join(f"c.{name}" for name in _CONVERSATION_COLUMNS.split(", "))
+        sql = (
+            f"SELECT {columns}, s.n, s.first_at, s.last_at FROM conversations AS c "
+            "CROSS JOIN LATERAL (SELECT COUNT(*) AS n, MIN(m.created_at) AS first_at, "
+            f"MAX(m.created_at) AS last_at FROM messages AS m WHERE {' AND '.join(conditions)}) s "
+            f"WHERE {' AND '.join(outer)} AND s.n > 0 ORDER BY {order} LIMIT {int(limit)}"
+        )
+        summaries = []
+        for row in await self.server.pool.fetch(sql, *params):
+            found = dict(row)
+            counts = {key: found.pop(key) for key in ("n", "first_at", "last_at")}
+            summaries.append(
+                ConversationSummary(
+                    Conversation(**found), counts["n"], counts["first_at"], counts["last_at"]
+                )
+            )
+        return summaries
 
     async def usage_totals(self, conversation_id: int) -> Usage:
         """The sum of the usage recorded on a conversation's messages."""
@@ -386,9 +457,20 @@ def _add(params: list[Any], value: Any) -> int:
     return len(params)
 
 
-def _stored_message(row: asyncpg.Record, query: TextQuery) -> StoredMessage:
+def _message_columns(chars_parameter: int) -> str:
+    """A message as search shows it, its text cut to the length in $`chars_parameter`."""
+    return (
+        "m.id, m.conversation_id, m.role, m.kind, "
+        f"substr(m.content, 1, ${chars_parameter}) AS content, length(m.content) AS length, "
+        "m.created_at, m.tool_calls"
+    )
+
+
+def _stored_message(row: asyncpg.Record, query: TextQuery | None = None) -> StoredMessage:
     calls = json.loads(row["tool_calls"] or "[]")
     snippet = row["snippet"]
+    if snippet is None and query is not None:
+        snippet = plain_snippet(row["content"] or "", query.terms)
     return StoredMessage(
         id=row["id"],
         conversation_id=row["conversation_id"],
@@ -398,5 +480,5 @@ def _stored_message(row: asyncpg.Record, query: TextQuery) -> StoredMessage:
         length=row["length"] or 0,
         created_at=row["created_at"],
         tool_names=tuple(call["name"] for call in calls),
-        snippet=snippet or plain_snippet(row["content"] or "", query.terms),
+        snippet=snippet,
     )
