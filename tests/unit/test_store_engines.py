@@ -511,3 +511,23 @@ async def test_the_search_tool_reads_the_same_on_both_engines(
             views[name] = [same_times(text) for text in texts]
         assert views["postgres"] == views["sqlite"]
         assert "東京タワー" in views["sqlite"][2] and "No conversation" in views["sqlite"][5]
+
+
+@pytest.mark.postgres
+async def test_on_postgres_a_bot_reads_and_writes_only_its_own(postgres_url: str) -> None:
+    """One database holds every bot; a bot's store never reaches another's rows."""
+    async with PgServer(postgres_url) as server:
+        mine, theirs = PgConversationStore(server, BOT), PgConversationStore(server, "other")
+        their_chat = (await theirs.conversation("telegram", "c1", bot="other")).id
+        await theirs.append(their_chat, Message("user", "secret plans"), event_id="e1")
+        with pytest.raises(AtlasError, match=f"conversation {their_chat} belongs to bot 'other'"):
+            await mine.append(their_chat, Message("user", "hello"))
+        with pytest.raises(ValueError, match="cannot hold bot 'other'"):
+            await mine.conversation("telegram", "c1", bot="other")
+        my_chat = (await mine.conversation("telegram", "c1", bot=BOT)).id
+        assert my_chat != their_chat
+        # The same event id is another bot's own business.
+        assert await mine.append(my_chat, Message("user", "plans"), event_id="e1") is not None
+        assert await mine.get_conversation(their_chat) is None
+        assert await mine.history(their_chat) == []
+        assert [hit.conversation_id for hit in await mine.search("plans")] == [my_chat]

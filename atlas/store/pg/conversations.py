@@ -43,13 +43,14 @@ from atlas.store.search import (
 _CONVERSATION_COLUMNS = (
     'id, bot, channel, chat, thread, "user", kind, title, created_at, updated_at'
 )
-# The message, and its conversation's `updated_at` moved, in one statement (SQLite does it
-# with a trigger); a platform event already stored for this bot is not stored again.
+# The message, and its conversation's `updated_at` moved, in one statement and one round trip
+# (SQLite does it with a trigger): nothing is stored unless the conversation is this bot's,
+# and a platform event already stored for this bot is not stored again.
 _INSERT_MESSAGE = (
     "WITH stored AS (INSERT INTO messages (bot, conversation_id, role, content, tool_calls, "
     "tool_call_id, name, images, usage, model, event_id, kind, answers_upto, created_at, words) "
-    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, "
-    f"{words_vector('$15')}) "
+    "SELECT $1, c.id, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::bigint, $14, "
+    f"{words_vector('$15')} FROM conversations AS c WHERE c.id = $2 AND c.bot = $1 "
     "ON CONFLICT (bot, event_id) WHERE event_id IS NOT NULL DO NOTHING "
     "RETURNING id, conversation_id, created_at), "
     "touched AS (UPDATE conversations SET updated_at = stored.created_at FROM stored "
@@ -185,26 +186,31 @@ class PgConversationStore:
             words_text(content),
         )
         async with self.server.pool.acquire() as conn:
-            await self._check_owner(conn, conversation_id)
-            try:
-                if unless_user_after is None:
-                    return await conn.fetchval(_INSERT_MESSAGE, *values)
-                async with conn.transaction():
-                    # The conversation's row locked: two appends to it take turns here.
-                    await conn.execute(
-                        "SELECT 1 FROM conversations WHERE id = $1 FOR UPDATE", conversation_id
-                    )
-                    newer = await conn.fetchval(
-                        "SELECT 1 FROM messages WHERE conversation_id = $1 AND role = 'user' "
-                        "AND id > $2 LIMIT 1",
-                        conversation_id,
-                        unless_user_after,
-                    )
-                    if newer:
-                        return None
-                    return await conn.fetchval(_INSERT_MESSAGE, *values)
-            except asyncpg.ForeignKeyViolationError as exc:
-                raise AtlasError(f"{self.path}: no conversation with id {conversation_id}") from exc
+            stored = await self._insert(conn, values, unless_user_after)
+            if stored is None:  # a redelivered event, a newer message, or no such conversation
+                await self._check_owner(conn, conversation_id)
+            return stored
+
+    async def _insert(
+        self, conn: asyncpg.Connection, values: tuple[Any, ...], unless_user_after: int | None
+    ) -> int | None:
+        conversation_id = values[1]
+        if unless_user_after is None:
+            return await conn.fetchval(_INSERT_MESSAGE, *values)
+        async with conn.transaction():
+            # The conversation's row locked: two appends to it take turns here.
+            await conn.execute(
+                "SELECT 1 FROM conversations WHERE id = $1 FOR UPDATE", conversation_id
+            )
+            newer = await conn.fetchval(
+                "SELECT 1 FROM messages WHERE conversation_id = $1 AND role = 'user' "
+                "AND id > $2 LIMIT 1",
+                conversation_id,
+                unless_user_after,
+            )
+            if newer:
+                return None
+            return await conn.fetchval(_INSERT_MESSAGE, *values)
 
     async def _check_owner(self, conn: asyncpg.Connection, conversation_id: int) -> None:
         owner = await conn.fetchval("SELECT bot FROM conversations WHERE id = $1", conversation_id)
