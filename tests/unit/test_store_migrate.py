@@ -187,6 +187,26 @@ async def test_doctor_checks_server_schema_and_latency(tmp_path: Path, postgres_
     lines = {name: (ok, detail) for name, ok, detail, _ in await store_checks(home.settings)}
     assert lines["store schema"] == (True, f"version {SCHEMA_VERSION}")
     assert lines["store latency"][0] and "ms per round trip" in lines["store latency"][1]
+    assert lines["store text"] == (True, "UTF8, letters of every script")
+
+
+async def test_doctor_names_a_database_that_cannot_fold_case(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        await conn.execute(
+            "CREATE DATABASE ascii_only ENCODING 'SQL_ASCII' LC_CTYPE 'C' LC_COLLATE 'C' "
+            "TEMPLATE template0"
+        )
+    finally:
+        await conn.close()
+    home = _with_url(make_home(tmp_path / "home"), postgres_url.rsplit("/", 1)[0] + "/ascii_only")
+    lines = {name: (ok, fix) for name, ok, _, fix in await store_checks(home.settings)}
+    ok, fix = lines["store text"]
+    assert not ok and "ENCODING 'UTF8'" in fix
 
 
 async def test_doctor_names_an_unreachable_server(tmp_path: Path, postgres_url: str) -> None:

@@ -1,4 +1,5 @@
-"""`atlas doctor`'s lines for `[store] url`: the server reached, the schema's version, latency."""
+"""`atlas doctor`'s lines for `[store] url`: the server reached, the schema's version, the
+database's text handling, latency."""
 
 from __future__ import annotations
 
@@ -54,6 +55,19 @@ async def store_checks(settings: Any) -> list[CheckLine]:
                 False,
                 f"version {check.schema_version}, newer than this Atlas ({SCHEMA_VERSION})",
                 "upgrade Atlas",
+            )
+        )
+    if check.unicode_case:
+        lines.append(("store text", True, f"{check.encoding}, letters of every script", ""))
+    else:
+        lines.append(
+            (
+                "store text",
+                False,
+                f"encoding {check.encoding} without Unicode case folding: searches would "
+                "miss upper- and lower-case forms of letters outside ASCII",
+                "make the database with ENCODING 'UTF8' and a UTF-8 LC_CTYPE (e.g. "
+                "'C.UTF-8'), then `atlas store migrate` into it",
             )
         )
     slow = check.latency_ms > SLOW_MS

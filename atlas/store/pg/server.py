@@ -76,6 +76,8 @@ class ServerCheck:
     server_version: str
     schema_version: int
     latency_ms: float  # the median of a few round trips of `SELECT 1`
+    encoding: str  # the database's; search needs UTF8
+    unicode_case: bool  # lower() folds more than ASCII (a UTF-8 LC_CTYPE): ILIKE finds "ÉTÉ"
 
 
 class PgServer:
@@ -132,7 +134,11 @@ class PgServer:
                 start = time.perf_counter()
                 await conn.fetchval("SELECT 1")
                 times.append((time.perf_counter() - start) * 1000)
-        return ServerCheck(server, version, sorted(times)[len(times) // 2])
+            encoding = str(await conn.fetchval("SHOW server_encoding"))
+            unicode_case = encoding == "UTF8" and bool(
+                await conn.fetchval("SELECT lower('ÉΣЖ') = 'éσж'")
+            )
+        return ServerCheck(server, version, sorted(times)[len(times) // 2], encoding, unicode_case)
 
     async def __aenter__(self) -> PgServer:
         await self.open()
