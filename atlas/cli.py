@@ -258,6 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_routines_parser(sub)
 
+    from atlas.store_cli import add_store_parser
+
+    add_store_parser(sub, _load_home)  # `atlas store migrate --to postgresql://…`
+
     from atlas.executors.plugin_install import add_executors_parser
 
     add_executors_parser(sub)  # `atlas executors install-plugin` (the Claude Code plugin)
