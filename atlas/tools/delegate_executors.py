@@ -145,13 +145,13 @@ async def act(run: RunContext, action: str, instance_id: str, message: str | Non
     instance = executors.workbench.get(instance_id) if executors is not None else None
     if instance is None:
         return None
+    if instance.ended:  # first: one of an earlier process's, back from its row, has no control
+        raise ToolError(
+            f"{instance.id} has already ended ({instance.state}); to go on with it, action=resume"
+        )
     if instance.control is None:
         raise ToolError(
             f"{instance.id} is the user's own session and Atlas cannot {action} it from here"
-        )
-    if instance.ended:
-        raise ToolError(
-            f"{instance.id} has already ended ({instance.state}); to go on with it, action=resume"
         )
     try:
         if action == "steer":

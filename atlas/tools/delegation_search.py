@@ -39,10 +39,13 @@ from atlas.tools.delegation_views import (
     log_ends,
     record_view,
 )
-from atlas.tools.executors import with_an_executor
-from atlas.tools.registry import RunContext, tool
+from atlas.tools.registry import RunContext, only_for, tool
 
 HIT_POOL = 10  # matching entries fetched for an instance that is not the best one
+# Where delegate is, executor or not: the record also holds the person's own Claude Code
+# sessions (the plugin reports them), recalled whether or not Atlas runs executors itself
+# (tools-reference.md, Who has which tool).
+WHERE_DELEGATE_IS = only_for("conversation", "bot", "routine")
 
 
 def _time_range(run: RunContext, after: str | None, before: str | None) -> tuple[str | None, ...]:
@@ -63,7 +66,7 @@ def _time_range(run: RunContext, after: str | None, before: str | None) -> tuple
     read_only=True,
     pages_itself=True,
     untrusted=True,
-    available=with_an_executor,
+    available=WHERE_DELEGATE_IS,
 )
 async def delegation_search(
     run: RunContext,

@@ -211,16 +211,37 @@ async def test_another_bot_sees_only_the_delegations_it_started(history: History
     assert refused.is_error
 
 
-async def test_it_is_untrusted_data_and_offered_only_with_an_executor(
+async def test_it_is_untrusted_data_and_offered_where_delegate_is(
     history: History, tmp_path: Path
 ) -> None:
     assert delegation_search.untrusted and delegation_search.read_only
     assert delegation_search.deferred
     assert delegation_search.unavailable_reason(run_context(history.home)) is None
     assert delegation_search.unavailable_reason(run_context(history.home, kind="subagent"))
+
+
+async def test_without_any_executor_the_persons_own_sessions_are_recalled(
+    history: History, tmp_path: Path
+) -> None:
+    """tools-reference.md gives it to every conversation, bot and routine run: a person's own
+    Claude Code sessions are in the record whether or not Atlas runs executors (issue 37)."""
     bare = make_home(tmp_path / "bare")
-    reason = delegation_search.unavailable_reason(run_context(bare))
-    assert reason and "[executors.claude-code]" in reason
+    assert not any(s.enabled for s in bare.settings.executors.values())
+    for kind in ("conversation", "bot", "routine"):
+        assert delegation_search.unavailable_reason(run_context(bare, kind=kind)) is None
+    assert delegation_search.unavailable_reason(run_context(bare, kind="subagent"))
+    store = HomeStore(bare.db_path)
+    try:  # the plugin's record of a session the person started (atlas/executors/desk_record.py)
+        record = DelegationRecord(store)
+        turn = await record.start_turn(
+            "ex-own001", "claude-code", "claude-code@main", str(tmp_path),
+            "rename the billing module", None, owner="person", files_before="",
+        )  # fmt: skip
+        await record.finish_turn(turn, "Renamed it to invoices.", "", None, "done")
+    finally:
+        await store.close()
+    text = await search(run_context(bare), query="billing")
+    assert "ex-own001" in text and "Renamed it to invoices." in text
 
 
 async def test_the_record_keeps_sessions_finals_and_changes_once(tmp_path: Path) -> None:
