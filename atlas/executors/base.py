@@ -241,6 +241,8 @@ class SessionLog:
     path: Path | None
     entries: tuple[LogEntry, ...] = ()
     deleted: bool = False
+    # When `deleted`: why it is missing, in a sentence (atlas/executors/session_gone.py).
+    why_missing: str = ""
 
     def head(self, count: int = 5) -> tuple[LogEntry, ...]:
         return self.entries[:count]
@@ -333,6 +335,11 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     def session_log(self, account: Account, session_id: str, folder: Path | None) -> SessionLog:
         """The harness's own log of a session, or SessionLog(deleted=True) when it is gone."""
+
+    def keeps_sessions_days(self, account: Account) -> int | None:
+        """Days the harness keeps a session's log before deleting it; None when it never
+        deletes them (what tells a log it deleted from one it never wrote)."""
+        return None
 
     @abc.abstractmethod
     def account_status(self, account: Account, observed: Mapping[str, Any]) -> AccountStatus:

@@ -141,6 +141,16 @@ def test_codex_reset_times_in_its_messages() -> None:
     assert resets_from("You've hit your usage limit.", now) is None
 
 
+def test_codex_reset_on_another_day_is_that_day() -> None:
+    """A weekly limit's message names a date: the reset is days away, not the next 3:04 PM."""
+    now = datetime(2025, 12, 4, 12, tzinfo=UTC)
+    message = "You've hit your usage limit. Upgrade to Pro, or try again at Dec 8th, 2025 3:04 PM."
+    found = resets_from(message, now)
+    assert found is not None
+    assert found.astimezone().strftime("%Y-%m-%d %H:%M") == "2025-12-08 15:04"
+    assert resets_from("try again at Feb 30th, 2025 3:04 PM", now) is None  # no such day
+
+
 # --- parsing ----------------------------------------------------------------------------------
 
 
@@ -181,7 +191,11 @@ def test_claude_error_results_name_their_errors(tmp_path: Path) -> None:
         {"type": "result", "subtype": "error_max_turns", "is_error": True, "errors": ["too many"]}
     )[0]
     assert isinstance(event, Result) and event.is_error and event.subtype == "error_max_turns"
-    assert event.text == "too many"
+    assert event.text == "error_max_turns: too many"
+    (empty,) = claude(tmp_path).parse(
+        {"type": "result", "subtype": "error_max_turns", "is_error": True, "result": ""}
+    )
+    assert isinstance(empty, Result) and empty.text == "error_max_turns"
 
 
 def test_claude_control_requests_become_permission_requests_and_questions(tmp_path: Path) -> None:
