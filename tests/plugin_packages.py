@@ -11,6 +11,7 @@ put first on sys.path. importlib.metadata then finds its entry points as it find
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -35,7 +36,9 @@ def install_plugin_package(
     for module, source in modules.items():
         (folder / f"{module}.py").write_text(source)
         monkeypatch.delitem(sys.modules, module, raising=False)  # and removed after the test
-    info = folder / f"{name}-{version}.dist-info"
+    # As a wheel names it: the project name with `-` as `_`, or importlib.metadata would read
+    # `atlas-tiny-0.1.dist-info` as a second "atlas" and hide Atlas's own entry points.
+    info = folder / f"{re.sub(r'[-_.]+', '_', name)}-{version}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     lines = []
