@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from atlas.config import ExecutorSettings
     from atlas.executors.launch import ExecutorLauncher
     from atlas.executors.limits import LimitBook
+    from atlas.sandbox.proxy import DomainAsker
 
 EXECUTOR_SDK_VERSION = 2  # atlas.plugins.SDK_VERSIONS["atlas.executors"]
 
@@ -181,6 +182,9 @@ class TaskSpec:
     # Claude Code's --permission-mode (`default` asks before edits and commands, `acceptEdits`
     # lets edits in the folder pass); None: the harness's default. Codex asks nothing.
     permission_mode: str | None = None
+    # Asked about a host outside the harness's own (its provider's, its allowed_domains): the
+    # person's yes or no, through the proxy as for commands. None: nobody to ask, refused.
+    ask_host: DomainAsker | None = None
 
 
 SteerOutcome = Literal["sent", "queued"]  # delivered into the running turn, or after it

@@ -165,6 +165,7 @@ class HarnessInstance(ExecutorInstance):
             account_paths=self.account_paths,
             env=self.env,
             hosts=self.hosts,
+            ask=self.task.ask_host,
         ) as launch:
             try:
                 self.process = await asyncio.create_subprocess_exec(

@@ -21,6 +21,7 @@ atlas/executors/record.py).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,7 @@ from atlas.executors.base import (
     ExecutorError,
     TaskSpec,
 )
+from atlas.executors.egress import task_host_asker
 from atlas.executors.handoff import Handoff, diff_stat, folder_diff
 from atlas.executors.task_model import (
     CONTINUE,
@@ -156,7 +158,9 @@ class ExecutorTasks(TaskAsking):
         return self.workbench.get(task.id)  # type: ignore[return-value]
 
     async def _launch(self, task: Task, spec: TaskSpec) -> None:
-        task.instance = await task.executor.start(spec)
+        # Hosts beyond the harness's own are asked of the person who delegated (egress.py).
+        ask_host = task_host_asker(task, self.home.settings.trust.ask_timeout)
+        task.instance = await task.executor.start(dataclasses.replace(spec, ask_host=ask_host))
         task.account = spec.account
         task.tried.append(spec.account.target)
 
