@@ -12,6 +12,7 @@ entry-point group (atlas/plugins.py, SDK version 2).
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -323,6 +324,10 @@ class Executor(abc.ABC):
     def account_env(self, account: Account) -> dict[str, str]:
         """The environment that points the harness at this account's folder."""
         return {self.config_env: str(account.config_dir)}
+
+    # What the login prints when it waits for a code pasted on its stdin (Claude Code's
+    # "Paste code here if prompted >"); None: its login needs nothing typed (a device code).
+    login_code_prompt: ClassVar[re.Pattern[str] | None] = None
 
     @abc.abstractmethod
     def login_argv(self, account: Account, email: str | None = None) -> list[str]:

@@ -312,6 +312,10 @@ class ClaudeCodeExecutor(Executor):
             return {}  # the default folder: found without it (and ~/.claude.json with it)
         return {self.config_env: str(account.config_dir)}
 
+    # `claude auth login` with no browser to open prints the link, then waits for the code
+    # the page shows after sign-in: "Paste code here if prompted > " (no newline).
+    login_code_prompt = re.compile(r"paste (?:the )?code", re.IGNORECASE)
+
     def login_argv(self, account: Account, email: str | None = None) -> list[str]:
         return [self.binary, "auth", "login", "--claudeai", *(["--email", email] if email else [])]
 

@@ -355,7 +355,9 @@ class ExecutorTasks(TaskAsking):
         """The harness's own login of an account (atlas/executors/login.py)."""
         from atlas.executors.login import start_login
 
-        return await start_login(self.executors, target, email, run.notify, self._logins)
+        return await start_login(
+            self.executors, target, email, run.notify, self._logins, run.ask_questions
+        )
 
     async def close(self) -> None:
         """Stop every running task (the daemon is stopping)."""
