@@ -239,8 +239,9 @@ class LogEntry:
 
 @dataclass(frozen=True)
 class SessionLog:
-    """A harness's own session log, read back. `deleted` when the file is gone (Claude Code
-    deletes sessions after 30 days by default)."""
+    """A harness's own session log, read back. `deleted` when the file is gone: deleted by
+    the harness (Claude Code, after `cleanupPeriodDays`) or never written; `why_missing` says
+    which, when the caller knows the session's age (atlas/executors/session_gone.py)."""
 
     session_id: str
     path: Path | None

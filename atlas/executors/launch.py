@@ -5,9 +5,10 @@ there); every other account's folder stays hidden, with the home, the vault and 
 credentials. The network goes through Atlas's egress proxy on a channel of its own, where the
 harness's provider hosts pass without a question (the channel's own allow-list); any other host
 is asked of the person through the task's `ask` (atlas/executors/egress.py), as a command's are,
-and the proxy logs what it did: "asked the person, refused", or "no one to ask". Where no sandbox can start, or socat cannot bridge the proxy in, the
-start is refused (fail closed): a harness with no network cannot work, and one outside the
-sandbox is the person's choice, through `[sandbox] enabled = false`.
+and the proxy logs what it did: "asked the person, refused", or "no one to ask". Where no
+sandbox can start, or socat cannot bridge the proxy in, the start is refused (fail closed): a
+harness with no network cannot work, and one outside the sandbox is the person's choice,
+through `[sandbox] enabled = false`.
 """
 
 from __future__ import annotations
