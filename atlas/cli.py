@@ -266,6 +266,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_executors_parser(sub)  # `atlas executors install-plugin` (the Claude Code plugin)
 
+    from atlas.plugins_cli import add_plugins_parser
+
+    add_plugins_parser(sub)  # `atlas plugins`: installed plugins, SDK versions, enabled or not
+
     skills = sub.add_parser("skills", help="the skill library")
     skills_sub = skills.add_subparsers(dest="skills_command", required=True, metavar="ACTION")
     imp = skills_sub.add_parser("import", help="copy a skill folder in (Claude Code skills work)")

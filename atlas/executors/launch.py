@@ -3,10 +3,12 @@
 The task's folder and the account's config folder are writable (the harness writes its session
 there); every other account's folder stays hidden, with the home, the vault and the person's
 credentials. The network goes through Atlas's egress proxy on a channel of its own, where the
-harness's provider hosts pass without a question; any other host is asked of the person through
-`ask` (none given: refused). Where no sandbox can start, or socat cannot bridge the proxy in, the
-start is refused (fail closed): a harness with no network cannot work, and one outside the
-sandbox is the person's choice, through `[sandbox] enabled = false`.
+harness's provider hosts pass without a question (the channel's own allow-list); any other host
+is asked of the person through the task's `ask` (atlas/executors/egress.py), as a command's are,
+and the proxy logs what it did: "asked the person, refused", or "no one to ask". Where no
+sandbox can start, or socat cannot bridge the proxy in, the start is refused (fail closed): a
+harness with no network cannot work, and one outside the sandbox is the person's choice,
+through `[sandbox] enabled = false`.
 """
 
 from __future__ import annotations
@@ -44,13 +46,14 @@ class Launch:
     sandboxed: bool
 
 
-def _matches(host: str, patterns: Sequence[str]) -> bool:
-    host = host.lower().rstrip(".")
-    for pattern in patterns:
-        pattern = pattern.lower()
-        if host == pattern or (pattern.startswith("*.") and host.endswith(pattern[1:])):
-            return True
-    return False
+def _patterns(hosts: Sequence[str]) -> tuple[str, ...]:
+    """The harness's hosts as the proxy's allow-list writes them (`*.x.com` -> `.x.com`)."""
+    from atlas.sandbox.proxy_protocol import normalise_pattern
+
+    try:
+        return tuple(normalise_pattern(host) for host in hosts)
+    except ValueError as exc:  # allowed_domains is checked when config.toml loads: a plugin's
+        raise ExecutorError(f"the executor's hosts: {exc}") from exc
 
 
 class ExecutorLauncher:
@@ -94,11 +97,13 @@ class ExecutorLauncher:
         env: Mapping[str, str],
         hosts: Sequence[str],
         bot: str | None = None,
+        ask: DomainAsker | None = None,
     ) -> AsyncIterator[Launch]:
         """The launch of `argv` in `folder`, valid while the block lasts (its proxy channel).
         `account_paths`: the account's config folder first, then any file the harness keeps
         for it elsewhere; all writable, and unhidden for this run alone. `bot`: whose view
-        it runs in (its grants; None: the home's grants alone)."""
+        it runs in (its grants; None: the home's grants alone). `hosts` pass without a
+        question; any other is asked through `ask` (else the launcher's; neither: refused)."""
         environment = self.environment(env)
         await asyncio.to_thread(_prepare, folder, account_paths[0])
         if not self.home.settings.sandbox.enabled:
@@ -110,10 +115,12 @@ class ExecutorLauncher:
                 "which needs socat: `sudo apt-get install socat` (or `[sandbox] enabled = false` "
                 "in config.toml to run them unsandboxed)"
             )
+        from atlas.sandbox.egress_watch import ChannelWatch
         from atlas.sandbox.proxy import proxy_for
 
         proxy = await proxy_for(self.home)
-        async with proxy.channel(self._asker(hosts)) as socket:
+        own = ChannelWatch(also_allowed=_patterns(hosts))
+        async with proxy.channel(ask or self.ask, own) as socket:
             try:
                 argv_in, policy = await asyncio.to_thread(
                     self._sandboxed, argv, folder, account_paths, environment, socket, bot
@@ -121,14 +128,6 @@ class ExecutorLauncher:
             except AtlasError as exc:  # SandboxUnavailable: fail closed, saying how to fix it
                 raise ExecutorError(f"the executor cannot start in the sandbox: {exc}") from exc
             yield Launch(argv_in, dict(policy.env), Path("/"), sandboxed=True)
-
-    def _asker(self, hosts: Sequence[str]) -> DomainAsker:
-        async def ask(host: str) -> bool:
-            if _matches(host, hosts):
-                return True
-            return False if self.ask is None else await self.ask(host)
-
-        return ask
 
     def _sandboxed(
         self,

@@ -166,6 +166,7 @@ class HarnessInstance(ExecutorInstance):
             env=self.env,
             hosts=self.hosts,
             bot=self.task.bot,
+            ask=self.task.ask_host,
         ) as launch:
             try:
                 self.process = await asyncio.create_subprocess_exec(

@@ -24,6 +24,7 @@ after one rebuilds the task from its row; a task the daemon's stop cuts short en
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,7 @@ from atlas.executors.base import (
     ExecutorError,
     TaskSpec,
 )
+from atlas.executors.egress import task_host_asker
 from atlas.executors.handoff import Handoff, diff_stat, folder_diff
 from atlas.executors.task_model import (
     CONTINUE,
@@ -202,7 +204,9 @@ class ExecutorTasks(TaskAsking):
         return task
 
     async def _launch(self, task: Task, spec: TaskSpec) -> None:
-        task.instance = await task.executor.start(spec)
+        # Hosts beyond the harness's own are asked of the person who delegated (egress.py).
+        ask_host = task_host_asker(task, self.home.settings.trust.ask_timeout)
+        task.instance = await task.executor.start(dataclasses.replace(spec, ask_host=ask_host))
         task.account = spec.account
         task.tried.append(spec.account.target)
 
@@ -405,7 +409,9 @@ class ExecutorTasks(TaskAsking):
         """The harness's own login of an account (atlas/executors/login.py)."""
         from atlas.executors.login import start_login
 
-        return await start_login(self.executors, target, email, run.notify, self._logins)
+        return await start_login(
+            self.executors, target, email, run.notify, self._logins, run.ask_questions
+        )
 
     async def close(self) -> None:
         """Stop every running task (the daemon is stopping): each ends `interrupted`, reported

@@ -9,6 +9,7 @@ executor wrote comes from outside (the files and pages it read): the tool is `un
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -27,6 +28,7 @@ from atlas.executors.record import (
     matching_entries,
 )
 from atlas.executors.registry import ExecutorSet
+from atlas.executors.session_gone import parse_started, why_missing
 from atlas.store.home_db import HomeStore
 from atlas.tools.conversations import parse_when
 from atlas.tools.delegation_views import (
@@ -183,6 +185,14 @@ async def _session(
         )
     except ExecutorError as exc:
         return None, harness, f"The harness's own log of session {session_id} cannot be read: {exc}"
+    if log.deleted:
+        why = why_missing(
+            harness,
+            account.config_dir,
+            parse_started(turn.get("started_at")),
+            executor.keeps_sessions_days(account),
+        )
+        log = dataclasses.replace(log, why_missing=why)
     return log, harness, ""
 
 

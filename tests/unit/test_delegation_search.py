@@ -176,10 +176,11 @@ async def test_read_shows_the_record_then_the_session_start_and_end(history: His
     assert '[#2 tool Bash 2026-12-01 09:02] {"command": "ls"}' in with_tools
 
 
-async def test_read_says_when_the_harness_deleted_its_session(history: History) -> None:
+async def test_read_says_a_session_log_that_was_never_written(history: History) -> None:
     text = await search(run_context(history.home), instance_id="ex-bbb222")
     assert "[final] Wrote the install section." in text
-    assert "codex's own session log (session thread-9) is gone: the harness deleted it" in text
+    assert "codex's own session log (session thread-9) is gone: it was never written to" in text
+    assert "codex does not delete its sessions" in text and "deleted it" not in text
     scroll = await delegation_search.invoke(
         run_context(history.home), {"instance_id": "ex-bbb222", "around": 3}
     )
