@@ -139,6 +139,13 @@ async def the_task_runs(home: Home, folders: dict[str, Path]) -> tuple[Daemon, s
     await eventually(lambda: bool(bench.list() and bench.list()[0].session_id), what="a session")
     [instance] = bench.list()
     assert instance.state == "running"
+    # The harness names its session before it writes the session's log: a stop in between
+    # would leave nothing to resume (as with the real claude), so wait for the log.
+    log = f"{instance.session_id}.jsonl"
+    projects = folders["claude-main"] / "projects"
+    await eventually(
+        lambda: any(p.stat().st_size for p in projects.rglob(log)), what="the session's log"
+    )
     return first, instance.id, str(instance.session_id)
 
 
@@ -184,7 +191,7 @@ async def after_the_restart(
     assert resumed.startswith(f"{task_id} goes on on claude-code@main"), resumed
     await eventually(lambda: len(second.channel.texts(ADDRESS)) == 3, what="its notice's turn")
     done = model.requests(ASKED)[4].messages[-1].content
-    assert f"resumed {session} (" in done and "Done: go on" in done
+    assert f"resumed {session} (" in done and "Done: go on" in done, done
     model.assert_complete()
     [instance] = second.services.workbench.list()
     assert instance.state == "done"
