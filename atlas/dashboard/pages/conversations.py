@@ -1,6 +1,7 @@
 """Conversations: each bot's, latest first and paged; full-text search (the FTS5 search of
 conversation_search, atlas/store/search.py); one conversation read page by page, each tool
-call folded with its result one click away."""
+call folded with its result one click away. A conversation opens at its end and pages both
+ways by message id (`?before=`, `?after=`; `?after=0` is its start)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from atlas.dashboard.page import Page
 from atlas.dashboard.queries import (
     CONVERSATIONS_PER_PAGE,
     MESSAGES_PER_PAGE,
-    conversation_page,
+    conversation_window,
     list_conversations,
     whole_message,
 )
@@ -156,19 +157,36 @@ async def conversation_view(request: web.Request) -> web.Response:
     conversation = await store.get_conversation(number) if store else None
     if store is None or conversation is None:
         raise web.HTTPNotFound(text=f"bot {bot.name} has no conversation {number}")
-    after = _int(request, "after")
-    messages, next_after = await store.db.call(
-        lambda db: conversation_page(db, number, after_id=after, limit=MESSAGES_PER_PAGE)
+    window = await store.db.call(
+        lambda db: conversation_window(
+            db,
+            number,
+            after_id=_cursor(request, "after"),
+            before_id=_cursor(request, "before"),
+            limit=MESSAGES_PER_PAGE,
+        )
     )
     return render(
         request,
         "conversation.html",
         bot=bot.name,
         conversation=conversation,
-        messages=messages,
-        after=after,
-        next_after=next_after,
+        messages=window.messages,
+        earlier=window.earlier,
+        later=window.later,
     )
+
+
+def _cursor(request: web.Request, name: str) -> int | None:
+    """A message id cursor of the query (`after`, `before`); None when not given."""
+    value = request.query.get(name)
+    if value is None:
+        return None
+    if not value.isdigit():
+        raise web.HTTPBadRequest(
+            text=f"{name}={value!r}: a message id (a whole number) is expected"
+        )
+    return int(value)
 
 
 async def message_view(request: web.Request) -> web.Response:
