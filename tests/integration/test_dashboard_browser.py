@@ -5,6 +5,7 @@ phone layout (390 px) is measured: scroll cues, plot label sizes, contrast in da
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import pytest_asyncio
 from atlas.channels.base import Address
 from atlas.dashboard.auth import issue_login_token
 from atlas.providers.scripted import Reply
-from tests.dashboard_rig import CHROMIUM
+from tests.dashboard_rig import CHROMIUM, Rig, dashboard_rig, store_conversation
 from tests.unit.test_dashboard_chat import chat_rig
 
 pytestmark = [
@@ -116,6 +117,123 @@ async def test_ten_tabs_share_one_stream_and_an_approval_and_a_chat_still_work(
                 await expect(log).to_contain_text("When does the zeppelin leave?")
                 await expect(log).to_contain_text("leaves at 14:05 from pier three.")
             assert rig.dashboard.events.streams == 1
+            assert problems == []
+        finally:
+            await context.close()
+
+
+# Per text of an SVG plot: its rendered font size (computed size times the SVG's scale) and
+# whether its box lies inside the SVG's (a label cut at the edge is not).
+PLOT_LABELS = """() => [...document.querySelectorAll("svg.plot")].flatMap((svg) => {
+  const frame = svg.getBoundingClientRect();
+  return [...svg.querySelectorAll("text")].map((text) => {
+    const box = text.getBoundingClientRect();
+    return {
+      text: text.textContent,
+      px: text.getClientRects().length === 0 ? 0 :  // in the drawing not shown
+        parseFloat(getComputedStyle(text).fontSize) * text.getScreenCTM().a,
+      inside: box.left >= frame.left - 0.5 && box.right <= frame.right + 0.5 &&
+        box.top >= frame.top - 0.5 && box.bottom <= frame.bottom + 0.5,
+    };
+  });
+})"""
+
+# Per visible button: its text colour and the colour behind it (the first opaque background
+# up its ancestors), as computed.
+BUTTON_COLOURS = """() => [...document.querySelectorAll("button")]
+  .filter((b) => b.offsetParent !== null)
+  .map((button) => {
+    let back = "rgba(0, 0, 0, 0)";
+    for (let node = button; node && back.endsWith(", 0)"); node = node.parentElement) {
+      back = getComputedStyle(node).backgroundColor;
+    }
+    return { text: button.textContent.trim(), fg: getComputedStyle(button).color, bg: back };
+  })"""
+
+
+def _luminance(css: str) -> float:
+    red, green, blue = (float(v) for v in re.findall(r"[\d.]+", css)[:3])
+
+    def channel(value: float) -> float:
+        value /= 255
+        return value / 12.92 if value <= 0.03928 else ((value + 0.055) / 1.055) ** 2.4
+
+    return 0.2126 * channel(red) + 0.7152 * channel(green) + 0.0722 * channel(blue)
+
+
+def contrast(foreground: str, background: str) -> float:
+    """WCAG 2 contrast ratio of two computed CSS colours (rgb(…))."""
+    light, dark = sorted((_luminance(foreground), _luminance(background)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+async def _a_home_with_usage_and_decisions(rig: Rig) -> None:
+    from atlas.home import Home
+    from atlas.store.home_db import GateRecord
+
+    await store_conversation(rig.home)
+    with (rig.home.root / "config.toml").open("a") as config:  # ends in [dashboard]
+        config.write('prices = { "fake/test-model" = [0.15, 0.6] }\n')  # USD per 1M tokens
+    assert rig.dashboard is not None
+    rig.home = rig.dashboard.home = Home(rig.home.root)
+    command = "rm -rf " + " ".join(f"build/output-{n}.tar.gz" for n in range(12))
+    for verdict in ("deny", "allow"):
+        await rig.audit.record_decision(
+            GateRecord(
+                "atlas",
+                1,
+                "conversation",
+                "run_command",
+                "d",
+                command,
+                verdict,
+                "person",
+                "once",
+                "asked the person, who answered on the dashboard",
+            )
+        )
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+async def test_the_layout_on_a_phone_and_a_desktop_in_dark_mode(
+    browser: Any, home_path: Path, width: int
+) -> None:
+    """At 390 px Home's and Trust's tables scroll sideways behind a visible cue; at both
+    widths every plot label renders at 10 px or more, inside its plot, and every button's
+    text has a contrast of at least 4.5:1 in dark mode."""
+    async with dashboard_rig(home_path) as rig:
+        await _a_home_with_usage_and_decisions(rig)
+        base = str(rig.client.make_url("")).rstrip("/")
+        context = await browser.new_context(
+            viewport={"width": width, "height": 844}, color_scheme="dark"
+        )
+        try:
+            page = await log_in(context, base, rig.home.root)
+            problems: list[str] = []
+            watch(page, problems)
+            for path in ("/", "/trust"):
+                await page.goto(base + path)
+                wrap = page.locator(".table-wrap").first
+                cue = wrap.locator(".scroll-cue")
+                overflows = await wrap.evaluate("(w) => w.scrollWidth > w.clientWidth + 1")
+                if width == 390:
+                    assert overflows, f"{path}: the table is squeezed, not scrollable"
+                    assert await cue.is_visible(), f"{path}: no cue to scroll"
+                else:
+                    assert not await cue.is_visible()
+                buttons = await page.evaluate(BUTTON_COLOURS)
+                assert buttons, path
+                for button in buttons:
+                    ratio = contrast(button["fg"], button["bg"])
+                    assert ratio >= 4.5, f"{path}: button {button} has {ratio:.1f}:1"
+            await page.goto(base + "/usage")
+            labels = await page.evaluate(PLOT_LABELS)
+            shown = [label for label in labels if label["px"] > 0]
+            print(f"{width}px: plot labels {min(label['px'] for label in shown):.1f}px at least")
+            assert len(shown) >= 6, labels  # both plots' scales and days
+            for label in shown:
+                assert label["px"] >= 10, f"{label['text']!r} renders {label['px']:.1f} px tall"
+                assert label["inside"], f"{label['text']!r} is cut at the plot's edge"
             assert problems == []
         finally:
             await context.close()
