@@ -48,7 +48,7 @@ async def test_conversations_are_named_by_the_person_or_the_group(rig: Rig) -> N
     page = await (await rig.client.get(f"/conversations/atlas/{ada.id}")).text()
     assert "<h1>Ada Lovelace <span" in page
     found = await (await rig.client.get("/conversations?q=hello")).text()
-    assert ">Ada Lovelace</a>" in found
+    assert '>Ada Lovelace <span class="sub">atlas #' in found
 
 
 async def test_a_turn_waiting_on_an_approval_links_to_waiting_which_says_when_answered(
