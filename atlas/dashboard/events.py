@@ -7,7 +7,7 @@ tab; where SharedWorker is missing (some phones), each tab with a live part open
 panel (or two per Chat tab) stalled everything from the fourth tab on.
 
 The page side: a live part refetches itself on `hx-trigger="live:<name> from:body"`, and on
-`live:open` (the stream (re)opened: something may have changed meanwhile). Names: `home` when
+`live:open` (the stream reopened after a drop: something may have changed meanwhile). Names: `home` when
 a channel's health changes and every `heartbeat` seconds (turns, tokens and approvals have no
 hook yet), `waiting`, `routines` (Dashboard.watch_routines), and `chat`: a message or the reply
 so far for the Chat page, as JSON `{"bot", "part", "html"}` (Dashboard.attach).

@@ -15,7 +15,13 @@ function send(message) {
 
 function openStream() {
   source = new EventSource("/events");
-  source.onopen = () => send({ name: "open" });
+  let opened = false;
+  // Reopened after a drop: the tabs refetch, or what changed meanwhile is missed. Not at the
+  // first open: a tab was just rendered, and a refetch then would race the first event.
+  source.onopen = () => {
+    if (opened) send({ name: "open" });
+    opened = true;
+  };
   for (const name of NAMES) {
     source.addEventListener(name, (event) => send({ name, data: event.data }));
   }

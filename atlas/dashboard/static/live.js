@@ -31,7 +31,11 @@
       return;
     }
     const source = new EventSource("/events");
-    source.onopen = () => deliver("open");
+    let opened = false;
+    source.onopen = () => {
+      if (opened) deliver("open"); // reopened after a drop, as in live-worker.js
+      opened = true;
+    };
     for (const name of NAMES) source.addEventListener(name, (event) => deliver(name, event.data));
     window.addEventListener("pagehide", () => source.close());
   }
