@@ -40,6 +40,7 @@ from atlas.trust.parser.normalise import (
     interpreter_of,
 )
 from atlas.trust.parser.parse_words import is_redirect
+from atlas.trust.program_files import judge_program_files
 from atlas.trust.reach import destroy_verdict, home_verdict, outside_verdict, raw_home_verdict
 from atlas.trust.rules_more import (
     computed_kill,
@@ -113,6 +114,7 @@ def _judge(command: str, context: Context, depth: int, analysis: Analysis | None
         if part.words:
             found.append(_judge_part(part, here))
             found.append(judge_script(part, here, depth, written, venvs, judges))
+            found.append(judge_program_files(part, here, depth, written, judges))
             found.append(written_build_file(part, here, written))
             written |= written_paths(part, here)
             venvs |= created_venvs(part, here)
