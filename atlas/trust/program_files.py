@@ -112,7 +112,9 @@ def _judge_file(
     judges: Judges,
     budget: list[int],
 ) -> Verdict | None:
-    if head == "sqlite3" and name.startswith("|"):  # `.read |cmd`: sqlite runs cmd, reads its output
+    if head == "sqlite3" and name.startswith(
+        "|"
+    ):  # `.read |cmd`: sqlite runs cmd, reads its output
         return judges.text(name[1:], context, depth + 1, None)
     budget[0] -= 1
     if depth >= SCRIPT_DEPTH or budget[0] < 0:
@@ -124,7 +126,9 @@ def _judge_file(
     if head in GDB:
         for kind, command in gdb_file_commands(text):
             if kind == "source":
-                found.append(_judge_file(head, command, context, depth + 1, written, judges, budget))
+                found.append(
+                    _judge_file(head, command, context, depth + 1, written, judges, budget)
+                )
             elif kind == "opaque":
                 found.append(Verdict("ask", "opaque:opaque-code", f"{name}: {command}"))
             elif kind == "python":
