@@ -28,6 +28,7 @@ from atlas.trust.command_words import (
     without_unknowns,
     written_paths,
 )
+from atlas.trust.home_paths import one_judgment
 from atlas.trust.options import canonical_words
 from atlas.trust.outside import metadata_address
 from atlas.trust.parser.interpreters import script_argument
@@ -96,7 +97,8 @@ def classify(
         workspace=clean(str(workspace.expanduser())) if workspace else None,
         vault=clean(str(vault.expanduser())) if vault else None,
     )
-    verdict = _judge(command, context, depth=0)
+    with one_judgment():  # each path resolved once in this judgment (home_paths.py)
+        verdict = _judge(command, context, depth=0)
     if auto and verdict.verdict == "guardian":
         return Verdict("allow", verdict.rule, f"{verdict.reason} (auto mode skips the guardian)")
     return verdict
