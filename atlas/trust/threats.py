@@ -62,6 +62,7 @@ _TELL = (
 )
 _STANDING_START = rf"\b{_STANDING}\b"
 _SEND_START = rf"\b{_SEND}\b"
+_CLIENT = r"\b(?:curl|wget|nc|ncat|http)\b"
 
 # (why, pattern) on casefolded, NFKC-normalised text with whitespace collapsed. Every pattern
 # is linear: no back-references, and every repetition is bounded or over disjoint tokens.
@@ -108,9 +109,10 @@ _SOURCES: list[tuple[str, str]] = [
     ),
     (
         "a command that sends secrets out",
-        # Bounded gaps: an unbounded `[^\n]*` here is quadratic on a line of repeated "curl".
-        r"\b(?:curl|wget|nc|ncat|http)\b[^\n]{0,300}?(?:\$\{?[a-z_]{0,40}(?:key|token|secret|password)|"
-        r"~/\.ssh|\.env\b|/etc/shadow)",
+        # Bounded, and ending at the next client: an unbounded `[^\n]*` here is quadratic on a
+        # line of repeated "curl", and a bounded one still read 300 characters from each.
+        rf"{_CLIENT}(?:(?!{_CLIENT})[^\n]){{0,300}}?"
+        r"(?:\$\{?[a-z_]{0,40}(?:key|token|secret|password)|~/\.ssh|\.env\b|/etc/shadow)",
     ),
     (
         "text that pretends to be a system or tool message",

@@ -133,7 +133,7 @@ def _cpu_best_of_three(run: object, text: str) -> float:
     return min(times)
 
 
-@pytest.mark.parametrize("piece", ["if) ", ":send", "send x ", "when password ", "leak) "])
+@pytest.mark.parametrize("piece", ["if) ", ":send", "send x ", "when password ", "leak) ", "curl "])
 def test_injection_patterns_read_each_character_from_one_start(piece: str) -> None:
     # A stretch after "if"/"send"/"always"… was read up to 80 characters from every start:
     # 13–27 ms for the slowest pattern on 16,000 characters of one start repeated.
