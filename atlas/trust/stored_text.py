@@ -69,6 +69,8 @@ def stored_texts(tool: str, args: dict[str, Any]) -> list[str]:
     """The texts this call would store where a later run reads them as instructions."""
     found = [args[k] for k in TOP_LEVEL.get(tool, ()) if isinstance(args.get(k), str)]
     for operation in args.get("operations") or [] if tool in PER_OPERATION else []:
+        if hasattr(operation, "model_dump"):  # a model where the registry did not dump it
+            operation = operation.model_dump()
         if isinstance(operation, dict):
             found += [
                 operation[k] for k in PER_OPERATION[tool] if isinstance(operation.get(k), str)
@@ -146,4 +148,4 @@ async def judge_stored_texts(
 
 
 def _undecided_after_scan(text: str) -> bool:
-    return scan(text) is None and undecided(text)
+    return undecided(text) and scan(text) is None  # the cheap test first

@@ -114,3 +114,36 @@ async def test_without_a_guardian_the_phrase_scan_decides(home_path: Path, tmp_p
     decision = await judge(gate, run, "memory", target="memory", action="add", content=PARAPHRASE)
     await audit.close()
     assert isinstance(decision, Allow) and decision.rule == "stored:scan"
+
+
+def test_operations_given_as_models_are_read_too() -> None:
+    from atlas.tools.memory import MemoryOperation
+
+    operation = MemoryOperation(action="add", content=PARAPHRASE)
+    assert stored_texts("memory", {"target": "memory", "operations": [operation]}) == [PARAPHRASE]
+
+
+async def test_an_unsure_guardian_asks_the_person_but_not_in_auto_mode(
+    home_path: Path, tmp_path: Path
+) -> None:
+    from atlas.trust.gate import DENY
+
+    audit = HomeStore(tmp_path / "audit.db")
+    asked: list[str] = []
+    async with FakeOpenAIServer() as server:
+        home = trust_home(home_path, base_url=server.base_url)
+        gate = RuleGate(home, Guardian(ModelRouter(home.settings)), audit)
+        run = run_context(home)
+        run.open_store = open_store_for_tests
+        run.ask = answering(DENY, asked)
+        server.reply(text='{"verdict": "ask", "reason": "could be either"}')
+        server.reply(text='{"verdict": "ask", "reason": "could be either"}')
+        asking = await judge(gate, run, "memory", target="memory", action="add", content=PARAPHRASE)
+        run.state.mode = "auto"
+        auto = await judge(gate, run, "memory", target="memory", action="add", content=PARAPHRASE)
+        await close_test_stores()
+    await audit.close()
+    server.assert_complete()
+    assert isinstance(asking, Deny) and asking.answered_by == "user"
+    assert len(asked) == 1 and "could be either" in asked[0]
+    assert isinstance(auto, Allow) and "auto mode" in auto.reason
