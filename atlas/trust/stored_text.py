@@ -7,8 +7,9 @@ every paraphrase in every language. So, before such a write runs, the gate sorts
 - clear-cut: the scan refuses it (the tool will say why: no model call), or it holds none of the
   cues of an instruction to the agent (below) and reads as English: allowed;
 - undecided: it holds a cue, or is mostly in another script, or has few of English's commonest
-  words (a language the phrase set may not hold): the guardian reads it as data and answers. Deny refuses the call; approve lets it run;
-  ask asks the person (in auto mode, where the person chose not to be asked, it runs).
+  words (a language the phrase set may not hold): the guardian reads it as data and answers.
+  Deny refuses the call; approve lets it run; ask asks the person (in auto mode, where the
+  person chose not to be asked, it runs).
 
 Without a guardian (none configured, as in tests and a routine-less CLI), the phrase scan alone
 decides. The guardian sees at most MAX_CHUNKS pieces of CHUNK_CHARS characters of each text.
