@@ -31,6 +31,7 @@ from atlas.channels.slack.delivery import SlackSender
 from atlas.channels.slack.format import ASK_ACTION_PREFIX
 from atlas.channels.slack.inbound import COMMANDS, SlackInbound
 from atlas.channels.slack.questions import QUESTION_ACTION_PREFIX
+from atlas.channels.slack.reactions import TypingMarks
 from atlas.channels.slack.sending import slack_channel
 from atlas.channels.supervisor import ChannelHealth, Supervisor
 from atlas.errors import AtlasError
@@ -146,6 +147,9 @@ class SlackChannel(SlackInbound):
         self._asks = {}
         self._question_sets = {}
         self._background = BackgroundTasks()
+        self._marks = TypingMarks(
+            self.name, lambda method, **params: self.sender.call_once(method, **params)
+        )
 
     async def start(self) -> None:
         """Connect: learn who the bot is, then open Socket Mode or the Events API endpoint."""
@@ -227,6 +231,7 @@ class SlackChannel(SlackInbound):
                 pending.answer.set_result(None)
         for asked in list(self._question_sets.values()):
             asked.cancel("the Slack channel stopped")
+        await self._marks.close()
         await self._close_transport()
         await self._background.cancel_all()
 
