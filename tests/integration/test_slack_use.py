@@ -7,14 +7,20 @@ unacknowledged. Real slack-bolt and slack_sdk against the fake Slack on 127.0.0.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
+import json
+import logging
 import time
 from collections.abc import AsyncIterator
 
+import aiohttp
 import pytest
 
 from atlas.home import Home
 from atlas.providers.scripted import Reply
 from tests.integration.test_slack import Harness, close_harness, make_harness, texts
+from tests.integration.test_slack import _free_port as free_port
 
 
 @pytest.fixture
@@ -85,3 +91,66 @@ async def test_the_dashboard_chats_stop_says_stopped_once(home_path) -> None:  #
         stream.close()
         stopped = [text for name, text in said if name == "message" and "Stopped." in text]
         assert len(stopped) == 1, said
+
+
+def signed(body: str, secret: str = "signing-secret") -> dict[str, str]:
+    stamp = str(int(time.time()))
+    digest = hmac.new(secret.encode(), f"v0:{stamp}:{body}".encode(), hashlib.sha256)
+    return {
+        "X-Slack-Request-Timestamp": stamp,
+        "X-Slack-Signature": "v0=" + digest.hexdigest(),
+        "Content-Type": "application/json",
+    }
+
+
+@pytest.fixture
+async def over_http(home: Home, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Harness]:
+    """The Slack rig serving the Events API on a free loopback port (`h.events_url`)."""
+    port = free_port()
+    h = await make_harness(home, monkeypatch, extra=f'mode = "http"\nhttp_port = {port}')
+    h.events_url = f"http://127.0.0.1:{port}/slack/events"  # type: ignore[attr-defined]
+    yield h
+    await close_harness(h)
+
+
+async def test_unsigned_or_malformed_requests_get_a_4xx_and_one_log_line(
+    over_http: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = over_http.events_url  # type: ignore[attr-defined]
+    unsigned = {"Content-Type": "application/json"}
+    bad_stamp = {**signed("{"), "X-Slack-Request-Timestamp": "soon"}
+    cases = [
+        ("{not json", unsigned, 401),  # before anything is read: the signature
+        ("{not json", {**signed("{not json"), "X-Slack-Signature": "v0=" + "0" * 64}, 401),
+        ("{", bad_stamp, 401),
+        ("{not json", signed("{not json"), 400),
+        ("[1, 2]", signed("[1, 2]"), 400),
+        ("", signed(""), 400),
+    ]
+    async with aiohttp.ClientSession() as session:
+        for body, headers, status in cases:
+            caplog.clear()
+            with caplog.at_level(logging.DEBUG):
+                async with session.post(url, data=body, headers=headers) as response:
+                    assert response.status == status, (body, headers)
+            mine = [r for r in caplog.records if r.levelno >= logging.WARNING]
+            assert len(mine) == 1, [r.getMessage() for r in mine]
+            assert mine[0].exc_info is None and "Traceback" not in caplog.text
+            assert "refused a request to the Events API" in mine[0].getMessage()
+    # A good request is still served.
+    over_http.model.add(Reply("over http"))
+    body = json.dumps(
+        {
+            "type": "event_callback",
+            "team_id": "T0001",
+            "api_app_id": "A0001",
+            "event_id": "EvGOOD",
+            "event": over_http.dm("hi"),
+        }
+    )
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, data=body, headers=signed(body)) as response,
+    ):
+        assert response.status == 200
+    await over_http.fake.wait_for(lambda: texts(over_http.fake) == ["over http"])

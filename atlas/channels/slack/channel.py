@@ -292,16 +292,14 @@ class SlackChannel(SlackInbound):
         )
 
     async def _serve_http(self, app: AsyncApp) -> None:
-        """The Events API: Slack posts signed requests here; bolt checks the signature."""
+        """The Events API: Slack posts signed requests here; the signature is checked before
+        anything else is read (slack/events_http.py)."""
         from aiohttp import web
-        from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 
-        async def events(request: web.Request) -> web.Response:
-            return await to_aiohttp_response(
-                await app.async_dispatch(await to_bolt_request(request))
-            )
+        from atlas.channels.slack.events_http import MAX_BODY, events_endpoint
 
-        web_app = web.Application()
+        events = events_endpoint(app, self._signing_secret or "", self.name)
+        web_app = web.Application(client_max_size=MAX_BODY)
         web_app.router.add_post(self.settings.http_path, events)
         runner = web.AppRunner(web_app, handle_signals=False)
         await runner.setup()
