@@ -11,12 +11,14 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 
+from atlas.channels.slack.format import SLACK_TEXT_LIMIT, escape_mrkdwn
 from atlas.home import Home
 from atlas.providers.scripted import Reply
 from tests.integration.test_slack import Harness, close_harness, make_harness, texts
@@ -154,3 +156,31 @@ async def test_unsigned_or_malformed_requests_get_a_4xx_and_one_log_line(
     ):
         assert response.status == 200
     await over_http.fake.wait_for(lambda: texts(over_http.fake) == ["over http"])
+
+
+BROKEN_ESCAPE = re.compile(r"&(?!(?:lt|gt|amp);)")
+
+
+async def test_a_40000_character_line_of_code_is_split_only_at_safe_points(
+    slack: Harness,
+) -> None:
+    # No space or newline to cut at; escapes, an emoji with a skin tone, a family joined by
+    # zero-width joiners and a combining accent all along the line.
+    unit = "a<b&&c>d👍🏽e👨\u200d👩\u200d👧f" + "e\u0301"
+    line = (unit * (40_000 // len(unit) + 1))[:40_000]
+    slack.model.add(Reply("Here:\n\n```\n" + line + "\n```\n\nDone."))
+    await slack.fake.push_event(slack.dm("show me"))
+    await slack.fake.wait_for(lambda: any("Done." in t for t in texts(slack.fake)))
+    await slack.idle(slack.address())
+    parts = texts(slack.fake)
+    assert len(parts) >= 3  # 40,000 characters, near 70,000 once escaped
+    for part in parts:
+        assert len(part) <= SLACK_TEXT_LIMIT
+        assert not BROKEN_ESCAPE.search(part), part[-20:]
+        fences = [ln for ln in part.split("\n") if ln.startswith("```")]
+        assert len(fences) % 2 == 0, "a part leaves its code fence open"
+    codes = [part.split("```\n", 1)[1].rsplit("\n```", 1)[0] for part in parts if "```" in part]
+    for code in codes:  # no character torn from what joins or modifies it
+        assert code[0] not in "\u200d\u0301\U0001f3fd" and not code.endswith("\u200d")
+    # Nothing lost or doubled: the code rejoins into the whole line, escaped.
+    assert "".join(codes) == escape_mrkdwn(line)
