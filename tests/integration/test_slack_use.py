@@ -184,3 +184,41 @@ async def test_a_40000_character_line_of_code_is_split_only_at_safe_points(
         assert code[0] not in "\u200d\u0301\U0001f3fd" and not code.endswith("\u200d")
     # Nothing lost or doubled: the code rejoins into the whole line, escaped.
     assert "".join(codes) == escape_mrkdwn(line)
+
+
+@pytest.mark.parametrize("which", ["SLACK_BOT_TOKEN", "SLACK_APP_TOKEN"])
+async def test_a_revoked_token_at_start_stops_the_channel_with_the_reason(
+    home: Home, monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    from atlas.channels.manager import start_channels, stop_channels
+    from atlas.dispatch import Dispatcher
+    from atlas.providers.scripted import ScriptedModel
+    from atlas.runtime import Runtime
+    from atlas.tools.registry import ToolRegistry
+    from tests.fakes.slack_server import FakeSlack
+    from tests.integration.test_slack import slack_table
+
+    fake = FakeSlack()
+    await fake.start()
+    bot_toml = home.root / "bots" / "atlas" / "bot.toml"
+    bot_toml.write_text(bot_toml.read_text() + slack_table(fake.api_url))
+    monkeypatch.setenv("SLACK_BOT_TOKEN", fake.bot_token)
+    monkeypatch.setenv("SLACK_APP_TOKEN", fake.app_token)
+    monkeypatch.setenv(which, "xoxb-revoked")  # the fake answers invalid_auth, as Slack does
+    home = Home(home.root)
+    runtime = Runtime(home, model=ScriptedModel(), registry=ToolRegistry())
+    dispatcher = Dispatcher(runtime, {})
+    running = await start_channels(home, dispatcher, first_delay=0.01, max_delay=0.02, wait=10)
+    try:
+        health = running.health["slack:atlas"].current
+        assert health.state == "stopped", health
+        assert "invalid_auth" in health.reason and which in health.reason
+        calls = len(fake.calls)
+        await asyncio.sleep(0.3)  # fifteen retries' worth of the delays above
+        assert len(fake.calls) == calls, "a dead token is not tried again"
+        assert running.supervisors["slack:atlas"].done()
+    finally:
+        await stop_channels(running)
+        await dispatcher.shutdown()
+        await runtime.close()
+        await fake.close()

@@ -28,13 +28,14 @@ from atlas.channels.send_errors import SendError
 from atlas.channels.settings import SlackSettings, channel_settings, secret
 from atlas.channels.slack.asking import PendingAsk
 from atlas.channels.slack.delivery import SlackSender
+from atlas.channels.slack.errors import DEAD_TOKEN_ERRORS, slack_error
 from atlas.channels.slack.format import ASK_ACTION_PREFIX
 from atlas.channels.slack.inbound import COMMANDS, SlackInbound
 from atlas.channels.slack.questions import QUESTION_ACTION_PREFIX
 from atlas.channels.slack.reactions import TypingMarks
 from atlas.channels.slack.sending import slack_channel
 from atlas.channels.supervisor import ChannelHealth, Supervisor
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, ConfigError
 from atlas.home import Bot
 
 if TYPE_CHECKING:
@@ -174,13 +175,14 @@ class SlackChannel(SlackInbound):
         try:
             identity = await self.sender.call("auth.test")
         except SendError as exc:
+            _raise_if_token_dead(self.name, "bot token", self.settings.bot_token_env, exc)
             raise AtlasError(f"{self.name}: the bot token was refused: {exc}") from exc
         self.bot_user_id = str(identity.get("user_id", ""))
         self._bot_id = str(identity.get("bot_id", ""))
         self._team_id = identity.get("team_id")
         app = self._app = self._build_app(client)
         if self.settings.mode == "socket":
-            await self._open_socket()
+            await self._open_socket(await self._socket_url(client))
             self.health.up(SOCKET_CONNECTED)
             self._socket_watch.start()
         else:
@@ -189,12 +191,26 @@ class SlackChannel(SlackInbound):
             self.health.up(f"serving the Events API on {listen}")
         log.info("%s: connected as %s (%s mode)", self.name, self.bot_user_id, self.settings.mode)
 
-    async def _open_socket(self) -> None:
+    async def _socket_url(self, client: Any) -> str | None:
+        """A Socket Mode URL, asked for here so that a dead app token is a ConfigError:
+        slack_sdk's client would retry it forever, every ping interval, as "reconnecting".
+        None after another failure, which is left to slack_sdk (it retries, as it should)."""
+        from slack_sdk.errors import SlackApiError
+
+        try:
+            response = await client.apps_connections_open(app_token=self._app_token)
+        except SlackApiError as exc:
+            _raise_if_token_dead(self.name, "app token", self.settings.app_token_env, exc)
+            return None
+        return str(response["url"])
+
+    async def _open_socket(self, url: str | None = None) -> None:
         from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
         assert self._app is not None  # built by start()
         app = self._app
         self._handler = AsyncSocketModeHandler(app, self._app_token, web_client=app.client)
+        self._handler.client.wss_uri = url  # None: the client asks for one itself
         await self._handler.connect_async()
 
     async def _watch_socket(self) -> None:
@@ -310,6 +326,18 @@ class SlackChannel(SlackInbound):
             await runner.cleanup()
             raise
         self._http = runner
+
+
+def _raise_if_token_dead(channel: str, which: str, variable: str, exc: BaseException) -> None:
+    """ConfigError (the channel stops, not retried: retrying cannot help) when Slack says the
+    token is revoked, expired or of an account or app that is gone."""
+    error = slack_error(exc)
+    if error in DEAD_TOKEN_ERRORS:
+        raise ConfigError(
+            f"{channel}: Slack refused the {which} ({error}): it was revoked, expired or "
+            f"belongs to an app or account that is gone. Put a valid token in ${variable} "
+            "and restart Atlas"
+        ) from exc
 
 
 SOCKET_TASKS = ("message_processor", "message_receiver", "current_session_monitor")
