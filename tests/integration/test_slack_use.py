@@ -222,3 +222,68 @@ async def test_a_revoked_token_at_start_stops_the_channel_with_the_reason(
         await dispatcher.shutdown()
         await runtime.close()
         await fake.close()
+
+
+async def test_while_the_store_cannot_write_socket_mode_leaves_the_event_unacknowledged(
+    slack: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.unit.test_lane_faults import refuse_writes
+
+    event = slack.dm("keep this for me")
+    await refuse_writes(slack.runtime, slack.home, refuse=True)
+    with caplog.at_level(logging.WARNING):
+        held = await slack.fake.push_event(event, event_id="EvHELD")
+        await slack.fake.wait_for(lambda: bool(slack.channel.health.holding))
+        again = await slack.fake.push_event(event, event_id="EvHELD", retry_attempt=1)
+        await asyncio.sleep(0.3)  # an ack would have come by now (they take milliseconds)
+    assert held not in slack.fake.acks and again not in slack.fake.acks
+    health = slack.channel.health.current
+    assert health.state == "reconnecting" and "the store cannot write" in health.reason
+    said = [r for r in caplog.records if "held unacknowledged" in r.getMessage()]
+    assert len(said) == 1 and said[0].exc_info is None  # once, one line, for both events
+    assert "Traceback" not in caplog.text
+
+    await refuse_writes(slack.runtime, slack.home, refuse=False)
+    slack.model.add(Reply("kept it"))
+    retried = await slack.fake.push_event(event, event_id="EvHELD", retry_attempt=2)
+    await slack.fake.wait_ack(retried)
+    late = await slack.fake.push_event(event, event_id="EvHELD", retry_attempt=3)
+    await slack.fake.wait_ack(late)  # known now: acknowledged, not taken again
+    await slack.idle(slack.address())
+    assert texts(slack.fake) == ["kept it"]  # answered once
+    store = await slack.runtime.store(slack.home.bot("atlas"))
+    rows = await store.db.quick(
+        lambda db: list(db.query("SELECT content FROM messages WHERE role = 'user'"))
+    )
+    assert [r["content"] for r in rows] == ["keep this for me"]  # stored once
+    assert slack.channel.health.current.state == "up" and not slack.channel.health.holding
+
+
+async def test_while_the_store_cannot_write_the_events_api_answers_5xx(
+    over_http: Harness,
+) -> None:
+    from tests.unit.test_lane_faults import refuse_writes
+
+    body = json.dumps(
+        {
+            "type": "event_callback",
+            "team_id": "T0001",
+            "api_app_id": "A0001",
+            "event_id": "EvHTTPHELD",
+            "event": over_http.dm("keep this too"),
+        }
+    )
+    url = over_http.events_url  # type: ignore[attr-defined]
+    await refuse_writes(over_http.runtime, over_http.home, refuse=True)
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url, data=body, headers=signed(body)) as response:
+            assert response.status >= 500  # Slack sends it again
+        assert "the store cannot write" in over_http.channel.health.current.reason
+        await refuse_writes(over_http.runtime, over_http.home, refuse=False)
+        over_http.model.add(Reply("kept over http"))
+        retry = {**signed(body), "X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "http_error"}
+        async with session.post(url, data=body, headers=retry) as response:
+            assert response.status == 200
+    await over_http.idle(over_http.address())
+    assert texts(over_http.fake) == ["kept over http"]
+    assert over_http.channel.health.current.state == "up"

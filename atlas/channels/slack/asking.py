@@ -139,8 +139,8 @@ class SlackAsking(SlackSending):
             posted.platform_id = ts
         return ts
 
-    async def _on_button(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
-        await ack()
+    async def _on_button(self, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """A click on an approval's button (acknowledged already: slack/channel.py)."""
         parsed = parse_ask_value(str(action.get("value", "")))
         user = str((body.get("user") or {}).get("id", ""))
         if parsed is None:
@@ -221,11 +221,9 @@ class SlackAsking(SlackSending):
             where=f"{self.name} to {address}",
         )
 
-    async def _on_question_action(
-        self, ack: Any, body: dict[str, Any], action: dict[str, Any]
-    ) -> None:
-        """A click, a tick or an Enter in a question's message; only allowed people count."""
-        await ack()
+    async def _on_question_action(self, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """A click, a tick or an Enter in a question's message; only allowed people count
+        (acknowledged already: slack/channel.py)."""
         key = str(action.get("action_id", "")).removeprefix(f"{QUESTION_ACTION_PREFIX}:")
         parsed = parse_action(key)
         asked = self._question_sets.get(parsed.request_id) if parsed else None

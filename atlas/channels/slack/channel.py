@@ -30,7 +30,7 @@ from atlas.channels.slack.asking import PendingAsk
 from atlas.channels.slack.delivery import SlackSender
 from atlas.channels.slack.errors import DEAD_TOKEN_ERRORS, slack_error
 from atlas.channels.slack.format import ASK_ACTION_PREFIX
-from atlas.channels.slack.inbound import COMMANDS, SlackInbound
+from atlas.channels.slack.inbound import COMMANDS, SlackInbound, StoreHeld
 from atlas.channels.slack.questions import QUESTION_ACTION_PREFIX
 from atlas.channels.slack.reactions import TypingMarks
 from atlas.channels.slack.sending import slack_channel
@@ -128,6 +128,7 @@ class SlackChannel(SlackInbound):
         self._handler: Any = None  # AsyncSocketModeHandler, when in Socket Mode
         self._app: AsyncApp | None = None
         self.health = ChannelHealth(self.name)
+        self.activity = "up"  # what "up" means here, once started (connected, serving)
         limits = dispatcher.runtime.home.settings.limits
         self.socket_check_seconds = SOCKET_CHECK_SECONDS
         self._socket_watch = Supervisor(
@@ -183,12 +184,14 @@ class SlackChannel(SlackInbound):
         app = self._app = self._build_app(client)
         if self.settings.mode == "socket":
             await self._open_socket(await self._socket_url(client))
-            self.health.up(SOCKET_CONNECTED)
+            self.activity = SOCKET_CONNECTED
             self._socket_watch.start()
         else:
             await self._serve_http(app)
             listen = f"{self.settings.http_listen}:{self.settings.http_port}"
-            self.health.up(f"serving the Events API on {listen}")
+            self.activity = f"serving the Events API on {listen}"
+        if not self.health.holding:
+            self.health.up(self.activity)
         log.info("%s: connected as %s (%s mode)", self.name, self.bot_user_id, self.settings.mode)
 
     async def _socket_url(self, client: Any) -> str | None:
@@ -229,10 +232,12 @@ class SlackChannel(SlackInbound):
                 if ended is not None and ended is suspect:
                     _raise_dead(client, ended)
                 suspect = ended
-                if await client.is_connected():
-                    self.health.up(SOCKET_CONNECTED)
-                else:
+                if not await client.is_connected():
                     self.health.reconnecting(SOCKET_DOWN)
+                elif self.health.holding:  # connected, but nothing can be stored
+                    self.health.reconnecting(self.health.holding)
+                else:
+                    self.health.up(SOCKET_CONNECTED)
                 await asyncio.sleep(self.socket_check_seconds)
         except Exception:
             if self._handler is handler:
@@ -269,24 +274,37 @@ class SlackChannel(SlackInbound):
         async def authorize(team_id: str | None = None) -> AuthorizeResult:
             return self._authorize(team_id)
 
+        # With process_before_response, Slack hears back (the Events API's HTTP answer, Socket
+        # Mode's ack) only when a listener returns: a message is acknowledged once it is stored
+        # (or 5xx / no ack when the store cannot write: Slack sends it again). So listeners
+        # return quickly; clicks are acknowledged first and handled in the background.
         async def on_message(event: dict[str, Any], body: dict[str, Any]) -> None:
             await self._on_message(event, body)
 
         async def on_button(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
-            await self._on_button(ack, body, action)
+            await ack()
+            self._background.spawn(self._on_button(body, action))
 
         async def on_question(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
-            await self._on_question_action(ack, body, action)
+            await ack()
+            self._background.spawn(self._on_question_action(body, action))
 
         async def on_command(ack: Any, command: dict[str, Any]) -> None:
             await self._on_slash_command(ack, command)
+
+        async def on_error(error: Exception) -> None:
+            if isinstance(error, StoreHeld):
+                return  # said once, in one line, when the holding began (slack/inbound.py)
+            log.error("%s: an event failed", self.name, exc_info=error)
 
         app = AsyncApp(
             client=client,
             authorize=authorize,
             signing_secret=self._signing_secret or "",
             request_verification_enabled=self.settings.mode == "http",
+            process_before_response=True,
         )
+        app.error(on_error)
         app.event("message")(on_message)
         app.event("app_mention")(on_message)
         app.action(re.compile(f"^{ASK_ACTION_PREFIX}:"))(on_button)
