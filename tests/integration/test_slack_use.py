@@ -14,6 +14,8 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -21,7 +23,8 @@ import pytest
 from atlas.channels.slack.format import SLACK_TEXT_LIMIT, escape_mrkdwn
 from atlas.home import Home
 from atlas.providers.scripted import Reply
-from tests.integration.test_slack import Harness, close_harness, make_harness, texts
+from tests.fakes.slack_server import Posted
+from tests.integration.test_slack import DM, Harness, close_harness, make_harness, texts
 from tests.integration.test_slack import _free_port as free_port
 
 
@@ -287,3 +290,115 @@ async def test_while_the_store_cannot_write_the_events_api_answers_5xx(
     await over_http.idle(over_http.address())
     assert texts(over_http.fake) == ["kept over http"]
     assert over_http.channel.health.current.state == "up"
+
+
+def click_first(question: Posted, user: str = "UALICE") -> dict[str, Any]:
+    """A click on the question's first button, as Slack sends it."""
+    button = question.blocks[1]["elements"][0]  # type: ignore[index]
+    return {
+        "type": "block_actions",
+        "user": {"id": user, "username": user.lower(), "team_id": "T0001"},
+        "api_app_id": "A0001",
+        "token": "verification-token",
+        "team": {"id": "T0001", "domain": "fake"},
+        "container": {"type": "message", "message_ts": question.ts, "channel_id": question.channel},
+        "channel": {"id": question.channel, "name": "directmessage"},
+        "message": {"ts": question.ts, "text": question.text},
+        "trigger_id": "trigger",
+        "actions": [
+            {
+                "type": "button",
+                "action_id": button["action_id"],
+                "block_id": question.blocks[1]["block_id"],  # type: ignore[index]
+                "value": button["value"],
+                "action_ts": "1700000001.0",
+            }
+        ],
+    }
+
+
+async def test_a_long_approval_is_shown_whole_in_a_file_and_folded_with_its_length(
+    slack: Harness,
+) -> None:
+    target = "rm " + " ".join(f"/srv/data/reports/file-{n:03d}.csv" for n in range(100))
+    assert len(target) > 3000
+    slack.model.add(Reply(calls=[("launch", {"target": target})]), Reply("Launched."))
+    await slack.fake.push_event(slack.dm("launch it"))
+    await slack.fake.wait_for(lambda: any(p.blocks for p in slack.fake.posted))
+    question = next(p for p in slack.fake.posted if p.blocks)
+    whole = f"Launch {target}?"
+    assert [s.data.decode() for s in slack.fake.shared] == [whole]  # every file, in the file
+    assert slack.fake.shared[0].name.endswith(".txt") and slack.fake.shared[0].channel == DM
+    shown = question.blocks[0]["text"]["text"]  # type: ignore[index]
+    assert f"{len(whole):,} characters" in shown and slack.fake.shared[0].name in shown
+    assert "file-000.csv" in shown and "file-099.csv" in shown  # its start and its end
+    await slack.fake.push_interactive(click_first(question))
+    await slack.idle(slack.address())
+    assert texts(slack.fake)[-1] == "Launched."
+    assert slack.model.requests[1].messages[-1].content == f"launched {target}"
+    assert question.edits, "the answered question was closed (within Slack's limits)"
+
+
+async def test_the_gate_asks_with_the_whole_command(home_path: Path) -> None:
+    from atlas.store.home_db import HomeStore
+    from atlas.trust.gate import ALLOW_ONCE, Allow, settle
+    from atlas.trust.policy import RuleGate
+    from tests.helpers import run_context
+    from tests.unit.test_gate import REGISTRY, call, trust_home
+
+    home = trust_home(home_path)
+    audit = HomeStore(home_path / "atlas.db")
+    try:
+        run = run_context(home)
+        asked: list[str] = []
+
+        async def ask(question: str, choices: list[str]) -> str | None:
+            asked.append(question)
+            return ALLOW_ONCE
+
+        run.ask = ask
+        body = " ".join(f"item-{n:03d}" for n in range(400))  # 3,599 characters
+        command = f'gh pr create --title "cleanup" --body "{body}"'
+        decision = await settle(
+            RuleGate(home, None, audit), call("run_command", command=command),
+            REGISTRY.get("run_command"), run,
+        )  # fmt: skip
+        assert isinstance(decision, Allow)
+        assert command in asked[0], "the question cut the command short"
+    finally:
+        await audit.close()
+
+
+async def test_a_long_approval_on_telegram_goes_whole_as_a_document(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Telegram's approval message was cut at 3,500 characters: the same check there."""
+    from atlas.providers.base import ToolCall
+    from atlas.tools.registry import RunContext, Tool
+    from atlas.trust.gate import ALLOW_ONCE, Allow, Ask, BaseGate, Decision
+    from tests.integration.test_telegram import OWNER, _harness
+
+    class AskWithTheText(BaseGate):
+        ask_timeout = 5.0
+
+        async def decide(self, call: ToolCall, tool: Tool, run: RunContext) -> Decision:
+            if call.name == "shout":
+                return Ask(f"Shout {json.loads(call.arguments)['text']}?", rule="test")
+            return Allow("test")
+
+    text = " ".join(f"/srv/data/reports/file-{n:03d}.csv" for n in range(150))  # 4,949
+    async with _harness(tmp_path, monkeypatch, gate=AskWithTheText()) as tg:
+        tg.model.add(Reply(calls=[("shout", {"text": text})]), Reply("shouted"))
+        await tg.fake.push(tg.fake.message("shout it", user_id=OWNER))
+        await tg.fake.wait_for(lambda: any(m["text"] for m in tg.fake.messages.values()))
+        [document] = tg.fake.calls_to("sendDocument")
+        assert document["document"]["data"].decode() == f"Shout {text}?"
+        question_id, question = next((k, m) for k, m in tg.fake.messages.items() if m["text"])
+        shown = question["text"]
+        assert len(shown) <= 4096 and f"{len(text) + 7:,} characters" in shown
+        assert document["document"]["filename"] in shown
+        assert "file-000.csv" in shown and "file-149.csv" in shown  # its start and its end
+        buttons = question["params"]["reply_markup"]["inline_keyboard"]
+        allow = next(row[0]["callback_data"] for row in buttons if row[0]["text"] == ALLOW_ONCE)
+        await tg.fake.push(tg.fake.tap(question_id, allow, user_id=OWNER))
+        await tg.fake.wait_for(lambda: "shouted" in tg.fake.sent_texts(OWNER))

@@ -33,6 +33,7 @@ from atlas.channels.questions import (
     parse_action,
 )
 from atlas.channels.send_errors import SendError
+from atlas.channels.slack.approvals import attach_whole, fold_for_slack
 from atlas.channels.slack.format import (
     answered_blocks,
     escape_mrkdwn,
@@ -100,6 +101,10 @@ class SlackAsking(SlackSending):
         None when the question could not be delivered."""
         request_id = random_ids.token_hex(6)
         channel = slack_channel(address)
+        folded = fold_for_slack(question, f"approval-{request_id}.txt")
+        if folded.whole is not None:  # too long for one section: the whole of it as a file
+            thread = address.thread or None
+            question = await attach_whole(self.sender, channel, thread, folded, self.name)
         in_flight = InFlight[str]()
         try:
             # A cancel meanwhile lets the post finish: the question is then closed below.

@@ -145,9 +145,13 @@ class SlackSender:
         log.info("slack: %s took effect despite the error; not repeated", what)
         return found
 
-    async def upload(self, channel: str, path: Path, *, thread_ts: str | None = None) -> str:
-        """Share a file into the channel (and thread) exactly once; returns its file id."""
-        data = await asyncio.to_thread(path.read_bytes)
+    async def upload(
+        self, channel: str, path: Path, *, thread_ts: str | None = None, data: bytes | None = None
+    ) -> str:
+        """Share a file into the channel (and thread) exactly once; returns its file id.
+        With `data`, that is the file's content and `path` only names it."""
+        if data is None:
+            data = await asyncio.to_thread(path.read_bytes)
 
         async def prepare() -> str:
             # A fresh upload URL each time: an unfinished upload is never shared, only dropped.
