@@ -119,8 +119,10 @@ class Dispatcher:
         if self.elsewhere is not None and not self.elsewhere.is_here(address):
             return await self.elsewhere.submit(inbound)
         if inbound.kind == "message" and inbound.text.strip() == STOP_COMMAND:
-            stopped = self.stop_turn(address)
-            await self._send(address, "Stopped." if stopped else "Nothing is running.")
+            # A stopped turn's lane says "Stopped." itself (_serve), for every way a turn is
+            # stopped: saying it here too posted it twice.
+            if not self.stop_turn(address):
+                await self._send(address, "Nothing is running.")
             return True
         bot = self.runtime.home.bot(address.bot)
         store = await self.runtime.store(bot)

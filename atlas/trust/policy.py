@@ -346,7 +346,7 @@ class RuleGate(BaseGate):
     async def _verdict(
         self, verdict: Verdict, subject: str, call: ToolCall, run: RunContext
     ) -> Decision:
-        shown = subject if len(subject) <= 300 else subject[:300] + "…"
+        shown = subject  # whole: a person approves what they see (channels fold a long one)
         if verdict.verdict == "block":
             return Deny(f"blocked by rule {verdict.rule}: {verdict.reason}", verdict.rule)
         if verdict.verdict == "ask":
