@@ -25,6 +25,7 @@ from atlas.dashboard.context import DASHBOARD, NAV, SESSION, Dashboard, dashboar
 from atlas.dashboard.errors import errors
 from atlas.dashboard.listen import loopback_host
 from atlas.dashboard.pages import PAGES
+from atlas.dashboard.pages import chat as chat_page
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
 def build_app(dashboard: Dashboard) -> web.Application:
     app = web.Application(middlewares=[errors, guard], client_max_size=256 * 1024)
     app[DASHBOARD] = dashboard
+    dashboard.render_chat = chat_page.chat_events
     app[NAV] = [(page.title, page.path) for page in PAGES]
     app.on_response_prepare.append(_security_headers)
     login.setup(app.router)

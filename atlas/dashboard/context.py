@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 from aiohttp import web
 
 from atlas.dashboard.auth import Session, Signer
-from atlas.dashboard.hub import EventHub
+from atlas.dashboard.hub import EventHub, Pushed
 from atlas.dashboard.usage_cache import UsageCache
 from atlas.pending_asks import PendingAsks
 
@@ -53,6 +53,9 @@ class Dashboard:
     # The Chat page's: the dispatcher its messages go to, and its channel (both set by attach).
     dispatcher: Dispatcher | None = None
     chat: BrowserChannel | None = None
+    # The Chat page's events as the browsers get them (pages/chat.py's chat_events, set by
+    # build_app).
+    render_chat: Callable[[Dashboard, Address, ChatEvent], list[Pushed]] | None = None
 
     def __post_init__(self) -> None:
         self.asks.listen(lambda: self.events.publish("waiting"))
@@ -77,10 +80,11 @@ class Dashboard:
             self.watch_routines(services.routines)
 
     def _chat_said(self, address: Address, event: ChatEvent) -> None:
-        """A Chat page event, rendered once, for every browser's event stream."""
-        from atlas.dashboard.pages.chat import chat_events
-
-        for pushed in chat_events(self, address, event):
+        """A Chat page event, rendered once, for every browser's event stream (by the Chat
+        page's renderer, which build_app hands over: the page imports this module)."""
+        if self.render_chat is None:
+            return  # no app serves the dashboard: no browser to tell
+        for pushed in self.render_chat(self, address, event):
             self.events.publish(pushed)
 
     def watch_routines(self, scheduler: object) -> None:

@@ -82,7 +82,7 @@ async def test_the_dashboard_chats_stop_says_stopped_once(home_path) -> None:  #
         never = asyncio.Event()
         rig.model.add(Reply("never said", wait_for=never), Reply("fresh"))
         rig.model.release.set()  # no half-way holds in this test
-        stream = await rig.client.get("/chat/atlas/stream")
+        stream = await rig.client.get("/events")
         await rig.client.post("/chat/atlas", data={"text": "Think hard", "csrf": csrf})
         for _ in range(500):
             if rig.model.requests:

@@ -95,7 +95,9 @@ async def next_event(stream: ClientResponse) -> tuple[str, str]:
     events and comments skipped."""
     name, data = "", []
     while True:
-        line = (await asyncio.wait_for(stream.content.readline(), 10)).decode().rstrip("\n")
+        raw = await asyncio.wait_for(stream.content.readline(), 10)
+        assert raw, f"the /events stream ended (HTTP {stream.status})"  # EOF: never spin on it
+        line = raw.decode().rstrip("\n")
         if line.startswith("event: "):
             name = line[7:]
         elif line.startswith("data: "):
