@@ -12,8 +12,8 @@ from typing import TextIO
 
 from atlas.channels.base import OTHER, Address, Answer, Question, QuestionOutcome
 from atlas.channels.console_input import ConsoleInput
-from atlas.dispatch import TURN_FAILED
 from atlas.providers.base import ToolCall
+from atlas.turn_failure import TURN_FAILED
 
 
 async def stdin_reader() -> asyncio.StreamReader:
@@ -54,6 +54,7 @@ def describe_call(call: ToolCall, width: int = 100) -> str:
 class ConsoleChannel:
     name = "console"
     streams = True
+    shows_errors = True  # the operator's own terminal: a failed turn's detail (turn_failure.py)
 
     def __init__(
         self, reader: ConsoleInput | asyncio.StreamReader | None, out: TextIO = sys.stdout
