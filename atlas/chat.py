@@ -15,6 +15,7 @@ from atlas.channels.console_input import ConsoleInput
 from atlas.dispatch import STOP_COMMAND, Inbound
 from atlas.home import Home
 from atlas.mcp.manager import McpManager
+from atlas.preload import start_loading_sdks
 from atlas.providers.base import ToolCall
 from atlas.runtime import Runtime
 from atlas.services import start_core, stop_turns
@@ -52,6 +53,8 @@ async def chat(
     # runs, it goes to the dispatcher like any message ("Nothing is running.").
     typed.intercept(STOP_COMMAND, lambda: dispatcher.stop_turn(address))
     typed.start()
+    # The model SDK loads while the person types the first line (atlas/preload.py).
+    sdks = start_loading_sdks(home, [bot])
 
     def on_interrupt() -> None:
         if not dispatcher.stop_turn(address):
@@ -85,6 +88,7 @@ async def chat(
         loop.remove_signal_handler(signal.SIGINT)
         logging.getLogger("atlas.dispatch").removeFilter(told)
         await typed.close()
+        await sdks  # never raises; a thread cannot be cancelled, so let it end
         await stop_turns(dispatcher)
         await dispatcher.runtime.close()
     console.write("\n")
