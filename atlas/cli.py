@@ -143,6 +143,22 @@ def cmd_budget(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tools(args: argparse.Namespace) -> int:
+    import json
+
+    from atlas.tools.catalog import default_registry
+    from atlas.tools.verdicts import render_verdicts, tool_verdicts, verdicts_json
+
+    home = _load_home(args)
+    bot = home.bot(args.bot)
+    verdicts = tool_verdicts(home, bot, args.kind, default_registry())
+    if args.json:
+        print(json.dumps(verdicts_json(verdicts), indent=2))
+    else:
+        print(render_verdicts(bot, args.kind, verdicts))
+    return 0
+
+
 def cmd_pairing(args: argparse.Namespace) -> int:
     from atlas.channels.pairing_cli import run_pairing
 
@@ -211,6 +227,17 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--bot", help="the bot (default: the main agent)")
     budget.set_defaults(func=cmd_budget)
 
+    tools = sub.add_parser("tools", help="every tool: offered, deferred or not offered, and why")
+    tools.add_argument("--bot", help="the bot (default: the main agent)")
+    tools.add_argument(
+        "--kind",
+        default="conversation",
+        choices=["conversation", "bot", "routine", "subagent"],
+        help="the kind of run (default: conversation)",
+    )
+    tools.add_argument("--json", action="store_true", help="print a JSON list")
+    tools.set_defaults(func=cmd_tools)
+
     dashboard = sub.add_parser(
         "dashboard", help="print a one-time login link to the web dashboard `atlas run` serves"
     )
@@ -233,9 +260,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_routines_parser(sub)
 
+    from atlas.store_cli import add_store_parser
+
+    add_store_parser(sub, _load_home)  # `atlas store migrate --to postgresql://…`
+
     from atlas.executors.plugin_install import add_executors_parser
 
     add_executors_parser(sub)  # `atlas executors install-plugin` (the Claude Code plugin)
+
+    from atlas.plugins_cli import add_plugins_parser
+
+    add_plugins_parser(sub)  # `atlas plugins`: installed plugins, SDK versions, enabled or not
 
     skills = sub.add_parser("skills", help="the skill library")
     skills_sub = skills.add_subparsers(dest="skills_command", required=True, metavar="ACTION")

@@ -242,6 +242,41 @@ class DaemonSettings(Strict):
     workers: int | None = Field(None, ge=1, le=64)
 
 
+class StoreSettings(Strict):
+    """Where the home keeps its state (docs/scaling.md). No url: SQLite files in the home."""
+
+    # postgresql://user@host:port/database; the password never here but in password_env.
+    url: str | None = None
+    password_env: str = "ATLAS_STORE_PASSWORD"  # the environment variable holding it
+
+    @field_validator("url")
+    @classmethod
+    def _postgresql_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(value)
+        example = "e.g. 'postgresql://atlas@db.internal:5432/atlas'"
+        if parts.scheme not in ("postgresql", "postgres"):
+            raise ValueError(f"give a postgresql:// address, {example}")
+        if parts.password is not None:
+            raise ValueError(
+                "secrets are never stored in config: remove the password from url and put it "
+                "in the environment variable password_env names"
+            )
+        try:
+            parts.port  # noqa: B018 (parsing it is the check)
+        except ValueError:
+            raise ValueError(f"the port is not a number, {example}") from None
+        if not parts.hostname or not parts.username or not parts.path.strip("/"):
+            raise ValueError(f"name the user, the host and the database, {example}")
+        return value
+
+    def password(self) -> str | None:
+        return os.environ.get(self.password_env) or None
+
+
 class DashboardSettings(Strict):
     """The web dashboard `atlas run` serves (docs/dashboard.md)."""
 
@@ -295,6 +330,7 @@ class Settings(Strict):
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     dashboard: DashboardSettings = DashboardSettings()
     daemon: DaemonSettings = DaemonSettings()
+    store: StoreSettings = StoreSettings()
     # Outside coding harnesses by executor name (docs/executors.md).
     executors: dict[Annotated[str, Field(pattern=NAME_PATTERN)], ExecutorSettings] = Field(
         default_factory=dict
@@ -333,7 +369,9 @@ class BotSettings(Strict):
     # Names are checked at home load; one not in the library is a warning, as the main bot
     # may create it later (atlas/home.py).
     skills: list[str] | None = None
-    mcp_servers: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # The home's mcp.json servers this bot uses (none named: all of them). A list of names, as
+    # the shipped bot.toml shows; a table's keys are read as the names too.
+    mcp_servers: list[str] = Field(default_factory=list)
     channels: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # ask: the gate asks the guardian and the person; auto: skips the guardian only;
     # read-only: no write_file/edit_file, and commands that are not clearly read-only ask.
@@ -342,6 +380,11 @@ class BotSettings(Strict):
     # A busy bot (a team's Slack): its conversations are spread over every worker process by
     # a hash of their address; its channels stay in one (docs/ARCHITECTURE.md, "Workers").
     spread: bool = False
+
+    @field_validator("mcp_servers", mode="before")
+    @classmethod
+    def _server_names(cls, value: Any) -> Any:
+        return list(value) if isinstance(value, dict) else value
 
     @field_validator("skills")
     @classmethod
@@ -387,6 +430,14 @@ def find_line(text: str, loc: tuple[Any, ...]) -> int | None:
     return nearest
 
 
+_URL_PASSWORD = re.compile(r"(://[^/@:\s]*:)[^/@\s]*@")
+
+
+def _without_password(value: object) -> object:
+    """An address's password (scheme://user:password@host) is not repeated in an error."""
+    return _URL_PASSWORD.sub(r"\1***@", value) if isinstance(value, str) else value
+
+
 def _describe(path: Path, text: str, error: ValidationError) -> str:
     lines = [f"{path}: invalid settings"]
     for item in error.errors():
@@ -402,7 +453,7 @@ def _describe(path: Path, text: str, error: ValidationError) -> str:
             what = "required key is missing"
         else:
             message = item["msg"].removeprefix("Value error, ")  # pydantic's wrapper, not ours
-            what = f"{message} (got {item.get('input')!r})"
+            what = f"{message} (got {_without_password(item.get('input'))!r})"
         lines.append(f"  {key}{where}: {what}")
     return "\n".join(lines)
 

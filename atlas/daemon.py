@@ -161,6 +161,10 @@ async def serve(
         # Turns a crash cut short: answered now, or the person is told (atlas/recovery.py).
         recovered = await resume_interrupted_turns(dispatcher, started_at=started_at)
         log.info("interrupted turns: %s", recovered.summary())
+        # Executor tasks of the last process: listed and resumable again, a cut one reported.
+        from atlas.executors.restart import restore_executor_tasks
+
+        log.info("executor tasks: %s", await restore_executor_tasks(dispatcher))
         if pool is not None:  # each has started its channels and recovered its turns
             ready = await pool.wait_ready(WORKERS_READY_WAIT)
             log.info("workers ready: %d of %d", len(ready), placement.count - 1)

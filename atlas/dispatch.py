@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -30,9 +31,9 @@ from atlas.providers.base import Message, ToolCall
 from atlas.runtime import Runtime
 from atlas.store.conversations import Conversation, ConversationStore
 from atlas.store.db import Database
-from atlas.tools.registry import Asker, Notifier, RunContext, RunKind
+from atlas.tools.registry import Asker, Notifier, RunContext, RunKind, ToolResult
 from atlas.tools.services import AgentServices
-from atlas.trust.gate import BaseGate
+from atlas.trust.gate import BaseGate, Deny, settle
 from atlas.turn_failure import TURN_FAILED as TURN_FAILED  # re-exported: older imports
 from atlas.turn_failure import failure_text
 
@@ -119,8 +120,10 @@ class Dispatcher:
         if self.elsewhere is not None and not self.elsewhere.is_here(address):
             return await self.elsewhere.submit(inbound)
         if inbound.kind == "message" and inbound.text.strip() == STOP_COMMAND:
-            stopped = self.stop_turn(address)
-            await self._send(address, "Stopped." if stopped else "Nothing is running.")
+            # A stopped turn's lane says "Stopped." itself (_serve), for every way a turn is
+            # stopped: saying it here too posted it twice.
+            if not self.stop_turn(address):
+                await self._send(address, "Nothing is running.")
             return True
         bot = self.runtime.home.bot(address.bot)
         store = await self.runtime.store(bot)
@@ -443,6 +446,28 @@ class Dispatcher:
         except AtlasError as exc:
             return Detached(conversation.id, None, str(exc))
         return Detached(conversation.id, outcome, None)
+
+    async def call_tool_detached(
+        self, bot_name: str, tool_name: str, arguments: dict[str, object], *, run_kind: RunKind,
+        chat: str,
+    ) -> ToolResult:  # fmt: skip
+        """One tool call outside any turn (a routine's pre-check), in the conversation a
+        detached run of `chat` uses, through the gate like a model's call: nobody is asked,
+        so what the gate would ask about is refused."""
+        bot = self.runtime.home.bot(bot_name)
+        store = await self.runtime.store(bot)
+        conversation = await store.conversation(run_kind, chat, kind=run_kind, bot=bot.name)
+        run = self._run_context(bot, conversation.id, run_kind, run_kind, ask=None, notify=None)
+        loop = await self.runtime.loop(bot)
+        tool = loop.registry.get(tool_name)
+        if tool is None:
+            return await loop.registry.call(run, tool_name, arguments)
+        call = ToolCall(f"detached-{tool_name}", tool_name, json.dumps(arguments))
+        decision = await settle(loop.gate, call, tool, run)
+        if isinstance(decision, Deny):
+            return ToolResult(f"the approval gate denied it: {decision.reason}", is_error=True)
+        async with self._limit:
+            return await loop.registry.call(run, tool_name, arguments)
 
     @contextlib.asynccontextmanager
     async def slot_lent(self) -> AsyncIterator[None]:

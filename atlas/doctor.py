@@ -230,6 +230,9 @@ async def run_checks(root: Path, *, offline: bool = False) -> list[Check]:
         checks.extend(await asyncio.to_thread(_start_checks, home))
         checks.append(_workers_check(home))
         checks.extend(_mission_checks(home))
+        from atlas.store.pg.doctor import store_checks  # [store] url: docs/scaling.md
+
+        checks.extend(Check(*line) for line in await store_checks(home.settings))
         checks.append(await asyncio.to_thread(_skills_check, home))
         checks.append(await asyncio.to_thread(_routines_check, home))
         if offline:

@@ -157,8 +157,8 @@ class Home:
 
     @property
     def jobs_dir(self) -> Path:
-        """Output of background commands."""
-        return self.root / "jobs"
+        """Output of background commands (the tool reference's `commands/`)."""
+        return self.root / "commands"
 
     def _check_listed_skills(self) -> None:
         """A bot.toml `skills` entry the library lacks is a warning, not an error: the main bot

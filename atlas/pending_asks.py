@@ -56,6 +56,7 @@ class PendingAsk:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     outcome: str = ""  # once settled: what answered it, and where
+    settled_at: datetime | None = None  # once settled: when (the dashboard's "Answered lately")
     asker: str = ""  # a subagent's question: which subagent asks (`subagent sa-1a2b3c`)
     share: int = 0  # the worker process whose turn waits on it (0: the home's process)
 
@@ -272,6 +273,7 @@ class PendingAsks:
         if self._open.pop(pending.id, None) is None:
             return
         pending.outcome = outcome
+        pending.settled_at = datetime.now(UTC)
         self.settled.appendleft(pending)
         self._changed()
 

@@ -106,3 +106,58 @@ def load_plugins_with_errors(group: str) -> tuple[dict[str, LoadedPlugin], list[
             continue
         plugins[point.name] = LoadedPlugin(point.name, group, target, source)
     return plugins, errors
+
+
+def installed_names(group: str) -> list[str]:
+    """The names registered under `group`, without importing any of them."""
+    return sorted({point.name for point in entry_points(group=group)})
+
+
+@dataclass(frozen=True)
+class PluginReport:
+    """One installed entry point as `atlas plugins` shows it."""
+
+    name: str
+    group: str
+    source: str
+    sdk_version: object  # what its class declares (None: nothing, or it did not load)
+    problem: str | None  # why it cannot be used; None when it loads and speaks our version
+
+
+def installed_plugins(group: str) -> list[PluginReport]:
+    """Every entry point of `group`, loaded, with the SDK version it declares and why it
+    cannot be used (did not load, another SDK version, registered twice)."""
+    wanted = SDK_VERSIONS[group]
+    reports: list[PluginReport] = []
+    seen: set[str] = set()
+    for point in sorted(entry_points(group=group), key=lambda p: p.name):
+        source = _source(point)
+        try:
+            target = point.load()
+        except Exception as exc:  # a third-party import can raise anything; named, not fatal
+            reports.append(PluginReport(point.name, group, source, None, f"did not load: {exc!r}"))
+            continue
+        version = getattr(target, "sdk_version", None)
+        problem = None
+        if version != wanted:
+            problem = (
+                f"written for SDK version {version}, this Atlas speaks version {wanted}: "
+                "update the package"
+            )
+        elif point.name in seen:
+            problem = "registered twice: another package's is used"
+        seen.add(point.name)
+        reports.append(PluginReport(point.name, group, source, version, problem))
+    return reports
+
+
+def why_unavailable(group: str, name: str) -> str:
+    """Why no usable plugin of `group` is registered as `name`: none installed, or the one
+    installed did not load or speaks another SDK version (naming both versions)."""
+    try:
+        plugin = load_plugin(group, name)
+    except PluginError as exc:
+        if not any(p.name == name for p in entry_points(group=group)):
+            return f"no installed package registers it ({group} entry point)"
+        return str(exc)
+    return f"{plugin.source} registers it as {plugin.target!r}, which is not a usable {group} class"

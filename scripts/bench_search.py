@@ -1,6 +1,11 @@
 """Fill a conversation store with N messages and time conversation search on it.
 
     uv run python scripts/bench_search.py [--messages 1000000] [--json] [--keep PATH]
+    uv run python scripts/bench_search.py --cache /tmp/atlas-bench-search-1m.db
+
+With `--cache PATH` the store is built there once and reused by later runs with the same
+`--messages` (a sidecar `PATH.json` says what it holds); the appends a run makes are deleted at
+its end, so every run searches the same messages.
 
 Messages are made from a fixed-seed vocabulary with a Zipf-like spread of words (so some words
 are in a large share of messages), and carry a few planted terms: a rare word, a rare CJK
@@ -8,7 +13,9 @@ phrase and a common word. Prints `name: value` lines (or one JSON object): the b
 (rows in batches, then both FTS5 indexes filled behind them, as the store does), the rate of
 single appends through the store, the file size, and p50/p95 latency of the tool's search
 (find the conversations, fetch their matching messages, render the answer) for a rare term, a
-common term and a CJK term.
+common term and a CJK term. Then the write side of issue 34: the latency of single appends to
+another conversation alone, and while common-term searches run back to back (a search runs on
+its own read connection, never on the writer's thread).
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ COMMON_TERM = "deployment"  # planted in COMMON_SHARE of messages
 COMMON_SHARE = 0.05
 SEARCH_RUNS = 20
 APPENDS = 2_000
+APPENDS_DURING = 200  # one every APPEND_GAP seconds while searches run
+APPEND_GAP = 0.01
 _COMMON_TEXT = (
     "the be to of and a in that have it for not on with he as you do at this but his by from "
     "they we say her she or an will my one all would there their what so up out if about who "
@@ -130,13 +139,78 @@ async def _fill(store: ConversationStore, rows: list[tuple[int, str, str, str]])
     return seconds
 
 
+APPENDS_CHAT = "appends"  # the other conversation the write figures append to
+
+
 async def _append_rate(store: ConversationStore, count: int) -> float:
     """Messages per second through `ConversationStore.append` (one transaction each)."""
-    conversation = await store.conversation("telegram", "appends", bot="bench")
+    conversation = await store.conversation("telegram", APPENDS_CHAT, bot="bench")
     began = time.perf_counter()
     for n in range(count):
-        await store.append(conversation.id, Message("user", f"appended message {n} {RARE_TERM}"))
+        await store.append(conversation.id, Message("user", f"appended message {n}"))
     return count / (time.perf_counter() - began)
+
+
+def _percentiles(timings: list[float]) -> dict[str, float]:
+    timings = sorted(timings)
+    return {
+        "p50_ms": round(statistics.median(timings), 2),
+        "p95_ms": round(timings[min(len(timings) - 1, int(len(timings) * 0.95))], 2),
+        "max_ms": round(timings[-1], 2),
+    }
+
+
+async def _append_latency(store: ConversationStore, count: int) -> list[float]:
+    """Milliseconds of each of `count` single appends to another conversation, APPEND_GAP
+    apart (each waited for, as a turn waits for its message to be stored)."""
+    conversation = await store.conversation("telegram", APPENDS_CHAT, bot="bench")
+    timings = []
+    for n in range(count):
+        began = time.perf_counter()
+        await store.append(conversation.id, Message("user", f"appended during a search {n}"))
+        timings.append((time.perf_counter() - began) * 1000)
+        await asyncio.sleep(APPEND_GAP)
+    return timings
+
+
+async def _appends_during_searches(store: ConversationStore, query: str) -> dict[str, Any]:
+    """Append latency alone, then while `query` is searched back to back."""
+    alone = await _append_latency(store, APPENDS_DURING)
+    searching = True
+    searches = 0
+
+    async def search_loop() -> None:
+        nonlocal searches
+        while searching:
+            await _latency(store, query, 1)
+            searches += 1
+
+    loop = asyncio.create_task(search_loop())
+    try:
+        during = await _append_latency(store, APPENDS_DURING)
+    finally:
+        searching = False
+        await loop
+    return {
+        "alone": _percentiles(alone),
+        "during": _percentiles(during),
+        "searches_meanwhile": searches,
+    }
+
+
+async def _drop_appends(store: ConversationStore) -> None:
+    """The messages this run appended, deleted: a cached store stays as it was built."""
+
+    def drop(db: Any) -> None:
+        with db.atomic():
+            db.execute(
+                "DELETE FROM messages WHERE conversation_id IN (SELECT id FROM conversations "
+                "WHERE chat = ?)",
+                [APPENDS_CHAT],
+            )
+
+    await store.db.call(drop)
+    await store.db.call(index_pending_messages)
 
 
 async def _latency(store: ConversationStore, query: str, runs: int) -> dict[str, Any]:
@@ -158,34 +232,69 @@ async def _latency(store: ConversationStore, query: str, runs: int) -> dict[str,
     }
 
 
-async def bench(messages: int, path: Path) -> dict[str, Any]:
+def _cached(path: Path, messages: int) -> dict[str, Any] | None:
+    """The build figures of a store cached at `path` with `messages` messages, if it is."""
+    sidecar = path.with_name(path.name + ".json")
+    if not path.exists() or not sidecar.exists():
+        return None
+    built = json.loads(sidecar.read_text())
+    return built if built.get("messages") == messages and built.get("seed") == SEED else None
+
+
+async def bench(
+    messages: int, path: Path, *, built: dict[str, Any] | None = None, sidecar: Path | None = None
+) -> dict[str, Any]:
+    """Build the store at `path` (unless `built` says it is there already, cached), then
+    measure it; with `sidecar`, what was built is written there for the next run."""
+    async with ConversationStore(path) as store:
+        if built is None:
+            built = await _build(store, messages)
+            if sidecar is not None:
+                text = json.dumps({"messages": messages, "seed": SEED, **built})
+                await asyncio.to_thread(sidecar.write_text, text)
+        else:
+            built = {**built, "cached": True}
+        figures = await _measure(store, path)
+    return {"messages": messages, **built, **figures}
+
+
+async def _build(store: ConversationStore, messages: int) -> dict[str, Any]:
     rng = random.Random(SEED)
     began = time.perf_counter()
     rows = _messages(messages, rng)
     generated = time.perf_counter() - began
-    async with ConversationStore(path) as store:
-        insert_seconds = await _fill(store, rows)
-        del rows
-        began = time.perf_counter()
-        await store.db.call(index_pending_messages)  # as the store's upkeep would, in steps
-        index_seconds = time.perf_counter() - began
-        common_count = await store.db.call(
-            lambda db: db.execute(
-                "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH ?", [COMMON_TERM]
-            ).fetchone()[0]
-        )
-        rare = await _latency(store, RARE_TERM, SEARCH_RUNS)
-        common = await _latency(store, COMMON_TERM, SEARCH_RUNS)
-        cjk = await _latency(store, CJK_TERM, SEARCH_RUNS)
-        await store.db.call(lambda db: db.execute("PRAGMA wal_checkpoint(TRUNCATE)"))
-        size = (await asyncio.to_thread(path.stat)).st_size
-        append_rate = await _append_rate(store, APPENDS)
+    insert_seconds = await _fill(store, rows)
+    del rows
+    began = time.perf_counter()
+    await store.db.call(index_pending_messages)  # as the store's upkeep would, in steps
+    index_seconds = time.perf_counter() - began
     return {
-        "messages": messages,
         "generate_seconds": round(generated, 1),
         "insert_seconds": round(insert_seconds, 1),
         "index_seconds": round(index_seconds, 1),
         "insert_rate_per_s": round(messages / (insert_seconds + index_seconds)),
+    }
+
+
+async def _measure(store: ConversationStore, path: Path) -> dict[str, Any]:
+    """The figures of one run over a built store: search latency, then the writes."""
+    common_count = await store.db.call(
+        lambda db: db.execute(
+            "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH ?", [COMMON_TERM]
+        ).fetchone()[0]
+    )
+    rare = await _latency(store, RARE_TERM, SEARCH_RUNS)
+    common = await _latency(store, COMMON_TERM, SEARCH_RUNS)
+    cjk = await _latency(store, CJK_TERM, SEARCH_RUNS)
+    await store.db.call(lambda db: db.execute("PRAGMA wal_checkpoint(TRUNCATE)"))
+    size = (await asyncio.to_thread(path.stat)).st_size
+    append_rate = await _append_rate(store, APPENDS)
+    writes = await _appends_during_searches(store, COMMON_TERM)
+    await _drop_appends(store)
+    messages = await store.db.call(
+        lambda db: db.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
+    )
+    return {
         "append_rate_per_s": round(append_rate),
         "file_size_mb": round(size / 1_000_000, 1),
         "bytes_per_message": round(size / max(messages, 1)),
@@ -200,6 +309,13 @@ async def bench(messages: int, path: Path) -> dict[str, Any]:
         "cjk_term": CJK_TERM,
         "cjk_p50_ms": cjk["p50_ms"],
         "cjk_p95_ms": cjk["p95_ms"],
+        "append_alone_p50_ms": writes["alone"]["p50_ms"],
+        "append_alone_p95_ms": writes["alone"]["p95_ms"],
+        "append_alone_max_ms": writes["alone"]["max_ms"],
+        "append_during_search_p50_ms": writes["during"]["p50_ms"],
+        "append_during_search_p95_ms": writes["during"]["p95_ms"],
+        "append_during_search_max_ms": writes["during"]["max_ms"],
+        "searches_during_appends": writes["searches_meanwhile"],
     }
 
 
@@ -208,10 +324,21 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=1_000_000, help="messages to insert")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--keep", type=Path, help="build the store at this path and keep it")
+    parser.add_argument("--cache", type=Path, help="build the store here once; later runs reuse it")
     args = parser.parse_args()
     if args.messages < 1:
         parser.error("--messages must be at least 1")
-    if args.keep:
+    if args.cache:
+        built = _cached(args.cache, args.messages)
+        if built is None:  # none yet, or another size or seed: built again
+            for stale in (
+                args.cache,
+                *(args.cache.with_name(args.cache.name + x) for x in ("-wal", "-shm")),
+            ):
+                stale.unlink(missing_ok=True)
+        sidecar = args.cache.with_name(args.cache.name + ".json")
+        figures = asyncio.run(bench(args.messages, args.cache, built=built, sidecar=sidecar))
+    elif args.keep:
         if args.keep.exists():
             parser.error(f"{args.keep} exists; give a new path")
         figures = asyncio.run(bench(args.messages, args.keep))

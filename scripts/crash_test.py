@@ -2,6 +2,7 @@
 
     uv run python scripts/crash_test.py [--kills 20] [--bots 3] [--conversations 12]
         [--latency 0.2] [--faults 0.05] [--workers N] [--seed N] [--json]
+        [--disk-full SECONDS [--disk-size MB]]
 
 The daemon (`atlas run` plus probes, scripts/loadkit.py) serves B Telegram bots, on fake bots
 behind one Bot API address (each keeps an update until a later getUpdates confirms it, as
@@ -18,6 +19,10 @@ faults stop and the daemon starts once more, to send what the outage left owed.
 kill then picks at random between the home's process (its workers die with it) and a worker
 process, which the home's process restarts itself; the 1 s-grace slot's down time is always
 the home's (its scheduler runs the routines). The checks are the same.
+`--disk-full S` puts the home on a tmpfs of its own (`--disk-size` MB, mounted as root) and,
+once after half the kills (the daemon up, the people writing), fills it for S seconds, then
+frees it (scripts/disk_fill.py): every store write meanwhile fails with "database or disk is
+full". The checks are the same: nothing lost, nothing answered twice, no chat left unanswered.
 
 Checked at the end (after a last clean run lets everything finish):
 - every inbound message is stored exactly once (the bots' conversations.db);
@@ -63,6 +68,7 @@ from atlas.dispatch import TURN_FAILED
 from atlas.home import Home
 from atlas.recovery import MAYBE_LOST, TOLD
 from atlas.workers.plan import Placement
+from scripts.disk_fill import HomeOnTmpfs
 from scripts.loadkit import FIRST_CHAT, Daemon, Fakes, bot_name, integrity_problems, machine
 from tests.fakes.load_fakes import TAG, TOOL_MARK
 
@@ -180,13 +186,19 @@ async def kill_loop(
     rng: random.Random,
     start: float,
     workers: int = 1,
+    disk: tuple[HomeOnTmpfs, float] | None = None,
 ) -> None:
     """Most kills come 0-2 s after every bot polls (turns in flight); one in four comes at a
     random moment of start-up (stores opening, channels connecting, recovery, routines). With
     workers, each kill picks the home's process or a worker process at random."""
     missed_done = False
     in_workers = worker_bots(daemon.home, workers)
-    for _ in range(kills):
+    for number in range(kills):
+        if disk is not None and number >= kills // 2 and missed_done and not disk[0].filled_at:
+            # The full disk, once: the daemon up and polling, the people writing.
+            with contextlib.suppress(TimeoutError):
+                await fakes.wait_polling(run.polls_at_start, 30.0)
+            await disk[0].full_for(disk[1])
         during_start = rng.random() < 0.25
         life = rng.uniform(0.0, 1.5) if during_start else rng.uniform(0.2, 2.0)
         down = rng.uniform(0.0, 0.6)
@@ -450,6 +462,18 @@ def check(home: Path, fakes: Fakes, run: Run, routine_count: int, end: datetime)
     }
 
 
+def disk_full_figures(disk: HomeOnTmpfs, run: Run, log: str) -> dict[str, Any]:
+    """What the full disk did: how long, the messages people sent meanwhile (checked with the
+    others), and the log's lines about it."""
+    began, ended = disk.filled_at[0], disk.freed_at[0]
+    return {
+        "disk_full_seconds": round(ended - began, 1),
+        "disk_filled_mb": round(disk.filled_bytes / 1e6, 1),
+        "messages_sent_while_full": sum(began <= at <= ended for at in run.pushed_at.values()),
+        "disk_full_log_lines": len(re.findall("disk is full", log)),
+    }
+
+
 def keep(args: argparse.Namespace, home: Path, log: str) -> None:
     """The daemon's log and a copy of the home, when asked for (to look into a failure)."""
     if args.keep_log:
@@ -461,8 +485,11 @@ def keep(args: argparse.Namespace, home: Path, log: str) -> None:
 async def crash_test(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
     run = Run()
-    with tempfile.TemporaryDirectory(prefix="atlas-crash-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="atlas-crash-") as tmp, contextlib.ExitStack() as disk:
         home = Path(tmp) / "home"
+        filling = None
+        if args.disk_full:
+            filling = (disk.enter_context(HomeOnTmpfs(home, args.disk_size)), args.disk_full)
         async with Fakes(args.bots, args.latency, args.faults, args.seed) as fakes:
             start_at = datetime.now(UTC) + timedelta(seconds=5)  # time to start the first daemon
             routine_count = args.routines
@@ -485,7 +512,11 @@ async def crash_test(args: argparse.Namespace) -> dict[str, Any]:
             ]
             try:
                 async with asyncio.timeout(args.max_seconds):
-                    await kill_loop(daemon, fakes, run, args.kills, rng, start, args.workers or 1)
+                    await kill_loop(
+                        daemon, fakes, run, args.kills, rng, start, args.workers or 1, filling
+                    )
+                    if filling is not None and not filling[0].filled_at:  # too few kills
+                        await filling[0].full_for(filling[1])
                     run.stop_sending = True
                     await asyncio.gather(*talkers)
                     # A last life long enough for every slot to pass and every turn to finish.
@@ -503,6 +534,8 @@ async def crash_test(args: argparse.Namespace) -> dict[str, Any]:
             log = (Path(tmp) / "daemon.log").read_text(errors="replace")
             result = check(home, fakes, run, routine_count, end)
             result["recovery_log_lines"] = len(re.findall("interrupted turns: ", log))
+            if filling is not None:
+                result.update(disk_full_figures(filling[0], run, log))
             result["final_exit_code"] = code
             if code != 0:
                 result["failures"].append(f"the last clean stop exited with {code}")
@@ -532,6 +565,14 @@ def main(argv: list[str] | None = None) -> int:
         help="[daemon] workers (and $ATLAS_WORKERS) of the home; unset: the daemon's default",
     )
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--disk-full",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="fill the home's own tmpfs this long once, then free it (needs root)",
+    )
+    parser.add_argument("--disk-size", type=int, default=128, help="MB of the home's tmpfs")
     parser.add_argument("--keep-log", type=Path, help="write the daemon's log here")
     parser.add_argument("--keep-home", type=Path, help="copy the home here at the end")
     parser.add_argument("--json", action="store_true")

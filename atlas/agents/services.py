@@ -17,6 +17,7 @@ from atlas.channels.base import Address
 from atlas.dispatch import Dispatcher
 from atlas.errors import ToolError
 from atlas.executors.record import DelegationRecord
+from atlas.executors.task_rows import TaskRows
 from atlas.executors.tasks import ExecutorTasks
 from atlas.executors.workbench import Workbench
 from atlas.home import Bot
@@ -71,6 +72,7 @@ class HomeServices:
                 home,
                 workbench=self.workbench,
                 record=delegation_record(self.dispatcher, self.workbench),
+                rows=TaskRows(self.home_store),  # delegations as rows: they survive a restart
             )
         return self._executors
 

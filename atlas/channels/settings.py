@@ -1,9 +1,14 @@
-"""`[channels.telegram]` and `[channels.slack]` of a bot.toml, validated.
+"""`[channels.telegram]`, `[channels.slack]` and a channel plugin's `[channels.<name>]` of a
+bot.toml, validated.
 
 BotSettings keeps `channels` as a plain dict (so config.py needs no channel knowledge); these
 models check it before the daemon starts anything (`check_channels`) and again when a channel
 starts, with errors naming the bot.toml, the key and its line. Secrets are
 never in the file: each names the environment variable that holds it.
+
+A channel plugin (entry-point group `atlas.channels`, docs/plugins.md) declares its settings as
+`settings_model`, a subclass of ChannelSettings (the shared keys plus its own), whose
+`secrets()` names the `*_env` keys it needs; one that declares none takes the shared keys only.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from pydantic import Field, ValidationError, field_validator
 from atlas.config import Strict, find_line, read_toml
 from atlas.errors import ConfigError
 from atlas.home import Bot
+from atlas.plugins import CHANNELS_GROUP, PluginError, installed_names, load_plugin
 
 Platform = Literal["telegram", "slack"]
 PLATFORMS: tuple[Platform, ...] = ("telegram", "slack")
@@ -46,6 +52,11 @@ class ChannelSettings(Strict):
     @property
     def inbox_max_bytes(self) -> int:
         return int(self.inbox_max_mb * 1024 * 1024)
+
+    def secrets(self) -> list[tuple[str, str | None]]:
+        """(key, environment variable) of every secret the channel needs in its mode: a
+        plugin's settings override it; `check_channels` requires each variable set."""
+        return []
 
 
 class TelegramSettings(ChannelSettings):
@@ -121,7 +132,7 @@ def required_secrets(platform: str, settings: ChannelSettings) -> list[tuple[str
         else:
             needed.append(("signing_secret_env", settings.signing_secret_env))
         return needed
-    raise ValueError(f"no secrets known for platform {platform!r}")
+    return settings.secrets()  # a plugin channel's own
 
 
 def check_channels(bot: Bot) -> None:
@@ -129,7 +140,7 @@ def check_channels(bot: Bot) -> None:
     each secret's environment variable set. Run before the daemon starts anything, so a
     mistake stops it with the file, key and line instead of a silent "none configured"."""
     for platform in configured_platforms(bot):
-        settings = channel_settings(bot, platform, _MODELS[platform])
+        settings = channel_settings(bot, platform, settings_model(bot, platform))
         telegram = settings if isinstance(settings, TelegramSettings) else None
         if telegram and telegram.mode == "webhook" and not telegram.webhook_url:
             loc = ("channels", platform, "mode")
@@ -143,8 +154,30 @@ def check_channels(bot: Bot) -> None:
 
 
 def chat_platforms() -> tuple[str, ...]:
-    """The platforms a bot.toml may configure ([channels.<platform>])."""
-    return tuple(_MODELS)
+    """The platforms a bot.toml may configure ([channels.<platform>]): the built-in ones and
+    every installed channel plugin."""
+    return tuple(sorted(set(_MODELS) | set(installed_names(CHANNELS_GROUP))))
+
+
+def settings_model(bot: Bot, platform: str) -> type[ChannelSettings]:
+    """The settings class of `[channels.<platform>]`: the built-in one, or what the channel
+    plugin of that name declares (`settings_model`; the shared keys when it declares none)."""
+    if platform in _MODELS:
+        return _MODELS[platform]
+    where = (
+        f"{bot.root / 'bot.toml'}: [channels.{platform}]{_line_note(bot, ('channels', platform))}"
+    )
+    try:
+        plugin = load_plugin(CHANNELS_GROUP, platform)
+    except PluginError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+    model = getattr(plugin.target, "settings_model", ChannelSettings)
+    if not (isinstance(model, type) and issubclass(model, ChannelSettings)):
+        raise ConfigError(
+            f"{where}: the channel plugin {plugin.source} declares settings_model = {model!r}, "
+            "which is not a subclass of atlas.channels.settings.ChannelSettings: update the package"
+        )
+    return model
 
 
 def configured_platforms(bot: Bot) -> list[str]:
@@ -152,11 +185,12 @@ def configured_platforms(bot: Bot) -> list[str]:
     path = bot.root / "bot.toml"
     found = []
     for platform, raw in bot.settings.channels.items():
-        if platform not in _MODELS:
-            known = ", ".join(_MODELS)
+        if platform not in _MODELS and platform not in (kinds := chat_platforms()):
             where = _line_note(bot, ("channels", platform))
             raise ConfigError(
-                f"{path}: [channels.{platform}]{where}: unknown channel (known: {known})"
+                f"{path}: [channels.{platform}]{where}: unknown channel: no installed channel "
+                f"plugin provides {platform!r} (installed channel kinds: {', '.join(kinds)}; "
+                "a plugin registers under the atlas.channels entry points, docs/plugins.md)"
             )
         if isinstance(raw, dict) and raw.get("enabled", True) is False:
             continue
@@ -191,4 +225,5 @@ __all__ = [
     "configured_platforms",
     "required_secrets",
     "secret",
+    "settings_model",
 ]

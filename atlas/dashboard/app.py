@@ -22,6 +22,7 @@ from aiohttp import web
 from atlas.dashboard import events, login
 from atlas.dashboard.auth import SESSION_COOKIE
 from atlas.dashboard.context import DASHBOARD, NAV, SESSION, Dashboard, dashboard_of
+from atlas.dashboard.errors import errors
 from atlas.dashboard.listen import loopback_host
 from atlas.dashboard.pages import PAGES
 
@@ -91,7 +92,7 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 def build_app(dashboard: Dashboard) -> web.Application:
-    app = web.Application(middlewares=[guard], client_max_size=256 * 1024)
+    app = web.Application(middlewares=[errors, guard], client_max_size=256 * 1024)
     app[DASHBOARD] = dashboard
     app[NAV] = [(page.title, page.path) for page in PAGES]
     app.on_response_prepare.append(_security_headers)

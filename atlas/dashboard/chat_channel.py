@@ -2,9 +2,10 @@
 person writes and runs turns as for any channel (so it is searchable, with /stop and /mode);
 what the turn says is told to the browser tabs that show the chat, as it is written.
 
-Each conversation (one per bot: `Address(bot, "dashboard", "browser")`) has a feed; a tab's
-event stream (atlas/dashboard/pages/chat.py) subscribes to it. A feed holds only the reply
-being written now; the finished messages are in the bot's store.
+Each conversation (one per bot: `Address(bot, "dashboard", "browser")`) has a feed, which
+holds only the reply being written now (a tab opened mid-reply shows it); the finished
+messages are in the bot's store. Every event goes to the channel's listeners: the dashboard
+renders it once and sends it over the browsers' one event stream (Dashboard.attach).
 
 Questions (approvals, ask_user) are not put here: every turn's questions are listed on the
 Waiting page (atlas/pending_asks.py), which this chat's page shows too, so `ask` only waits
@@ -14,8 +15,7 @@ for that answer.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -26,8 +26,6 @@ from atlas.providers.base import ToolCall
 
 WEB_CHANNEL = "dashboard"
 WEB_CHAT = "browser"
-QUEUE_SIZE = 500  # a tab this far behind misses deltas (the finished message still comes)
-
 EventKind = Literal["user", "reply", "message"]
 
 
@@ -35,21 +33,18 @@ EventKind = Literal["user", "reply", "message"]
 class ChatEvent:
     kind: EventKind  # user: the person's message; reply: the reply so far; message: an answer
     text: str
-    tools: tuple[str, ...] = ()  # the tool calls of the reply being written
+    tools: tuple[str, ...] = ()  # the tool calls of the reply (being written, or done)
+
+
+Listener = Callable[[Address, ChatEvent], None]
 
 
 @dataclass
 class ChatFeed:
-    """One conversation's live state and the tabs listening to it."""
+    """One conversation's reply being written."""
 
     partial: str = ""
     tools: list[str] = field(default_factory=list)
-    queues: set[asyncio.Queue[ChatEvent | None]] = field(default_factory=set)
-
-    def publish(self, event: ChatEvent) -> None:
-        for queue in self.queues:
-            with contextlib.suppress(asyncio.QueueFull):
-                queue.put_nowait(event)
 
 
 def web_address(bot: str) -> Address:
@@ -65,6 +60,7 @@ class BrowserChannel:
 
     def __init__(self) -> None:
         self._feeds: dict[Address, ChatFeed] = {}
+        self._listeners: list[Listener] = []
         self.closed = False
         # How long `ask` waits at most. A worker process's turn asks through its link
         # (ForwardedChannel), and the worker's end of the wait is cancelled when answered,
@@ -74,51 +70,47 @@ class BrowserChannel:
     def feed(self, address: Address) -> ChatFeed:
         return self._feeds.setdefault(address, ChatFeed())
 
-    @contextlib.contextmanager
-    def subscribe(self, address: Address) -> Iterator[asyncio.Queue[ChatEvent | None]]:
-        queue: asyncio.Queue[ChatEvent | None] = asyncio.Queue(QUEUE_SIZE)
-        feed = self.feed(address)
-        feed.queues.add(queue)
-        try:
-            yield queue
-        finally:
-            feed.queues.discard(queue)
+    def listen(self, listener: Listener) -> None:
+        """Call `listener` with every event of every conversation (once, however often)."""
+        if listener not in self._listeners:
+            self._listeners.append(listener)
+
+    def _publish(self, address: Address, event: ChatEvent) -> None:
+        for listener in self._listeners:
+            listener(address, event)
 
     def said_by_person(self, address: Address, text: str) -> None:
         """What the person wrote, for every tab showing the chat."""
-        self.feed(address).publish(ChatEvent("user", text))
+        self._publish(address, ChatEvent("user", text))
 
     async def start(self) -> None:
         return None
 
     async def stop(self) -> None:
-        """Open streams end: the daemon's shutdown never waits on a browser tab."""
+        """No more events (the streams themselves end with the dashboard's hub)."""
         self.closed = True
-        for feed in self._feeds.values():
-            for queue in feed.queues:
-                with contextlib.suppress(asyncio.QueueFull):
-                    queue.put_nowait(None)
 
     async def send(self, address: Address, text: str, files: list[Path] | None = None) -> None:
         """A finished message (the answer, a note like "Stopped."): the reply so far is done."""
         feed = self.feed(address)
+        tools = tuple(feed.tools)  # shown folded under the answer, not lost with the draft
         feed.partial, feed.tools = "", []
         shown = text + "".join(f"\n[file] {path.name}" for path in files or [])
-        feed.publish(ChatEvent("message", shown))
+        self._publish(address, ChatEvent("message", shown, tools))
 
     async def stream(self, address: Address, text: str) -> None:
         feed = self.feed(address)
         feed.partial += text
-        feed.publish(ChatEvent("reply", feed.partial, tuple(feed.tools)))
+        self._publish(address, ChatEvent("reply", feed.partial, tuple(feed.tools)))
 
     async def show_tool_call(self, address: Address, call: ToolCall) -> None:
         feed = self.feed(address)
         feed.tools.append(describe_call(call))
-        feed.publish(ChatEvent("reply", feed.partial, tuple(feed.tools)))
+        self._publish(address, ChatEvent("reply", feed.partial, tuple(feed.tools)))
 
     async def typing(self, address: Address) -> None:
         feed = self.feed(address)
-        feed.publish(ChatEvent("reply", feed.partial, tuple(feed.tools)))
+        self._publish(address, ChatEvent("reply", feed.partial, tuple(feed.tools)))
 
     async def ask(self, address: Address, question: str, choices: list[str]) -> str | None:
         """Answered on the page (Waiting's list, shown in the chat): only wait for it."""

@@ -7,6 +7,7 @@ from typing import TextIO
 
 from atlas.dashboard.auth import LINK_MINUTES, ensure_secret, issue_login_token, rotate_secret
 from atlas.dashboard.listen import listen_of
+from atlas.dashboard.port import taken_by
 from atlas.dashboard.server import running_url
 from atlas.errors import AtlasError
 from atlas.home import Home
@@ -26,7 +27,14 @@ def dashboard_main(home: Home, out: TextIO | None = None, *, log_out_everyone: b
     url = running_url(home.root)
     note = ""
     if url is None:
-        url = listen_of(settings, home.config_path).url
+        listen = listen_of(settings, home.config_path)
+        taken = taken_by(listen)
+        if taken is not None:  # a link there would hand the login token to that program
+            raise AtlasError(
+                f"the dashboard cannot be served: {taken}. Stop it, or change [dashboard] "
+                f"listen in {home.config_path}, then start `atlas run`"
+            )
+        url = listen.url
         note = f"(the daemon is not running: start `atlas run`; the link waits {LINK_MINUTES} min)"
     token = issue_login_token(home.root)
     print(f"{url}/login?token={token}", file=out)

@@ -16,8 +16,9 @@ from atlas.dashboard.usage_cache import UsageCache
 from atlas.pending_asks import PendingAsks
 
 if TYPE_CHECKING:
+    from atlas.channels.base import Address
     from atlas.channels.supervisor import ChannelHealth
-    from atlas.dashboard.chat_channel import BrowserChannel
+    from atlas.dashboard.chat_channel import BrowserChannel, ChatEvent
     from atlas.dispatch import Dispatcher
     from atlas.home import Bot, Home
     from atlas.store.conversations import ConversationStore
@@ -67,12 +68,20 @@ class Dashboard:
         registered = dispatcher.channels.get(WEB_CHANNEL)  # the daemon's, before recovery
         self.chat = registered if isinstance(registered, BrowserChannel) else BrowserChannel()
         dispatcher.channels[WEB_CHANNEL] = self.chat
+        self.chat.listen(self._chat_said)
         # A worker's turn's wait here is never cancelled (atlas/workers/asks.py): it ends
         # a minute after the gate's own timeout has surely ended the turn's.
         self.chat.wait_limit = self.home.settings.trust.ask_timeout + ASK_MARGIN
         services = dispatcher.services
         if services is not None and services.routines is not None:
             self.watch_routines(services.routines)
+
+    def _chat_said(self, address: Address, event: ChatEvent) -> None:
+        """A Chat page event, rendered once, for every browser's event stream."""
+        from atlas.dashboard.pages.chat import chat_events
+
+        for pushed in chat_events(self, address, event):
+            self.events.publish(pushed)
 
     def watch_routines(self, scheduler: object) -> None:
         """Publish `routines` whenever the daemon's scheduler changes something the Routines

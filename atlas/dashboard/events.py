@@ -1,28 +1,42 @@
-"""Server-sent events: what makes pages live without a reload.
+"""Server-sent events: what makes pages live without a reload, over one stream per browser.
 
-`EventHub` fans an event name out to every open `/events` stream; a page subscribes with the
-htmx SSE extension (`hx-ext="sse" sse-connect="/events"`) and refetches its live part on
-`hx-trigger="sse:<name>"`. Today: `home` when a channel's health changes, and every
-`heartbeat` seconds (turns, tokens and approvals have no hook yet). Waiting and Chat publish
-their own names on the same hub, and the daemon's routine scheduler `routines` (a run started
-or ended, routines synced: Dashboard.watch_routines).
+`EventHub` fans an event out to every open `/events` stream. A browser holds one stream for
+all its tabs: /static/live-worker.js (a SharedWorker) opens it and hands each event to every
+tab; where SharedWorker is missing (some phones), each tab with a live part opens its own
+(/static/live.js). A browser allows 6 connections per host over HTTP/1.1, so one stream per
+panel (or two per Chat tab) stalled everything from the fourth tab on.
+
+The page side: a live part refetches itself on `hx-trigger="live:<name> from:body"`, and on
+`live:open` (the stream reopened after a drop: something may have changed meanwhile). Names: `home` when
+a channel's health changes and every `heartbeat` seconds (turns, tokens and approvals have no
+hook yet), `waiting`, `routines` (Dashboard.watch_routines), and `chat`: a message or the reply
+so far for the Chat page, as JSON `{"bot", "part", "html"}` (Dashboard.attach).
 
 A stream ends when the dashboard stops (`close`), so the daemon's shutdown never waits on an
-open browser tab.
+open browser tab; a browser going away is routine (one debug line, no traceback).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from aiohttp import web
 
 from atlas.dashboard.context import dashboard_of
-from atlas.dashboard.hub import CLOSED
+from atlas.dashboard.hub import CLOSED, Event
+
+log = logging.getLogger(__name__)
+
+
+def encode(event: Event) -> bytes:
+    if isinstance(event, str):
+        return f"event: {event}\ndata: {event}\n\n".encode()
+    return f"event: {event.name}\ndata: {event.data}\n\n".encode()
 
 
 async def events(request: web.Request) -> web.StreamResponse:
-    """`/events`: an event stream; each event's data is its name."""
+    """`/events`: the event stream of every live part of every tab of one browser."""
     hub = dashboard_of(request).events
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
@@ -32,14 +46,15 @@ async def events(request: web.Request) -> web.StreamResponse:
     with hub.subscribe() as queue:
         while not hub.closed:
             try:
-                name = await asyncio.wait_for(queue.get(), hub.heartbeat)
+                event = await asyncio.wait_for(queue.get(), hub.heartbeat)
             except TimeoutError:
-                name = "home"
-            if name == CLOSED:
+                event = "home"
+            if event == CLOSED:
                 break
             try:
-                await response.write(f"event: {name}\ndata: {name}\n\n".encode())
-            except ConnectionError:  # the tab closed
+                await response.write(encode(event))
+            except ConnectionError:  # the browser went away: nothing to report
+                log.debug("dashboard: an event stream's browser went away")
                 break
     return response
 

@@ -172,6 +172,67 @@ def conversation_page(
     return shown, (last if more else None)
 
 
+@dataclass
+class Window:
+    """A page of one conversation and where to go on: `earlier` is the `before` cursor of
+    the page before it, `later` the `after` cursor of the next; None at either end."""
+
+    messages: list[MessageView]
+    earlier: int | None
+    later: int | None
+
+
+def conversation_window(
+    db: sqlite_utils.Database,
+    conversation_id: int,
+    *,
+    after_id: int | None = None,
+    before_id: int | None = None,
+    limit: int,
+) -> Window:
+    """A page by message id cursors: after `after_id` (from 0: the start), else the last
+    `limit` messages before `before_id` (none given: the end, where a conversation opens).
+    A page never starts on a tool result: it starts at the call it answers."""
+    if after_id is None:
+        after_id, limit = _start_before(db, conversation_id, before_id, limit)
+    messages, later = conversation_page(db, conversation_id, after_id=after_id, limit=limit)
+    first = messages[0].id if messages else after_id + 1
+    sooner = db.execute(
+        "SELECT 1 FROM messages WHERE conversation_id = ? AND id < ? LIMIT 1",
+        [conversation_id, first],
+    ).fetchone()
+    return Window(messages, first if sooner else None, later)
+
+
+def _start_before(
+    db: sqlite_utils.Database, conversation_id: int, before_id: int | None, limit: int
+) -> tuple[int, int]:
+    """The page that ends just before `before_id`: its `after` cursor and its length."""
+    bound = before_id if before_id is not None else 2**63 - 1
+    ids = db.execute(
+        "SELECT id, role FROM messages WHERE conversation_id = ? AND id < ? "
+        "ORDER BY id DESC LIMIT ?",
+        [conversation_id, bound, limit],
+    ).fetchall()
+    if not ids:
+        return (bound - 1 if before_id is not None else 0), limit
+    start, role = ids[-1]
+    if role != "tool":
+        return start - 1, len(ids)
+    # Back to the call it answers, so the two are shown together.
+    call = db.execute(
+        "SELECT id FROM messages WHERE conversation_id = ? AND id < ? AND role != 'tool' "
+        "ORDER BY id DESC LIMIT 1",
+        [conversation_id, start],
+    ).fetchone()
+    start = call[0] if call else start
+    (length,) = db.execute(
+        "SELECT count(*) FROM messages WHERE conversation_id = ? AND id >= ? AND id < ?",
+        [conversation_id, start, bound],
+    ).fetchone()
+    return start - 1, length
+
+
 def _add_row(row: dict[str, Any], shown: list[MessageView], calls: dict[str, ToolCallView]) -> None:
     if row["role"] == "tool" and row["tool_call_id"] in calls:
         call = calls[row["tool_call_id"]]

@@ -17,6 +17,7 @@ from atlas.dashboard.app import build_app
 from atlas.dashboard.auth import Signer
 from atlas.dashboard.context import Dashboard
 from atlas.dashboard.listen import Listen, listen_of
+from atlas.dashboard.port import taken_by
 from atlas.errors import AtlasError, ConfigError
 
 if TYPE_CHECKING:
@@ -122,11 +123,12 @@ async def start_dashboard(
     try:
         await server.start()
     except OSError as exc:
+        taken = taken_by(listen)
         log.error(
             "dashboard: cannot listen on %s (%s); running without it: change [dashboard] "
             "listen in %s",
             home.settings.dashboard.listen,
-            exc,
+            taken or exc,
             home.config_path,
         )
         return None
@@ -147,6 +149,10 @@ def doctor_lines(home: Home) -> list[tuple[str, bool, str, str, bool]]:
         return [("dashboard", False, str(exc), fix, False)]
     serving = running_url(home.root)
     state = f"served at {serving}" if serving else "not served now (the daemon is not running)"
+    taken = None if serving else taken_by(listen)
+    if taken is not None:  # the daemon would run without it: say so, not "all good"
+        fix = f"stop that program, or change [dashboard] listen in {home.config_path}"
+        return [("dashboard", False, f"{listen.url}: {taken}", fix, False)]
     lines = []
     if listen.remote:
         detail = (

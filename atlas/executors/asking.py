@@ -33,7 +33,7 @@ HARDLINE_SECONDS = 2.0
 
 
 class TaskAsking:
-    """Taking in a task's events; needs `home`, `workbench` and `_record`."""
+    """Taking in a task's events; needs `home`, `workbench`, `_record` and `_mark`."""
 
     home: Home
     workbench: Workbench
@@ -41,10 +41,14 @@ class TaskAsking:
     async def _record(self, method: str, *args: Any) -> Any:
         raise NotImplementedError
 
+    async def _mark(self, task: Task, last_event: str, **changes: object) -> None:
+        """The workbench's instance and the task's row (ExecutorTasks._mark)."""
+        raise NotImplementedError
+
     async def _event(self, task: Task, instance: ExecutorInstance, event: Any, turn: Any) -> None:
         if isinstance(event, SessionStarted):
             task.session_id = event.session_id
-            self.workbench.update(task.id, session_id=event.session_id)
+            await self._mark(task, f"session {event.session_id}", session_id=event.session_id)
         elif isinstance(event, AssistantText):
             task.messages.append(f"assistant: {event.text}")
         elif isinstance(event, ToolUse):
@@ -74,7 +78,8 @@ class TaskAsking:
         task.open_questions.extend(texts)
         for text in texts:
             await self._record("add", turn, "question", text)
-        self.workbench.update(task.id, state="asking", detail=f"asks: {short(texts[0])}")
+        asks = f"asks: {short(texts[0])}"
+        await self._mark(task, asks, state="asking", detail=asks)
         asked = [
             Asked(
                 f"{task.id} ({task.account.target}, {task.folder.name}) asks: {item.question}",
@@ -128,7 +133,8 @@ class TaskAsking:
             decision = Decision(False, "nobody can approve this where the task was delegated")
             who = "nobody"
         else:
-            self.workbench.update(task.id, state="asking", detail=f"wants to run {event.tool}")
+            wants = f"wants to run {event.tool}"
+            await self._mark(task, wants, state="asking", detail=wants)
             question = (
                 f"{task.id} ({task.account.target}, in {task.folder}) wants to use "
                 f"{event.tool}: {shown}"

@@ -12,6 +12,7 @@ entry-point group (atlas/plugins.py, SDK version 2).
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from atlas.config import ExecutorSettings
     from atlas.executors.launch import ExecutorLauncher
     from atlas.executors.limits import LimitBook
+    from atlas.sandbox.proxy import DomainAsker
 
 EXECUTOR_SDK_VERSION = 2  # atlas.plugins.SDK_VERSIONS["atlas.executors"]
 
@@ -181,6 +183,10 @@ class TaskSpec:
     # Claude Code's --permission-mode (`default` asks before edits and commands, `acceptEdits`
     # lets edits in the folder pass); None: the harness's default. Codex asks nothing.
     permission_mode: str | None = None
+    bot: str | None = None  # the bot that delegated: the executor runs in its view
+    # Asked about a host outside the harness's own (its provider's, its allowed_domains): the
+    # person's yes or no, through the proxy as for commands. None: nobody to ask, refused.
+    ask_host: DomainAsker | None = None
 
 
 SteerOutcome = Literal["sent", "queued"]  # delivered into the running turn, or after it
@@ -234,13 +240,16 @@ class LogEntry:
 
 @dataclass(frozen=True)
 class SessionLog:
-    """A harness's own session log, read back. `deleted` when the file is gone (Claude Code
-    deletes sessions after 30 days by default)."""
+    """A harness's own session log, read back. `deleted` when the file is gone: deleted by
+    the harness (Claude Code, after `cleanupPeriodDays`) or never written; `why_missing` says
+    which, when the caller knows the session's age (atlas/executors/session_gone.py)."""
 
     session_id: str
     path: Path | None
     entries: tuple[LogEntry, ...] = ()
     deleted: bool = False
+    # When `deleted`: why it is missing, in a sentence (atlas/executors/session_gone.py).
+    why_missing: str = ""
 
     def head(self, count: int = 5) -> tuple[LogEntry, ...]:
         return self.entries[:count]
@@ -318,6 +327,10 @@ class Executor(abc.ABC):
         """The environment that points the harness at this account's folder."""
         return {self.config_env: str(account.config_dir)}
 
+    # What the login prints when it waits for a code pasted on its stdin (Claude Code's
+    # "Paste code here if prompted >"); None: its login needs nothing typed (a device code).
+    login_code_prompt: ClassVar[re.Pattern[str] | None] = None
+
     @abc.abstractmethod
     def login_argv(self, account: Account, email: str | None = None) -> list[str]:
         """The harness's own login for this account (run with `account_env`), which prints a
@@ -333,6 +346,11 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     def session_log(self, account: Account, session_id: str, folder: Path | None) -> SessionLog:
         """The harness's own log of a session, or SessionLog(deleted=True) when it is gone."""
+
+    def keeps_sessions_days(self, account: Account) -> int | None:
+        """Days the harness keeps a session's log before deleting it; None when it never
+        deletes them (what tells a log it deleted from one it never wrote)."""
+        return None
 
     @abc.abstractmethod
     def account_status(self, account: Account, observed: Mapping[str, Any]) -> AccountStatus:

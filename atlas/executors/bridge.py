@@ -257,11 +257,38 @@ class ExecutorBridge:
             short(shown_input(event.tool_input), 80),
             answer or "no answer (asked at the desk)",
         )
+        self._record_answer(report, instance, answer)
         if answer == ALLOW_ONCE:
             return "allow", ""
         if answer == DENY:
             return "deny", DENIED.format(where=where.channel)
         return None, ""
+
+    def _record_answer(
+        self, report: HookReport, instance: Instance | None, answer: str | None
+    ) -> None:
+        """The prompt and what came of it, in the session's turn of the delegation record."""
+        if self.desk_record is None or instance is None:
+            return
+        event = report.hook
+        shown = f"{event.tool_name} {short(shown_input(event.tool_input), 1500)}"
+        verdict = {
+            ALLOW_ONCE: "allowed",
+            DENY: "denied",
+            AT_THE_DESK: "left to the desk",
+        }.get(answer or "", "no answer in time: asked at the desk")
+        who = "the person" if answer is not None else "nobody (no answer in time)"
+        self.desk_record.note(
+            DeskEvent(
+                "PermissionRequest",
+                instance,
+                event.session_id,
+                f"wants to use {shown}",
+                report.config_dir,
+                answer=f"{shown}: {verdict}",
+                who=who,
+            )
+        )
 
 
 async def serve_plugin(

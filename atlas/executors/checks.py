@@ -7,6 +7,7 @@ import shutil
 from typing import TYPE_CHECKING
 
 from atlas.executors.registry import executor_classes
+from atlas.plugins import EXECUTORS_GROUP, why_unavailable
 
 if TYPE_CHECKING:
     from atlas.home import Home
@@ -27,9 +28,9 @@ async def executor_checks(home: Home) -> list[tuple[str, bool, str, str]]:
             continue
         label = f"executor {name}"
         if name not in classes:
-            lines.append(
-                (label, False, "no installed package registers it", "install its plugin package")
-            )
+            # None installed, or one of another SDK version: say which (versions named).
+            why = why_unavailable(EXECUTORS_GROUP, name)
+            lines.append((label, False, why, "install (or update) its plugin package"))
             continue
         executor = classes[name](settings, launcher=None)  # type: ignore[arg-type]
         install = INSTALL.get(name, "install it")

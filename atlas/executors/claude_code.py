@@ -218,8 +218,12 @@ class ClaudeCodeInstance(HarnessInstance):
 
     def _result(self, line: dict[str, Any]) -> ExecutorEvent:
         text = line.get("result")
-        if not isinstance(text, str):
-            text = "; ".join(str(e) for e in line.get("errors") or []) or str(line.get("subtype"))
+        if not isinstance(text, str) or (line.get("is_error") and not text.strip()):
+            # An error result often carries an empty `result`: its subtype (error_max_turns,
+            # error_during_execution) and `errors` are then all that says what went wrong.
+            errors = "; ".join(str(e) for e in line.get("errors") or [])
+            subtype = str(line.get("subtype") or "error")
+            text = f"{subtype}: {errors}" if errors else subtype
         if line.get("is_error") and LOGIN_TEXT.search(text):
             return Failure(
                 f"{self.account.target}: {text} (log it in: `CLAUDE_CONFIG_DIR="
@@ -308,6 +312,10 @@ class ClaudeCodeExecutor(Executor):
             return {}  # the default folder: found without it (and ~/.claude.json with it)
         return {self.config_env: str(account.config_dir)}
 
+    # `claude auth login` with no browser to open prints the link, then waits for the code
+    # the page shows after sign-in: "Paste code here if prompted > " (no newline).
+    login_code_prompt = re.compile(r"paste (?:the )?code", re.IGNORECASE)
+
     def login_argv(self, account: Account, email: str | None = None) -> list[str]:
         return [self.binary, "auth", "login", "--claudeai", *(["--email", email] if email else [])]
 
@@ -316,6 +324,11 @@ class ClaudeCodeExecutor(Executor):
 
     def session_log(self, account: Account, session_id: str, folder: Path | None) -> SessionLog:
         return claude_files.session_log(account.config_dir, session_id, folder)
+
+    def keeps_sessions_days(self, account: Account) -> int | None:
+        from atlas.executors.session_gone import claude_keeps_days
+
+        return claude_keeps_days(account.config_dir)
 
     def account_status(self, account: Account, observed: Mapping[str, Any]) -> AccountStatus:
         return claude_files.account_status(self.settings, account, observed)

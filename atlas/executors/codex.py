@@ -52,7 +52,14 @@ from atlas.executors.process import HarnessInstance
 
 LIMIT_TEXT = re.compile(r"usage limit|out of credits", re.IGNORECASE)
 RETRY_IN = re.compile(r"try again in ((?:\d+\s*(?:days?|hours?|minutes?|seconds?)\s*)+)", re.I)
-RETRY_AT = re.compile(r"try again at (\d{1,2}):(\d{2})\s*([AP]M)", re.IGNORECASE)
+# Codex writes the reset as `%-I:%M %p` on the same day, else `%b %-d<suffix>, %Y %-I:%M %p`
+# ("try again at Dec 8th, 2025 3:04 PM", codex-rs/core/src/error.rs), in local time.
+RETRY_AT = re.compile(
+    r"try again at (?:(?P<month>[A-Z][a-z]{2}) (?P<day>\d{1,2})(?:st|nd|rd|th)?, (?P<year>\d{4}) )?"
+    r"(?P<hour>\d{1,2}):(?P<minute>\d{2})\s*(?P<half>[AP]M)",
+    re.IGNORECASE,
+)
+MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 UNITS = {"day": 86400, "hour": 3600, "minute": 60, "second": 1}
 
 
@@ -69,14 +76,31 @@ def resets_from(message: str, now: datetime | None = None) -> datetime | None:
         )
         return now + timedelta(seconds=seconds)
     if found := RETRY_AT.search(message):
-        hour, minute = int(found.group(1)) % 12, int(found.group(2))
-        hour += 12 if found.group(3).upper() == "PM" else 0
-        local = now.astimezone()
+        return _reset_at(found, now)
+    return None
+
+
+def _reset_at(found: re.Match[str], now: datetime) -> datetime | None:
+    """The moment a RETRY_AT match names: its date when it has one (a weekly limit resets days
+    away), else the next such time of day. None for a date that does not exist."""
+    hour, minute = int(found["hour"]) % 12, int(found["minute"])
+    hour += 12 if found["half"].upper() == "PM" else 0
+    local = now.astimezone()
+    if found["month"] is None:
         moment = local.replace(hour=hour, minute=minute, second=0, microsecond=0)
         if moment <= local:
             moment += timedelta(days=1)
         return moment.astimezone(UTC)
-    return None
+    month = found["month"].lower()
+    if month not in MONTHS:
+        return None
+    try:
+        moment = datetime(
+            int(found["year"]), MONTHS.index(month) + 1, int(found["day"]), hour, minute
+        ).astimezone()  # naive: the machine's local time, as Codex wrote it
+    except ValueError:
+        return None
+    return moment.astimezone(UTC)
 
 
 class CodexInstance(HarnessInstance):

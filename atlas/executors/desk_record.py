@@ -2,7 +2,8 @@
 
 The plugin's hooks report them (atlas/executors/bridge.py): a prompt starts a turn, `Stop`
 (or `SessionEnd`) ends it, with the last assistant text of the harness's own session log and
-the folder's diff stat. Written behind the hooks' backs, in order, by one worker: a hook waits
+the folder's diff stat. A permission prompt Atlas asked the person about goes in as the turn's
+question and its answer (who answered, and what), as a delegated task's do. Written behind the hooks' backs, in order, by one worker: a hook waits
 for nothing (UserPromptSubmit holds the person's prompt until it is answered), and a failing
 record never touches the session.
 """
@@ -28,6 +29,8 @@ log = logging.getLogger(__name__)
 
 EXECUTOR = "claude-code"
 ENDS = {"Stop": "done", "SessionEnd": "done"}
+PERMISSION = "PermissionRequest"
+UNSEEN_PROMPT = "(its prompt came before Atlas was running)"
 QUEUED = 1_000  # events waiting to be written; past it, new ones are dropped (and logged)
 
 
@@ -40,6 +43,10 @@ class DeskEvent:
     session_id: str
     prompt: str
     config_dir: str | None  # CLAUDE_CONFIG_DIR as the hook saw it; None: the default
+    # PermissionRequest: `prompt` is the question asked, `answer` what came of it and `who`
+    # gave it ("the person", "nobody (no answer in time)").
+    answer: str = ""
+    who: str | None = None
 
 
 @dataclass
@@ -61,7 +68,7 @@ class DeskRecord:
 
     def note(self, event: DeskEvent) -> None:
         """Queue one event (returns at once)."""
-        if event.name not in ("UserPromptSubmit", *ENDS):
+        if event.name not in ("UserPromptSubmit", PERMISSION, *ENDS):
             return
         try:
             self._queue.put_nowait(event)
@@ -108,8 +115,30 @@ class DeskRecord:
                 session_id=event.session_id,
             )
             self._open[event.session_id] = _Open(turn, instance.folder, event.config_dir)
+        elif event.name == PERMISSION:
+            await self._permission(event)
         else:
             await self._end(event.session_id, ENDS[event.name])
+
+    async def _permission(self, event: DeskEvent) -> None:
+        opened = self._open.get(event.session_id)
+        if (
+            opened is None
+        ):  # the turn began before the daemon did: its answers are kept all the same
+            instance = event.instance
+            turn = await self.record.start_turn(
+                instance.id,
+                EXECUTOR,
+                instance.account,
+                str(instance.folder),
+                UNSEEN_PROMPT,
+                None,
+                owner="person",
+                session_id=event.session_id,
+            )
+            opened = self._open[event.session_id] = _Open(turn, instance.folder, event.config_dir)
+        await self.record.add(opened.turn, "question", event.prompt)
+        await self.record.add(opened.turn, "answer", event.answer, event.who)
 
     async def _end(self, session_id: str, state: str) -> None:
         turn = self._open.pop(session_id, None)

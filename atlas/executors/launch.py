@@ -3,10 +3,12 @@
 The task's folder and the account's config folder are writable (the harness writes its session
 there); every other account's folder stays hidden, with the home, the vault and the person's
 credentials. The network goes through Atlas's egress proxy on a channel of its own, where the
-harness's provider hosts pass without a question; any other host is asked of the person through
-`ask` (none given: refused). Where no sandbox can start, or socat cannot bridge the proxy in, the
-start is refused (fail closed): a harness with no network cannot work, and one outside the
-sandbox is the person's choice, through `[sandbox] enabled = false`.
+harness's provider hosts pass without a question (the channel's own allow-list); any other host
+is asked of the person through the task's `ask` (atlas/executors/egress.py), as a command's are,
+and the proxy logs what it did: "asked the person, refused", or "no one to ask". Where no
+sandbox can start, or socat cannot bridge the proxy in, the start is refused (fail closed): a
+harness with no network cannot work, and one outside the sandbox is the person's choice,
+through `[sandbox] enabled = false`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from atlas.errors import AtlasError
 from atlas.executors.base import ExecutorError
 
 if TYPE_CHECKING:
-    from atlas.home import Home
+    from atlas.home import Bot, Home
     from atlas.sandbox.launcher import SandboxPolicy
     from atlas.sandbox.proxy import DomainAsker
 
@@ -44,13 +46,14 @@ class Launch:
     sandboxed: bool
 
 
-def _matches(host: str, patterns: Sequence[str]) -> bool:
-    host = host.lower().rstrip(".")
-    for pattern in patterns:
-        pattern = pattern.lower()
-        if host == pattern or (pattern.startswith("*.") and host.endswith(pattern[1:])):
-            return True
-    return False
+def _patterns(hosts: Sequence[str]) -> tuple[str, ...]:
+    """The harness's hosts as the proxy's allow-list writes them (`*.x.com` -> `.x.com`)."""
+    from atlas.sandbox.proxy_protocol import normalise_pattern
+
+    try:
+        return tuple(normalise_pattern(host) for host in hosts)
+    except ValueError as exc:  # allowed_domains is checked when config.toml loads: a plugin's
+        raise ExecutorError(f"the executor's hosts: {exc}") from exc
 
 
 class ExecutorLauncher:
@@ -93,10 +96,14 @@ class ExecutorLauncher:
         account_paths: Sequence[Path],
         env: Mapping[str, str],
         hosts: Sequence[str],
+        bot: str | None = None,
+        ask: DomainAsker | None = None,
     ) -> AsyncIterator[Launch]:
         """The launch of `argv` in `folder`, valid while the block lasts (its proxy channel).
         `account_paths`: the account's config folder first, then any file the harness keeps
-        for it elsewhere; all writable, and unhidden for this run alone."""
+        for it elsewhere; all writable, and unhidden for this run alone. `bot`: whose view
+        it runs in (its grants; None: the home's grants alone). `hosts` pass without a
+        question; any other is asked through `ask` (else the launcher's; neither: refused)."""
         environment = self.environment(env)
         await asyncio.to_thread(_prepare, folder, account_paths[0])
         if not self.home.settings.sandbox.enabled:
@@ -108,25 +115,19 @@ class ExecutorLauncher:
                 "which needs socat: `sudo apt-get install socat` (or `[sandbox] enabled = false` "
                 "in config.toml to run them unsandboxed)"
             )
+        from atlas.sandbox.egress_watch import ChannelWatch
         from atlas.sandbox.proxy import proxy_for
 
         proxy = await proxy_for(self.home)
-        async with proxy.channel(self._asker(hosts)) as socket:
+        own = ChannelWatch(also_allowed=_patterns(hosts))
+        async with proxy.channel(ask or self.ask, own) as socket:
             try:
                 argv_in, policy = await asyncio.to_thread(
-                    self._sandboxed, argv, folder, account_paths, environment, socket
+                    self._sandboxed, argv, folder, account_paths, environment, socket, bot
                 )
             except AtlasError as exc:  # SandboxUnavailable: fail closed, saying how to fix it
                 raise ExecutorError(f"the executor cannot start in the sandbox: {exc}") from exc
             yield Launch(argv_in, dict(policy.env), Path("/"), sandboxed=True)
-
-    def _asker(self, hosts: Sequence[str]) -> DomainAsker:
-        async def ask(host: str) -> bool:
-            if _matches(host, hosts):
-                return True
-            return False if self.ask is None else await self.ask(host)
-
-        return ask
 
     def _sandboxed(
         self,
@@ -135,31 +136,57 @@ class ExecutorLauncher:
         account_paths: Sequence[Path],
         env: dict[str, str],
         socket: Path,
+        bot: str | None = None,
     ) -> tuple[list[str], SandboxPolicy]:
-        """bwrap's argv and the policy (off the event loop: the first probe starts bwrap)."""
-        from atlas.sandbox.launcher import SandboxPolicy, sandbox_argv
-        from atlas.sandbox.policy import person_readable, standard_hidden
+        """bwrap's argv and the policy (off the event loop: the first probe starts bwrap): the
+        view of the bot that delegated (atlas/sandbox/view.py, its grants and the home's), with
+        the task's folder as its workspace and the account's own paths writable."""
+        from atlas.sandbox.launcher import sandbox_argv
 
-        own = tuple(path.resolve() for path in account_paths)
-        hidden = [
-            path
-            for path in [*standard_hidden(self.home), *self.hidden_config_dirs]
-            if path.resolve() not in own
-        ]
-        readable = list(person_readable())
-        found = shutil.which(argv[0], path=env.get("PATH"))
-        if found:  # a harness installed under /tmp stays visible behind the private /tmp
-            readable += _install_folders(Path(found))
-        policy = SandboxPolicy(
-            workspace=folder,
-            writable=own,
-            hidden=tuple(hidden),
-            env=env,
-            proxy_socket=socket,
-            cwd=folder,
-            readable=tuple(readable),
-        )
+        policy = executor_policy(
+            self.home, self.home.bots.get(bot) if bot else None, folder, account_paths,
+            hidden_config_dirs=self.hidden_config_dirs, env=env, socket=socket,
+            binary=shutil.which(argv[0], path=env.get("PATH")),
+        )  # fmt: skip
         return sandbox_argv(list(argv), policy), policy
+
+
+def executor_policy(
+    home: Home,
+    bot: Bot | None,
+    folder: Path,
+    account_paths: Sequence[Path],
+    *,
+    hidden_config_dirs: Sequence[Path] = (),
+    env: Mapping[str, str],
+    socket: Path | None,
+    binary: str | None = None,
+) -> SandboxPolicy:
+    """An executor's sandbox: the same view as the bot's commands (the grants of config.toml
+    and bot.toml included), the task's folder for its workspace, the account's config folder
+    and files writable and unhidden, every other account's hidden, the home's limits."""
+    from dataclasses import replace
+
+    from atlas.sandbox.limits import limits_of
+    from atlas.sandbox.view import build_view
+
+    view = build_view(home, bot, workspace=folder)
+    own = tuple(path.resolve() for path in account_paths)
+    hidden = [
+        path for path in [*view.command_hidden(), *hidden_config_dirs] if path.resolve() not in own
+    ]
+    readable = list(view.command_readable())
+    if binary:  # a harness installed under /tmp stays visible behind the private /tmp
+        readable += _install_folders(Path(binary))
+    policy = view.policy(env=env, proxy_socket=socket)
+    return replace(
+        policy,
+        writable=(*own, *view.writable),
+        hidden=tuple(hidden),
+        readable=tuple(dict.fromkeys(readable)),
+        cwd=folder,
+        limits=limits_of(home.settings.sandbox),
+    )
 
 
 def _install_folders(binary: Path) -> list[Path]:

@@ -165,6 +165,8 @@ class HarnessInstance(ExecutorInstance):
             account_paths=self.account_paths,
             env=self.env,
             hosts=self.hosts,
+            bot=self.task.bot,
+            ask=self.task.ask_host,
         ) as launch:
             try:
                 self.process = await asyncio.create_subprocess_exec(

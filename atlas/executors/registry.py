@@ -16,7 +16,7 @@ from atlas.executors.accounts import account_statuses, parse_target
 from atlas.executors.base import AccountStatus, Executor, ExecutorError
 from atlas.executors.launch import ExecutorLauncher
 from atlas.executors.limits import LimitBook
-from atlas.plugins import EXECUTORS_GROUP, load_plugins
+from atlas.plugins import EXECUTORS_GROUP, load_plugins, why_unavailable
 
 if TYPE_CHECKING:
     from atlas.home import Home
@@ -83,7 +83,7 @@ class ExecutorSet:
         if name in self.home.settings.executors and name in self.classes:
             why = f"it is turned off: set enabled = true under [executors.{name}] in config.toml"
         elif name in self.home.settings.executors:
-            why = "no installed package registers it (atlas.executors entry point)"
+            why = why_unavailable(EXECUTORS_GROUP, name)
         else:
             why = f"config.toml has no [executors.{name}] table"
         known = ", ".join(self.executors) or "none"

@@ -101,6 +101,7 @@ class Task:
     turn: Any = None  # the delegation record's current turn
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     report: str = ""
+    allowed_hosts: set[str] = field(default_factory=set)  # hosts the person let it reach
 
 
 def short(value: object, width: int = 160) -> str:

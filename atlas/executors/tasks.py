@@ -15,12 +15,16 @@ sandbox in its folder (atlas/executors/launch.py). Its events are mapped here:
   conversation, as a subagent's does; a routine's delegate waits for it instead.
 
 Every turn goes into the delegation record when there is one (`record`: DelegationRecord,
-atlas/executors/record.py).
+atlas/executors/record.py), and every task is a row (`rows`: TaskRows,
+atlas/executors/task_rows.py) written at each change that matters after a restart: a resume
+after one rebuilds the task from its row; a task the daemon's stop cuts short ends
+`interrupted`, to be reported at the next start (atlas/executors/restart.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +37,7 @@ from atlas.executors.base import (
     ExecutorError,
     TaskSpec,
 )
+from atlas.executors.egress import task_host_asker
 from atlas.executors.handoff import Handoff, diff_stat, folder_diff
 from atlas.executors.task_model import (
     CONTINUE,
@@ -43,7 +48,15 @@ from atlas.executors.task_model import (
     report,
     short,
 )
-from atlas.executors.workbench import Instance, Workbench, new_instance_id
+from atlas.executors.task_rows import (
+    CUT_BY_STOP,
+    TaskRows,
+    instance_of,
+    is_ended,
+    route_of,
+    snapshot,
+)
+from atlas.executors.workbench import INTERRUPTED, Instance, Workbench, new_instance_id
 
 if TYPE_CHECKING:
     from atlas.executors.registry import ExecutorSet
@@ -64,11 +77,14 @@ class ExecutorTasks(TaskAsking):
         executors: ExecutorSet | None = None,
         workbench: Workbench | None = None,
         record: TurnRecord | None = None,
+        rows: TaskRows | None = None,
     ) -> None:
         self.home = home
         self._executors = executors
         self.workbench = workbench or Workbench()
         self.record = record
+        self.rows = rows
+        self._closing = False  # the daemon stops: a task cut now is interrupted, not stopped
         self.tasks: dict[str, Task] = {}
         self._logins: set[asyncio.Task[None]] = set()
 
@@ -102,7 +118,7 @@ class ExecutorTasks(TaskAsking):
         for hop in route or []:
             self.executors.resolve(hop, None)  # a wrong name fails now, not at the limit
         task = Task(new_instance_id(), goal, folder, Origin.of(run), route, executor, account)
-        await self._launch(task, TaskSpec(folder, goal, account))
+        await self._launch(task, TaskSpec(folder, goal, account, bot=task.origin.bot))
         self.workbench.add(
             Instance(
                 task.id,
@@ -116,6 +132,7 @@ class ExecutorTasks(TaskAsking):
             )
         )
         self.tasks[task.id] = task
+        await self._save(task, "started")
         task.driver = asyncio.create_task(self._drive(task, goal), name=f"executor {task.id}")
         return self.workbench.get(task.id)  # type: ignore[return-value]
 
@@ -129,7 +146,7 @@ class ExecutorTasks(TaskAsking):
     ) -> Instance:
         """Continue an ended task's session with `message`: on its own account, or with
         `target` on another (a copy of the session, or a handoff packet to another executor)."""
-        task = self.tasks.get(instance_id.strip())
+        task = self.tasks.get(instance_id.strip()) or await self._restored(run, instance_id)
         if task is None:
             raise ExecutorError(
                 f"no task {instance_id!r} of Atlas's to resume (see action=list; a session the "
@@ -142,7 +159,10 @@ class ExecutorTasks(TaskAsking):
         task.tried, task.hops = [], []
         prompt = message
         if target is None or self.executors.resolve(target, None)[1] == task.account:
-            await self._launch(task, TaskSpec(task.folder, message, task.account, task.session_id))
+            spec = TaskSpec(
+                task.folder, message, task.account, task.session_id, bot=task.origin.bot
+            )
+            await self._launch(task, spec)
         else:
             executor, account = self.executors.resolve(target, None)
             why = f"it ended there and goes on on {account.target}"
@@ -151,12 +171,42 @@ class ExecutorTasks(TaskAsking):
         task.result, task.failure, task.limit, task.stop_reason = None, None, None, None
         task.ended = asyncio.Event()
         task.messages.append(f"user: {message}")
-        self.workbench.update(task.id, state="running", detail="", ended_at=None)
+        await self._mark(task, "resumed", state="running", detail="", ended_at=None)
         task.driver = asyncio.create_task(self._drive(task, prompt), name=f"executor {task.id}")
         return self.workbench.get(task.id)  # type: ignore[return-value]
 
+    async def _restored(self, run: RunContext, instance_id: str) -> Task | None:
+        """A task of an earlier process, rebuilt from its row (it ended there, or was cut by
+        its stop), back on the workbench; None when there is no such row."""
+        row = await self.rows.get(instance_id) if self.rows is not None else None
+        if row is None:
+            return None
+        if not is_ended(row):
+            raise ExecutorError(f"{row['id']} is {row['state']} in another Atlas process")
+        executor, account = self.executors.resolve(row["account"], None)
+        task = Task(
+            row["id"],
+            row["goal"],
+            Path(row["folder"]),
+            Origin.of(run),
+            route_of(row),
+            executor,
+            account,
+            session_id=row.get("session_id"),
+        )
+        task.ended.set()
+        control = _Control(self, task.id)
+        if self.workbench.get(task.id) is None:
+            self.workbench.add(instance_of(row, control))
+        else:
+            self.workbench.update(task.id, control=control)
+        self.tasks[task.id] = task
+        return task
+
     async def _launch(self, task: Task, spec: TaskSpec) -> None:
-        task.instance = await task.executor.start(spec)
+        # Hosts beyond the harness's own are asked of the person who delegated (egress.py).
+        ask_host = task_host_asker(task, self.home.settings.trust.ask_timeout)
+        task.instance = await task.executor.start(dataclasses.replace(spec, ask_host=ask_host))
         task.account = spec.account
         task.tried.append(spec.account.target)
 
@@ -176,17 +226,21 @@ class ExecutorTasks(TaskAsking):
                 same = False
         if same:
             prompt = f"{CONTINUE}\n\n{message}".strip() if message else CONTINUE
-            spec = TaskSpec(task.folder, prompt, account, session_id=task.session_id)
+            spec = TaskSpec(
+                task.folder, prompt, account, session_id=task.session_id, bot=task.origin.bot
+            )
         else:
             packet = await self._packet(task, why)
             prompt = packet.prompt() + (f"\n\n# Now\n{message}" if message else "")
-            spec = TaskSpec(task.folder, prompt, account)
+            spec = TaskSpec(task.folder, prompt, account, bot=task.origin.bot)
             task.session_id = None
         source = task.account.target
         task.executor = executor
         await self._launch(task, spec)
         task.hops.append(f"{source} → {account.target} ({why})")
-        self.workbench.update(task.id, executor=executor.name, account=account.target)
+        await self._mark(
+            task, f"moved to {account.target}", executor=executor.name, account=account.target
+        )
         return prompt
 
     async def _packet(self, task: Task, why: str) -> Handoff:
@@ -295,8 +349,12 @@ class ExecutorTasks(TaskAsking):
     # ---- the end -----------------------------------------------------------------------------
 
     async def _end(self, task: Task, state: str) -> None:
-        told = detail(task, state)
+        if self._closing and state == "stopped":  # cut by the daemon's stop, not by anyone
+            state = INTERRUPTED
+        told = f"interrupted: {CUT_BY_STOP}" if state == INTERRUPTED else detail(task, state)
         self.workbench.update(task.id, state=state, detail=short(told, 200))
+        summary = task.result.text if task.result is not None else task.failure
+        await self._save(task, short(told, 200), summary)
         task.report = report(self.home, task, state, told)
         task.ended.set()
         notify = task.origin.notify
@@ -351,10 +409,14 @@ class ExecutorTasks(TaskAsking):
         """The harness's own login of an account (atlas/executors/login.py)."""
         from atlas.executors.login import start_login
 
-        return await start_login(self.executors, target, email, run.notify, self._logins)
+        return await start_login(
+            self.executors, target, email, run.notify, self._logins, run.ask_questions
+        )
 
     async def close(self) -> None:
-        """Stop every running task (the daemon is stopping)."""
+        """Stop every running task (the daemon is stopping): each ends `interrupted`, reported
+        at the next start (atlas/executors/restart.py)."""
+        self._closing = True
         running = [t for t in self.tasks.values() if not t.ended.is_set()]
         for task in running:
             task.stop_reason = "Atlas stopped"
@@ -364,6 +426,32 @@ class ExecutorTasks(TaskAsking):
             login.cancel()
         drivers = [t.driver for t in running if t.driver]
         await asyncio.gather(*drivers, *self._logins, return_exceptions=True)
+
+    # ---- the rows -----------------------------------------------------------------------------
+
+    async def _mark(self, task: Task, last_event: str, **changes: object) -> None:
+        """Change the task's instance on the workbench, and its row."""
+        self.workbench.update(task.id, **changes)
+        await self._save(task, last_event)
+
+    async def _save(self, task: Task, last_event: str, summary: str | None = None) -> None:
+        """The task's row, as its instance is now; a failing write never stops a task (the
+        workbench still has it; only a restart would lose it)."""
+        instance = self.workbench.get(task.id)
+        if self.rows is None or instance is None:
+            return
+        row = snapshot(
+            instance,
+            goal=task.goal,
+            route=task.route,
+            last_event=last_event,
+            run_kind=task.origin.run_kind,
+            result_summary=summary,
+        )
+        try:
+            await self.rows.save(row)
+        except Exception:
+            log.exception("executors: the row of task %s could not be written", task.id)
 
     # ---- the record --------------------------------------------------------------------------
 

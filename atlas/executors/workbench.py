@@ -8,8 +8,9 @@ instance's id, and on the person's own the person approves each time (the gate's
 
     workbench.add(Instance(...)); workbench.update(id, state="done"); workbench.get(id)
 
-In memory only: an instance lives as long as its process, and the record of its turns is the
-delegation record's (atlas/executors/record.py).
+In memory, as the process sees it; Atlas's own tasks are also rows in atlas.db
+(atlas/executors/task_rows.py), from which a restart fills the workbench back, and the record of
+every instance's turns is the delegation record's (atlas/executors/record.py).
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ if TYPE_CHECKING:
     from atlas.channels.base import Address
 
 Owner = Literal["atlas", "person"]
-# running, asking (waits for the person), done, failed, stopped, limit (at its plan's limit)
-ENDED_STATES = ("done", "failed", "stopped", "limit")
+# running, asking (waits for the person), done, failed, stopped, limit (at its plan's limit),
+# interrupted (Atlas stopped or was killed while it ran: atlas/executors/task_rows.py)
+INTERRUPTED = "interrupted"
+ENDED_STATES = ("done", "failed", "stopped", "limit", INTERRUPTED)
 KEPT_ENDED = 50  # ended instances kept for `list`, newest first; older ones are dropped
 
 

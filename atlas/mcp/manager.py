@@ -236,9 +236,23 @@ class McpManager:
         server's tools change (McpTool.unavailable_reason keeps each bot to its servers)."""
         cached = self._registry
         if cached is None or cached[0] is not base or cached[1] != self.generation:
-            cached = (base, self.generation, registry_with_mcp(base, self.all_tools()))
+            tools = self.all_tools()
+            cached = (base, self.generation, registry_with_mcp(base, tools, self.why_missing))
             self._registry = cached
         return cached[2]
+
+    def why_missing(self, name: str) -> str | None:
+        """Why `mcp__<server>__<tool>` is not a tool now: its server is down, or never listed
+        it; None for a name that is no MCP server's."""
+        for link in self._links.values():
+            if name.startswith(f"mcp__{link.name}__"):
+                if link.session is None:
+                    return f"its MCP server {link.name!r} is {self._why_down(link)}"
+                return f"MCP server {link.name!r} has no such tool (it lists {len(link.tools)})"
+        if name.startswith("mcp__"):
+            configured = ", ".join(self.config.servers) or "none"
+            return f"no MCP server of this process has it (mcp.json's servers: {configured})"
+        return None
 
     async def call(
         self, server: str, tool: str, arguments: dict[str, Any], run: RunContext

@@ -185,9 +185,13 @@ def mcp_gate_rule(call: ToolCall, tool: Tool, run: RunContext) -> Ask | None:
     return None
 
 
-def registry_with_mcp(base: ToolRegistry, tools: Sequence[Tool]) -> ToolRegistry:
+def registry_with_mcp(
+    base: ToolRegistry,
+    tools: Sequence[Tool],
+    why_missing: Callable[[str], str | None] | None = None,
+) -> ToolRegistry:
     """The built-in tools in their order, then a bot's MCP tools; a name taken is skipped."""
-    registry = ToolRegistry(list(base))
+    registry = ToolRegistry(list(base), why_missing=why_missing)
     for t in tools:
         if registry.get(t.name) is None:
             registry.add(t)

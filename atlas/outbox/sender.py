@@ -13,6 +13,11 @@ have arrived" (atlas/outbox/resume.py). What the channel raises decides the rest
 - NeverRetry: `failed`, and the next row goes.
 - MaybeDelivered: `maybe`, never sent again; the person is told once (a note queued in the
   same transaction, sent next).
+
+A mark the store cannot write (a full disk; atlas/channels/store_faults.py) holds the queue and
+is written again, after a short backoff, until it can: a row is never sent twice because its
+`delivered` could not be written, and the worker never dies of it (issue 34: the disk-full run
+of scripts/crash_test.py found a queue stalled until the next message).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from atlas.channels.base import Address
+from atlas.channels.store_faults import store_cannot_write
 from atlas.errors import AtlasError
 from atlas.outbox.errors import MaybeDelivered, NeverRetry, RetryLater
 from atlas.outbox.notes import RESEND_KEY, as_sent, is_resend, unsure_note
@@ -55,6 +61,10 @@ log = logging.getLogger(__name__)
 # up to the cap (a new message to the address tries it at once).
 RETRY_FIRST = 60.0
 RETRY_CAP = 900.0
+# A mark the store could not write is written again after this, twice as long each time, up
+# to the cap: a full disk is usually freed within seconds to minutes.
+STORE_RETRY_FIRST = 0.5
+STORE_RETRY_CAP = 15.0
 
 DatabaseOf = Callable[[str], Awaitable["Database"]]  # a bot's name → its conversations.db
 
@@ -234,7 +244,7 @@ class Outbox:
         channel = self.channels.get(address.channel)
         if channel is None:
             return await self._keep(db, queue, f"no channel named {address.channel!r} is running")
-        await db.quick(lambda conn: mark_sending(conn, row.id))
+        await self._written(db, lambda conn: mark_sending(conn, row.id), row)
         try:
             platform_id = await channel.send(address, as_sent(row), list(row.files))
         except RetryLater as exc:
@@ -249,9 +259,31 @@ class Outbox:
         except (AtlasError, OSError) as exc:  # a channel that does not classify: not sent
             return await self._keep(db, queue, str(exc) or type(exc).__name__)
         pid = None if platform_id is None else str(platform_id)
-        await db.quick(lambda conn: mark_delivered(conn, row.id, pid))
+        # Sent: written however long the store takes, never sent again for want of it.
+        await self._written(db, lambda conn: mark_delivered(conn, row.id, pid), row)
         self._resolve(queue, row, Delivery("delivered", platform_id=pid))
         return None
+
+    async def _written(self, db: Database, write: Callable[[Any], Any], row: OutboxRow) -> Any:
+        """`write` on the store, again and again while the store cannot write (a full disk),
+        the queue waiting meanwhile; any other failure is raised."""
+        delay = STORE_RETRY_FIRST
+        while True:
+            try:
+                return await db.quick(write)
+            except Exception as exc:
+                why = store_cannot_write(exc)
+                if why is None:
+                    raise
+                log.warning(
+                    "outbox: row %d to %s waits: the store cannot write (%s); again in %.1f s",
+                    row.id,
+                    row.address,
+                    why,
+                    delay,
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, STORE_RETRY_CAP)
 
     async def _keep(
         self, db: Database, queue: _Queue, error: str, exc: RetryLater | None = None
@@ -267,7 +299,7 @@ class Outbox:
             with write_transaction(conn):
                 mark_kept(conn, ids, error, unsent=unsent, unsent_files=unsent_files)
 
-        await db.quick(keep)
+        await self._written(db, keep, queue.rows[0])
         first = queue.rows[0]
         log.warning("outbox: %d message(s) to %s kept (%s)", len(ids), first.address, error)
         queue.rows = [replace(row, state="kept", error=error) for row in queue.rows]
@@ -296,7 +328,7 @@ class Outbox:
                     message_id=row.message_id, key=f"{RESEND_KEY}{row.id}",
                 )  # fmt: skip
 
-        note_row = await db.quick(settle)
+        note_row = await self._written(db, settle, row)
         log.warning("outbox: row %d to %s may not have arrived: %s", row.id, address, error)
         self._resolve(queue, row, Delivery("maybe", error))
         if note_row is not None:
@@ -306,7 +338,7 @@ class Outbox:
         self, address: Address, queue: _Queue, row: OutboxRow, state: State, error: str
     ) -> None:
         db = await self.database(address.bot)
-        await db.quick(lambda conn: mark_failed(conn, row.id, error))
+        await self._written(db, lambda conn: mark_failed(conn, row.id, error), row)
         self._resolve(queue, row, Delivery(state, error))
 
     def _resolve(self, queue: _Queue, row: OutboxRow, delivery: Delivery) -> None:

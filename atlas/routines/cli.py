@@ -325,5 +325,7 @@ async def run_in_terminal(
             await runtime.close()
     if result.status == "silent":
         print("(the run answered [SILENT]: nothing to tell)", file=out)
+    if result.status == "skipped":
+        print("(the pre-check found nothing to report: the model was not called)", file=out)
     print(f"run {run_id}: {result.status}", file=sys.stderr)
-    return 0 if result.status in ("ok", "silent") else 1
+    return 0 if result.status in ("ok", "silent", "skipped") else 1

@@ -43,6 +43,7 @@ class _RoutineFields(BaseModel):
     bot: str | None = None  # default: the main agent
     paused: bool = False
     grace: str | int | None = None  # `2h`, `30m` or seconds
+    precheck: str = ""  # a command: exit 0 runs the model, 1 skips the run (precheck.py)
     target: _TargetFields | None = None
 
 
@@ -58,6 +59,7 @@ class RoutineFile:
     grace_seconds: int | None
     digest: str
     written_at: str  # the file's modification time (ISO, UTC): when the user armed it
+    precheck: str = ""
 
 
 @dataclass
@@ -133,6 +135,7 @@ def read_routine_file(path: Path, home: Home) -> RoutineFile:
         grace_seconds=grace,
         digest=hashlib.sha256(text.encode()).hexdigest()[:16],
         written_at=iso_utc(path.stat().st_mtime),
+        precheck=fields.precheck.strip(),
     )
 
 
@@ -174,6 +177,7 @@ async def _apply(item: RoutineFile, store: RoutineStore, report: ReconcileReport
             source="file",
             source_digest=item.digest,
             armed_at=item.written_at,
+            precheck=item.precheck,
         )
         report.created.append(item.name)
         return
@@ -185,6 +189,7 @@ async def _apply(item: RoutineFile, store: RoutineStore, report: ReconcileReport
         "target": item.target,
         "paused": item.paused,
         "grace_seconds": item.grace_seconds,
+        "precheck": item.precheck,
         "source": "file",
         "source_digest": item.digest,
     }

@@ -8,6 +8,7 @@ from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Protocol
 
 from atlas.outbox.notes import REPORT_KEY
+from atlas.routines.precheck import OUTPUT_KEPT, CallsTools, prompt_with_output, run_precheck
 from atlas.routines.store import Routine, RoutineStore, RunResult, Target
 
 if TYPE_CHECKING:
@@ -22,8 +23,9 @@ SILENT = "[SILENT]"
 TIME_LIMIT_PREFIX = "stopped after its time limit"  # how Dispatcher.run_detached says it
 
 
-class RunsDetached(Protocol):
-    """What a routine needs from the dispatcher: runs, and the outbox its reports go through."""
+class RunsDetached(CallsTools, Protocol):
+    """What a routine needs from the dispatcher: runs, its pre-check's tool call, and the
+    outbox its reports go through."""
 
     outbox: Outbox
 
@@ -113,9 +115,20 @@ async def _outcome(
     tz: tzinfo,
 ) -> tuple[RunResult, str | None]:
     """How the run ended, and the message for its target (None: `[SILENT]`)."""
+    prompt = run_prompt(routine, due, tz)
+    if routine.precheck:
+        check = await run_precheck(dispatcher, routine, chat_key(routine, run_id))
+        if check.verdict == "quiet":
+            skipped = RunResult("skipped", text=check.output[:OUTPUT_KEPT], delivery="skipped")
+            return skipped, None
+        if check.verdict == "failed":
+            error = f"pre-check `{routine.precheck}` failed: {check.why}"
+            tail = f"\n{check.output[-OUTPUT_KEPT:]}" if check.output else ""
+            return RunResult("failed", error=error + tail), f'Routine "{routine.name}" {error}'
+        prompt = prompt_with_output(prompt, check, routine.precheck)
     detached = await dispatcher.run_detached(
         routine.bot,
-        run_prompt(routine, due, tz),
+        prompt,
         run_kind="routine",
         chat=chat_key(routine, run_id),
         time_limit=time_limit,

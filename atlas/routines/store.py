@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     # pandas (atlas/store/__init__.py), over a second of every daemon start.
     import sqlite_utils
 
-RunStatus = Literal["running", "ok", "failed", "silent", "missed", "timeout"]
+RunStatus = Literal["running", "ok", "failed", "silent", "skipped", "missed", "timeout"]
 RunTrigger = Literal["schedule", "catch-up", "manual"]
 TEXT_KEPT = 2000  # characters of a run's final text kept in its record
 
@@ -61,6 +61,7 @@ class Routine:
     armed_at: datetime
     created_at: str
     updated_at: str
+    precheck: str = ""  # a command whose exit status decides if the model is called
 
     def address(self) -> Address | None:
         if self.target is None:
@@ -127,6 +128,7 @@ def _routine(row: dict[str, Any]) -> Routine:
         armed_at=datetime.fromisoformat(row["armed_at"]),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        precheck=row.get("precheck") or "",
     )
 
 
@@ -179,6 +181,7 @@ class RoutineStore:
         source: str = "tool",
         source_digest: str = "",
         armed_at: str | None = None,
+        precheck: str = "",
     ) -> Routine:
         """`armed_at`: when the user set it up, if before now (a file written while Atlas was
         down: slots after that are missed runs, per the downtime rule)."""
@@ -196,6 +199,7 @@ class RoutineStore:
             "armed_at": _armed(armed_at, now),
             "created_at": now,
             "updated_at": now,
+            "precheck": precheck,
         }
 
         def insert(db: sqlite_utils.Database) -> int:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from atlas.errors import ToolError
 from atlas.sandbox import limits
 from atlas.sandbox.launcher import SandboxPolicy, probe, probed, sandbox_argv
+from atlas.sandbox.offline import could_use_network
 from atlas.sandbox.policy import policy_for, sandbox_enabled
 from atlas.secrets import command_env
 from atlas.tools.registry import RunContext, effective_mode
@@ -97,8 +98,12 @@ def domain_asker(run: RunContext) -> DomainAsker:
 
 
 @contextlib.asynccontextmanager
-async def _proxy_channel(run: RunContext) -> AsyncIterator[Path | None]:
-    """A proxy socket for one command, or None (no network) when socat cannot bridge it."""
+async def _proxy_channel(run: RunContext, command: str) -> AsyncIterator[Path | None]:
+    """A proxy socket for one command, or None (no network) when socat cannot bridge it or
+    the command could not use one (atlas/sandbox/offline.py: no bridge to start)."""
+    if not could_use_network(command):
+        yield None
+        return
     if shutil.which("socat") is None:
         log.warning("sandbox: socat is not installed; commands get no network at all")
         yield None
@@ -136,7 +141,7 @@ async def launch(
         return
     await _probe_off_loop()
     run.bot.workspace.mkdir(parents=True, exist_ok=True)  # bound into the sandbox: must exist
-    async with _proxy_channel(run) as socket:
+    async with _proxy_channel(run, command) as socket:
         policy = sandbox_policy(run, workdir, socket)
         hidden = tuple(str(path) for path in policy.hidden)
         group = limits.create_group(policy.limits)

@@ -195,12 +195,6 @@ async def _driver_overrides(git: str, folder: Path) -> list[str]:
     return overrides
 
 
-def inside_repository(folder: Path) -> bool:
-    """Whether git would find a repository from `folder`: a `.git` in it or above it (git's own
-    search, without starting git; the environment names no GIT_DIR)."""
-    return any((place / ".git").exists() for place in (folder, *folder.parents))
-
-
 async def run_git(
     home: Home,
     bot: Bot | None,
@@ -212,7 +206,7 @@ async def run_git(
     reads_contents: bool = True,
 ) -> HelperResult:
     """`git -C folder ARGS` with every hook off, in the sandbox of `bot` where one serves
-    (returncode 127 when git is not installed). `reads_contents=False` (check-ignore, ls-files)
+    (returncode 127 when git is not installed). `reads_contents=False` (ls-files)
     says git reads no file's content, so no filter or diff driver could run: on the host, the
     repository's drivers need not be looked up."""
     git = git_binary()
@@ -233,7 +227,6 @@ __all__ = [
     "HelperResult",
     "helper_env",
     "helper_launch",
-    "inside_repository",
     "run_git",
     "run_helper",
 ]

@@ -24,10 +24,13 @@ import logging
 import os
 import secrets
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
+
+from atlas.sandbox import group_pool
 
 if TYPE_CHECKING:
     from atlas.config import SandboxSettings
@@ -119,20 +122,23 @@ def _writable(folder: Path) -> bool:
     return folder.is_dir() and os.access(folder, os.W_OK)
 
 
-def _v2_parent(mounts: dict[str, Path], own: dict[str, str]) -> Path | None:
+def _v2_parent(
+    mounts: dict[str, Path], own: dict[str, str], wanted: tuple[str, ...] = CONTROLLERS
+) -> Path | None:
     """The delegated v2 folder sandboxes go under, controllers enabled; None if there is none.
-    The no-internal-process rule: this process moves into a leaf (`atlas-daemon`) first."""
+    The no-internal-process rule: this process moves into a leaf (`atlas-daemon`) first.
+    `wanted`: the controllers it needs (tests run it with those a machine can enable)."""
     if "" not in mounts or "" not in own:
         return None
     folder = mounts[""] / own[""].lstrip("/")
     controllers = set((folder / "cgroup.controllers").read_text().split())
-    if not set(CONTROLLERS) <= controllers or not _writable(folder):
+    if not set(wanted) <= controllers or not _writable(folder):
         return None
     parent = folder / GROUPS_FOLDER
     try:
-        enable = " ".join(f"+{name}" for name in CONTROLLERS)
+        enable = " ".join(f"+{name}" for name in wanted)
         enabled = set((folder / "cgroup.subtree_control").read_text().split())
-        if not set(CONTROLLERS) <= enabled:
+        if not set(wanted) <= enabled:
             daemon = folder / "atlas-daemon"
             daemon.mkdir(exist_ok=True)
             (daemon / "cgroup.procs").write_text(str(os.getpid()))
@@ -218,15 +224,28 @@ def _write(path: Path, value: str) -> None:
 
 AUTO_GRACE_SECONDS = 60.0  # an unreleased group is joined within this of its creation
 _auto: dict[Path, float] = {}  # groups nobody releases (sandbox_argv's own): swept once empty
+_state = threading.Lock()  # _auto and _released: the cgroup worker sweeps (group_pool.py)
 
 
 def create_group(limits: Limits, *, released_by_caller: bool = True) -> Group | None:
-    """A new cgroup with the limits set, or None under `rlimits`. Sweeps empty leftovers.
-    Without `released_by_caller`, a sweep removes it once it is empty after its grace."""
+    """A cgroup with the limits set, or None under `rlimits`: one made ahead by the cgroup
+    worker (atlas/sandbox/group_pool.py), else made now. Without `released_by_caller`, a sweep
+    removes it once it is empty after its grace."""
+    if _detect()[0] == "rlimits":
+        return None
+    group = group_pool.take(limits, make_group) or make_group(limits)
+    if group is not None and not released_by_caller:
+        with _state:
+            for folder in group.folders:
+                _auto[folder] = time.monotonic()
+    return group
+
+
+def make_group(limits: Limits) -> Group | None:
+    """A new cgroup with the limits written (no sweep: the cgroup worker sweeps)."""
     kind, parents = _detect()
     if kind == "rlimits":
         return None
-    sweep()
     # The pid namespace too: pids repeat across namespaces (a nested sandbox's Atlas is pid 2).
     name = f"{os.getpid()}-{_pid_namespace()}-{next(_counter)}-{secrets.token_hex(3)}"
     memory = str(limits.max_memory_mb * MB)
@@ -235,8 +254,6 @@ def create_group(limits: Limits, *, released_by_caller: bool = True) -> Group | 
         folder = parent / name
         folder.mkdir()
         folders.append(folder)
-        if not released_by_caller:
-            _auto[folder] = time.monotonic()
         if kind == "cgroup2":
             _write(folder / "pids.max", str(limits.max_processes))
             _write(folder / "memory.max", memory)
@@ -264,8 +281,8 @@ def _members(folder: Path) -> list[int]:
 _released: set[Path] = set()  # groups released while their processes were still exiting
 
 
-def _kill_and_remove(folder: Path) -> bool:
-    """SIGKILL what is in `folder`, then remove it; False while processes are still exiting."""
+def _kill(folder: Path) -> None:
+    """SIGKILL whatever is in `folder` (cgroup.kill where the kernel has it)."""
     pids = _members(folder)
     if pids:
         kill = folder / "cgroup.kill"
@@ -274,6 +291,11 @@ def _kill_and_remove(folder: Path) -> bool:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _kill_and_remove(folder: Path) -> bool:
+    """SIGKILL what is in `folder`, then remove it; False while processes are still exiting."""
+    _kill(folder)
     try:
         folder.rmdir()
     except FileNotFoundError:
@@ -283,14 +305,23 @@ def _kill_and_remove(folder: Path) -> bool:
     return True
 
 
+def remove_folders(folders: tuple[Path, ...]) -> None:
+    """Remove a released group's folders (at once, or at a later sweep while still busy)."""
+    for folder in folders:
+        if not _kill_and_remove(folder):
+            with _state:
+                _released.add(folder)
+
+
 def release(group: Group | None) -> None:
-    """Kill whatever is still in the group and remove it (at once, or at the next sweep: a
-    command's result does not wait for its sandbox's teardown)."""
+    """Kill whatever is still in the group, at once; its folders are removed by the cgroup
+    worker (group_pool.py): a command's result does not wait for its sandbox's teardown."""
     if group is None:
         return
     for folder in group.folders:
-        if not _kill_and_remove(folder):
-            _released.add(folder)
+        _kill(folder)
+    folders = group.folders
+    group_pool.later(lambda: remove_folders(folders))
 
 
 def _pid_namespace() -> int:
@@ -301,22 +332,33 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists()
 
 
+def retry_released() -> bool:
+    """Remove the released groups that were still busy; True while some still are."""
+    with _state:
+        released = list(_released)
+    for folder in released:
+        if _kill_and_remove(folder):
+            with _state:
+                _released.discard(folder)
+    with _state:
+        return bool(_released)
+
+
 def sweep() -> None:
     """Remove empty groups left by this process or by a daemon that is gone (SIGKILLed)."""
     _, parents = _detect()
     me = os.getpid()
-    for folder in list(_released):
-        if _kill_and_remove(folder):
-            _released.discard(folder)
+    retry_released()
     for parent in parents:
         for folder in parent.iterdir():
             owner, namespace = (folder.name.split("-") + ["", ""])[:2]
             if not folder.is_dir() or not owner.isdigit():
                 continue
-            created = _auto.get(folder)
+            with _state:
+                created = _auto.get(folder)
             if created is not None and time.monotonic() - created > AUTO_GRACE_SECONDS:
                 if not _members(folder):
-                    with contextlib.suppress(OSError):  # joined meanwhile
+                    with contextlib.suppress(OSError), _state:  # joined meanwhile
                         folder.rmdir()
                         del _auto[folder]
             elif namespace == str(_pid_namespace()) and int(owner) != me and not _alive(int(owner)):
@@ -372,12 +414,27 @@ def shield_daemon() -> bool:
     return True
 
 
+def _after_fork_in_child() -> None:
+    """A child forked while the cgroup worker held the lock would wait on it for ever; the
+    groups its parent made or released stay the parent's."""
+    global _state
+    _state = threading.Lock()
+    _auto.clear()
+    _released.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+group_pool.housekeeping.retry = retry_released  # the cgroup worker's own upkeep
+group_pool.housekeeping.sweep = sweep
+
+
 __all__ = [
     "Group",
     "Limits",
     "create_group",
     "describe",
     "limits_of",
+    "make_group",
     "mechanism",
     "release",
     "shield_daemon",

@@ -380,18 +380,27 @@ class View:
 _views: dict[tuple[object, ...], tuple[int, View]] = {}
 
 
-def build_view(home: Home, bot: Bot, *, read_only: bool = False) -> View:
-    """The view from the settings: config.toml's [sandbox] (the home's) and bot.toml's."""
+def build_view(
+    home: Home, bot: Bot | None, *, read_only: bool = False, workspace: Path | None = None
+) -> View:
+    """The view from the settings: config.toml's [sandbox] (the home's) and bot.toml's.
+    `workspace` stands for the bot's (an executor's task folder); without a bot (an executor
+    started for the person), the home's grants alone."""
+    from atlas.config import BotSandboxSettings
+
     person = _real(person_home())
     atlas_home, vault = _real(home.root), _real(vault_path(home))
-    workspace = _real(bot.workspace)
-    sandbox, mine = home.settings.sandbox, bot.settings.sandbox
+    workspace = _real(workspace if workspace is not None else bot.workspace)  # type: ignore[union-attr]
+    sandbox = home.settings.sandbox
+    mine = bot.settings.sandbox if bot is not None else BotSandboxSettings()
+    owner = f"bot {bot.name}" if bot is not None else "the home's executors"
+    base = _real(bot.workspace) if bot is not None else workspace  # the bot's relative grants
     common = {"fenced": (atlas_home, vault), "workspace": workspace, "person": person,
-              "owner": f"bot {bot.name}"}  # fmt: skip
+              "owner": owner}  # fmt: skip
     writable = grants(
         [
             *((raw, person) for raw in sandbox.writable),
-            *((raw, workspace) for raw in mine.writable),
+            *((raw, base) for raw in mine.writable),
         ],
         "writable",
         **common,  # type: ignore[arg-type]
@@ -399,7 +408,7 @@ def build_view(home: Home, bot: Bot, *, read_only: bool = False) -> View:
     readable = grants(
         [
             *((raw, person) for raw in sandbox.readable),
-            *((raw, workspace) for raw in mine.readable),
+            *((raw, base) for raw in mine.readable),
         ],
         "readable",
         around=writable,

@@ -215,6 +215,42 @@ def _executor_record(db: sqlite_utils.Database) -> None:
         db.execute(f"CREATE TRIGGER {trigger}")
 
 
+def _executor_tasks(db: sqlite_utils.Database) -> None:
+    # Delegations as rows (atlas/executors/task_rows.py): one per executor task of Atlas's, so
+    # the workbench, resume and the report of a task cut by a stop survive a restart.
+    db["executor_tasks"].create(
+        {
+            "id": str,  # ex-<hex>, the workbench's id
+            "bot": str,
+            "conversation_id": int,  # the conversation that started it (its bot's store)
+            "run_kind": str,  # conversation | bot | routine: a routine's run waited for it
+            "executor": str,  # claude-code
+            "account": str,  # the target name: claude-code@work
+            "folder": str,
+            "goal": str,  # the first prompt, whole: a resume on another executor needs it
+            "title": str,
+            "route": str,  # JSON list of target names, NULL for the executor's own order
+            "session_id": str,  # the harness's session, where a resume goes on
+            "state": str,  # running | asking | done | failed | stopped | limit | interrupted
+            "detail": str,  # what it waits on, or how it ended
+            "last_event": str,
+            "result_summary": str,
+            "started_at": str,
+            "ended_at": str,
+            "updated_at": str,
+            "reported_at": str,  # an interrupted task's report was handed to its conversation
+        },
+        pk="id",
+    )
+    db["executor_tasks"].create_index(["state"])
+    db["executor_tasks"].create_index(["started_at"])
+
+
+def _routine_precheck(db: sqlite_utils.Database) -> None:
+    # A routine's pre-check command (atlas/routines/precheck.py): '' for none.
+    db["routines"].add_column("precheck", str, not_null_default="")
+
+
 HOME_MIGRATIONS: list[Migration] = [
     ("001_gate_decisions", _gate_decisions),
     ("002_channel_pairing", _channel_pairing),
@@ -222,6 +258,8 @@ HOME_MIGRATIONS: list[Migration] = [
     ("004_routines", _routines),
     ("005_owed_routine_reports", _owed_reports),
     ("006_executor_record", _executor_record),
+    ("007_executor_tasks", _executor_tasks),
+    ("008_routine_precheck", _routine_precheck),
 ]
 
 

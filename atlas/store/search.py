@@ -15,6 +15,13 @@ import sqlite_utils
 
 from atlas.store.conversation_schema import Conversation
 
+# A query ranks at most this many matching messages: the newest (the oldest, sorted oldest
+# first), found in the index's own rowid order, so a word in every twentieth of a million
+# messages costs what a rare one does (issue 34: 50,102 hits took 250 ms, ranked all). Those
+# past the bound are found by paging: the match says where it stopped (`bounded_at`), and
+# `before` (`after`) that time searches on from there.
+CANDIDATES = 2000
+
 SearchIndex = Literal["words", "trigram"]
 SearchSort = Literal["relevance", "newest", "oldest"]
 DEFAULT_ROLES = ("user", "assistant")
@@ -47,9 +54,12 @@ class ConversationMatch:
 
     conversation: Conversation
     score: float
-    hits: int
+    hits: int  # among the messages ranked (see CANDIDATES)
     first_at: str
     last_at: str
+    # Set when more messages matched than were ranked: the time of the last one ranked (the
+    # oldest, or with sort oldest the newest); `before` (`after`) it finds the rest.
+    bounded_at: str | None = None
 
 
 @dataclass(frozen=True)
@@ -252,34 +262,42 @@ def match_conversations(
     *,
     sort: SearchSort,
     limit: int,
+    candidates: int = CANDIDATES,
 ) -> list[ConversationMatch]:
-    """Conversations holding messages that match, best (or newest, or oldest) first."""
-    params: dict[str, Any] = {"limit": limit}
+    """Conversations holding messages that match, best (or newest, or oldest) first, from the
+    `candidates` newest matching messages (oldest, with sort oldest)."""
+    params: dict[str, Any] = {"candidates": candidates}
     source, conditions, rank, _ = _match_sql(query, params)
     conditions += where.sql(params)
-    order = {
-        "relevance": "score, hits DESC, last_id DESC",
-        "newest": "last_id DESC",
-        "oldest": "first_id",
-    }[sort]
+    # The index's rowid order needs no sort: the scan stops after `candidates` rows.
+    order_by = f"{source.split()[0]}.rowid" if query.match is not None else "m.id"
+    direction = "" if sort == "oldest" else " DESC"
     sql = (
-        f"SELECT m.conversation_id, MIN({rank}) AS score, COUNT(*) AS hits, "
-        "MIN(m.created_at) AS first_at, MAX(m.created_at) AS last_at, "
-        "MIN(m.id) AS first_id, MAX(m.id) AS last_id "
-        f"FROM {source} WHERE {' AND '.join(conditions)} "
-        f"GROUP BY m.conversation_id ORDER BY {order} LIMIT :limit"
+        f"SELECT m.id, m.conversation_id, m.created_at, {rank} AS score FROM {source} "
+        f"WHERE {' AND '.join(conditions)} ORDER BY {order_by}{direction} LIMIT :candidates"
     )
-    rows = list(db.query(sql, params))
-    found = _conversations(db, [row["conversation_id"] for row in rows])
+    rows = db.conn.execute(sql, params).fetchall()
+    bounded_at = rows[-1][2] if len(rows) >= candidates else None
+    groups: dict[int, list[Any]] = {}  # conversation -> score, hits, first/last at, first/last id
+    for message_id, conversation_id, created_at, score in rows:
+        group = groups.get(conversation_id)
+        if group is None:
+            groups[conversation_id] = [score, 1, created_at, created_at, message_id, message_id]
+            continue
+        group[0] = min(group[0], score)
+        group[1] += 1
+        group[2], group[3] = min(group[2], created_at), max(group[3], created_at)
+        group[4], group[5] = min(group[4], message_id), max(group[5], message_id)
+    key = {
+        "relevance": lambda item: (item[1][0], -item[1][1], -item[1][5]),
+        "newest": lambda item: -item[1][5],
+        "oldest": lambda item: item[1][4],
+    }[sort]
+    best = sorted(groups.items(), key=key)[:limit]
+    found = _conversations(db, [conversation_id for conversation_id, _ in best])
     return [
-        ConversationMatch(
-            found[row["conversation_id"]],
-            row["score"],
-            row["hits"],
-            row["first_at"],
-            row["last_at"],
-        )
-        for row in rows
+        ConversationMatch(found[conversation_id], score, hits, first_at, last_at, bounded_at)
+        for conversation_id, (score, hits, first_at, last_at, _, _) in best
     ]
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
 from atlas.channels.base import OTHER, Answer, Question, QuestionOutcome
 from atlas.errors import ToolError
@@ -27,7 +28,9 @@ class QuestionArgument(BaseModel):
 
     question: str
     choices: list[str] = []
-    multi_select: bool = False
+    multi_select: bool = Field(False, validation_alias=AliasChoices("multi_select", "multiSelect"))
+    # Claude Code's short label for a question: accepted, shown before it.
+    header: SkipJsonSchema[str] = ""
 
 
 @tool(available=only_for("conversation"))
@@ -62,6 +65,8 @@ async def ask_user(
 def _question(item: QuestionArgument, number: int) -> Question:
     """The model's question, checked and tidied; ToolError naming what is wrong."""
     text = item.question.strip()
+    if item.header.strip() and text:
+        text = f"{item.header.strip()}: {text}"
     where = f"question {number}"
     if not text:
         raise ToolError(f"{where} is empty")

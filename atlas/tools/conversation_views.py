@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 from atlas.errors import ToolError
 from atlas.store.conversations import Conversation, ConversationStore
 from atlas.store.search import (
+    CANDIDATES,
     ConversationMatch,
     ConversationSummary,
     MessageFilter,
@@ -271,8 +272,27 @@ async def render_discovery(found: list[Found], search: Search) -> str:
     hints = "conversation_id with around_message_id reads around a message"
     if len(found) == search.limit:
         hints = f"exclude_conversation_ids=[{labels}] finds more; " + hints
+    if older := _older_page(found, search):
+        hints = older + "; " + hints
     parts.append(f"Next: {hints}.")
     return "\n\n".join(parts)
+
+
+def _older_page(found: list[Found], search: Search) -> str | None:
+    """Where the next page starts when more messages matched than a search ranks (the newest
+    CANDIDATES of each bot): before the newest of the bots' bounds, so nothing is skipped."""
+    bounds = [item.match.bounded_at for item in found if item.match.bounded_at]
+    if not bounds:
+        return None
+    if search.sort == "oldest":
+        return (
+            f"only the oldest {CANDIDATES:,} matching messages were ranked: after={min(bounds)} "
+            "searches the later ones"
+        )
+    return (
+        f"only the newest {CANDIDATES:,} matching messages were ranked: before={max(bounds)} "
+        "searches the older ones"
+    )
 
 
 async def read_around(

@@ -104,9 +104,21 @@ async def _find(run: RunContext, subagent_id: str | None):  # type: ignore[no-un
     return manager, sub
 
 
+# What only an executor gives delegate: not shown to a run that has none (accepted all the
+# same, answered with why it cannot be done).
+EXECUTOR_ONLY = frozenset(
+    {"executor", "route", "account", "tasks.folder", "action=resume", "action=account"}
+)
+
+
+def _executor_only_unless_one(run: RunContext) -> frozenset[str]:
+    return EXECUTOR_ONLY if on_executors.no_executor(run) else frozenset()
+
+
 @tool(
     available=not_for_subagents,
     describe=lambda run: on_executors.describe_delegate(run, delegate.description),
+    withheld=_executor_only_unless_one,
 )
 async def delegate(
     run: RunContext,
@@ -124,6 +136,8 @@ async def delegate(
     at once and all results arrive together as one notice; in a routine it waits for them.
     action list: your subagents; steer: send subagent_id a message; stop: end subagent_id
     (message: why); answer: message answers subagent_id's question (it asks in a notice)."""
+    if (executor or route or action in ("resume", "account")) and on_executors.no_executor(run):
+        raise ToolError(on_executors.NO_EXECUTOR)
     if action == "spawn":
         parsed = [SubagentTask.model_validate(t) for t in tasks] if tasks else None
         if executor:

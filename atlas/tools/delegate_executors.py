@@ -32,6 +32,17 @@ account reaches its plan's limit. action resume: subagent_id's session goes on w
 steer/stop take an instance's id."""
 
 
+NO_EXECUTOR = (
+    "no executor is turned on: set enabled = true under [executors.claude-code] or "
+    "[executors.codex] in config.toml (docs/executors.md)"
+)
+
+
+def no_executor(run: RunContext) -> bool:
+    """No executor is turned on: delegate hands work to subagents only."""
+    return not any(settings.enabled for settings in run.home.settings.executors.values())
+
+
 def describe_delegate(run: RunContext, base: str) -> str:
     """delegate's description, with the executor paragraph where one is turned on."""
     targets = []
@@ -49,10 +60,7 @@ def work(run: RunContext) -> ExecutorWork:
         raise ToolError(NEEDS_DISPATCHER)
     executors = run.services.executors
     if executors is None:
-        raise ToolError(
-            "no executor is turned on: set enabled = true under [executors.claude-code] or "
-            "[executors.codex] in config.toml (docs/executors.md)"
-        )
+        raise ToolError(NO_EXECUTOR)
     return executors
 
 
@@ -137,13 +145,13 @@ async def act(run: RunContext, action: str, instance_id: str, message: str | Non
     instance = executors.workbench.get(instance_id) if executors is not None else None
     if instance is None:
         return None
+    if instance.ended:  # first: one of an earlier process's, back from its row, has no control
+        raise ToolError(
+            f"{instance.id} has already ended ({instance.state}); to go on with it, action=resume"
+        )
     if instance.control is None:
         raise ToolError(
             f"{instance.id} is the user's own session and Atlas cannot {action} it from here"
-        )
-    if instance.ended:
-        raise ToolError(
-            f"{instance.id} has already ended ({instance.state}); to go on with it, action=resume"
         )
     try:
         if action == "steer":

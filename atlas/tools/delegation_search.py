@@ -9,6 +9,7 @@ executor wrote comes from outside (the files and pages it read): the tool is `un
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -27,6 +28,7 @@ from atlas.executors.record import (
     matching_entries,
 )
 from atlas.executors.registry import ExecutorSet
+from atlas.executors.session_gone import parse_started, why_missing
 from atlas.store.home_db import HomeStore
 from atlas.tools.conversations import parse_when
 from atlas.tools.delegation_views import (
@@ -39,10 +41,13 @@ from atlas.tools.delegation_views import (
     log_ends,
     record_view,
 )
-from atlas.tools.executors import with_an_executor
-from atlas.tools.registry import RunContext, tool
+from atlas.tools.registry import RunContext, only_for, tool
 
 HIT_POOL = 10  # matching entries fetched for an instance that is not the best one
+# Where delegate is, executor or not: the record also holds the person's own Claude Code
+# sessions (the plugin reports them), recalled whether or not Atlas runs executors itself
+# (tools-reference.md, Who has which tool).
+WHERE_DELEGATE_IS = only_for("conversation", "bot", "routine")
 
 
 def _time_range(run: RunContext, after: str | None, before: str | None) -> tuple[str | None, ...]:
@@ -63,7 +68,7 @@ def _time_range(run: RunContext, after: str | None, before: str | None) -> tuple
     read_only=True,
     pages_itself=True,
     untrusted=True,
-    available=with_an_executor,
+    available=WHERE_DELEGATE_IS,
 )
 async def delegation_search(
     run: RunContext,
@@ -180,6 +185,14 @@ async def _session(
         )
     except ExecutorError as exc:
         return None, harness, f"The harness's own log of session {session_id} cannot be read: {exc}"
+    if log.deleted:
+        why = why_missing(
+            harness,
+            account.config_dir,
+            parse_started(turn.get("started_at")),
+            executor.keeps_sessions_days(account),
+        )
+        log = dataclasses.replace(log, why_missing=why)
     return log, harness, ""
 
 

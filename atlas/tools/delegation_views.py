@@ -160,10 +160,10 @@ def _log_source(log: SessionLog, harness: str) -> str:
 
 
 def gone(log: SessionLog, harness: str) -> str:
+    why = log.why_missing or "the harness deleted it, or never wrote it"
     return (
-        f"{harness}'s own session log (session {log.session_id}) is gone: the harness deleted "
-        "it (Claude Code deletes sessions after 30 days by default). The record above still "
-        "stands."
+        f"{harness}'s own session log (session {log.session_id}) is gone: {why}. "
+        "The record above still stands."
     )
 
 

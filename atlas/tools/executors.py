@@ -18,8 +18,7 @@ _WHERE_DELEGATE_IS = only_for("conversation", "bot", "routine")
 
 
 def with_an_executor(run: RunContext) -> str | None:
-    """Where delegate is, once config.toml turns on an installed executor (executor_accounts,
-    delegation_search)."""
+    """Where delegate is, once config.toml turns on an installed executor (executor_accounts)."""
     reason = _WHERE_DELEGATE_IS(run)
     if reason is not None:
         return reason

@@ -131,7 +131,7 @@ class Fence:
             return "own-skills"
         if top == "routines":
             return "routines"
-        if top == "jobs" or (top == "spill" and parts[1:2] == (self.bot,)):
+        if top == "commands" or (top == "spill" and parts[1:2] == (self.bot,)):
             return "own-scratch"
         if top == "bots" and len(parts) >= 3:
             return self._bot_area(parts[1], parts[2], len(parts) == 3)

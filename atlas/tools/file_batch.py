@@ -1,13 +1,16 @@
 """Several files in one call: read_file's `reads`, write_file's `files`, edit_file's `edits`.
 
 Each entry is the arguments of a single call. The entries run in order, each one applying or
-failing alone (a failed edit leaves the others standing), and the answer reports each. The gate
+failing alone, and the answer reports each. Edits go file by file: a file's edits apply in
+order, all or none (a failed edit leaves that file as it was and the other files standing). A
+file named twice in `files` is refused: which content should win is the model's to say. The gate
 judges every path of the call (atlas.trust.policy): a path it refuses fails alone, with the
 gate's reason, through `entry_path`.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +68,29 @@ def single_or_batch(path: str, entries: Sequence[Any], key: str) -> bool:
     if not entries and not path:
         raise ToolError(f"path is required (or {key}, for several files)")
     return bool(entries)
+
+
+def refuse_repeats(entries: Sequence[_Entry], key: str) -> None:
+    """A path given twice in one batch is a mistake to name, not to settle silently."""
+    seen: set[str] = set()
+    for entry in entries:
+        if _same_file_key(entry.path) in seen:
+            raise ToolError(f"{entry.path} is named twice in {key}; give each file once")
+        seen.add(_same_file_key(entry.path))
+
+
+def per_file(entries: Sequence[EditEntry]) -> dict[str, list[EditEntry]]:
+    """The edits grouped by file, files in the order first named, edits in their order."""
+    groups: dict[str, list[EditEntry]] = {}
+    for entry in entries:
+        groups.setdefault(_same_file_key(entry.path), []).append(entry)
+    return groups
+
+
+def _same_file_key(path: str) -> str:
+    """`a.txt`, `./a.txt` and `src/../a.txt` name one file (symlinks are the gate's to
+    resolve, per entry)."""
+    return os.path.normpath(path)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,8 @@ from atlas.tools.file_batch import (
     ReadEntry,
     WriteEntry,
     entries_field,
+    per_file,
+    refuse_repeats,
     report,
     run_each,
     single_or_batch,
@@ -188,7 +190,13 @@ async def _read_one(
     return ToolResult(text=about, images=[image]), digest
 
 
-@tool(read_only=True, pages_itself=True, aliases={"file_path": "path"})
+@tool(
+    read_only=True,
+    pages_itself=True,
+    aliases={"file_path": "path"},
+    hidden={"reads"},
+    required=["path"],
+)
 async def read_file(
     run: RunContext,
     path: PathArg = "",
@@ -268,7 +276,9 @@ async def _write_one(run: RunContext, resolved: Path, content: str) -> str:
     return f"{'Replaced' if replaced else 'Created'} {shown}: {lines} lines, {len(data)} bytes"
 
 
-@tool(edits_files=True, aliases={"file_path": "path"})
+@tool(
+    edits_files=True, aliases={"file_path": "path"}, hidden={"files"}, required=["path", "content"]
+)
 async def write_file(
     run: RunContext,
     path: PathArg = "",
@@ -279,6 +289,7 @@ async def write_file(
     for small changes use edit_file."""
     if single_or_batch(path, files, "files"):
         entries = [WriteEntry.model_validate(f) for f in files]
+        refuse_repeats(entries, "files")
         resolve = EntryPaths(run, "write_file")
 
         async def one(entry: WriteEntry) -> Outcome:
@@ -293,27 +304,9 @@ async def write_file(
     return await _write_one(run, judged_path(run, "write_file", path), content)
 
 
-def _edit(
-    fence: Fence,
-    hashes: dict[str, str],
-    path: Path,
-    shown: str,
-    change: tuple[str, str, bool],
-) -> tuple[str, str, int, str]:
-    """Apply the edit (old, new, replace_all); returns text before, text after, replacements,
-    sha256 of the new bytes."""
+def _replaced(text: str, change: tuple[str, str, bool], shown: str) -> tuple[str, int]:
+    """`text` after one edit (old, new, replace_all), and how many replacements it made."""
     old, new, replace_all = change
-    fence.refuse_writing(path, shown)
-    raw = existing_bytes(fence, path, shown)
-    if raw is None:
-        raise ToolError(f"{shown}: no such file; create it with write_file")
-    check_read_and_unchanged(hashes, path, shown, raw)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ToolError(
-            f"{shown} is not UTF-8 text (byte {exc.start}); edit_file edits text only"
-        ) from None
     old, new = in_line_endings_of(text, old, new)
     count = text.count(old)
     if count == 0:
@@ -326,29 +319,68 @@ def _edit(
             f"old_string appears {count} times in {shown} (at lines {line_numbers(text, old)}); "
             "add surrounding lines to make it unique, or set replace_all=true"
         )
-    after = text.replace(old, new) if replace_all else text.replace(old, new, 1)
+    return (text.replace(old, new) if replace_all else text.replace(old, new, 1)), count
+
+
+def _edit(
+    fence: Fence,
+    hashes: dict[str, str],
+    path: Path,
+    shown: str,
+    changes: list[tuple[str, str, bool]],
+) -> tuple[str, str, int, str]:
+    """Apply the edits in order, all or none, in one write; returns text before, text after,
+    replacements, sha256 of the new bytes."""
+    fence.refuse_writing(path, shown)
+    raw = existing_bytes(fence, path, shown)
+    if raw is None:
+        raise ToolError(f"{shown}: no such file; create it with write_file")
+    check_read_and_unchanged(hashes, path, shown, raw)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ToolError(
+            f"{shown} is not UTF-8 text (byte {exc.start}); edit_file edits text only"
+        ) from None
+    after, total = text, 0
+    for number, change in enumerate(changes, 1):
+        try:
+            after, count = _replaced(after, change, shown)
+        except ToolError as exc:
+            if len(changes) == 1:
+                raise
+            raise ToolError(
+                f"edit {number} of {len(changes)}: {exc}; the file is unchanged"
+            ) from None
+        total += count
     data = after.encode("utf-8")
     write_atomically(path, data, shown)
-    return text, after, count, sha256_of(data)
+    return text, after, total, sha256_of(data)
 
 
-async def _edit_one(run: RunContext, resolved: Path, change: tuple[str, str, bool]) -> str:
-    old_string, new_string, _ = change
+async def _edit_one(run: RunContext, resolved: Path, changes: list[tuple[str, str, bool]]) -> str:
     shown = shown_path(run, resolved)
-    if not old_string:
+    if any(not old for old, _, _ in changes):
         raise ToolError("old_string is empty; to create or replace a whole file use write_file")
-    if old_string == new_string:  # a no-op, said as such: nothing is read or written
+    real = [c for c in changes if c[0] != c[1]]
+    if not real:  # a no-op, said as such: nothing is read or written
         return f"{shown} unchanged: old_string and new_string are the same, so there is no edit"
-    await asyncio.to_thread(budget.check_write, run, resolved, len(new_string) - len(old_string))
+    growth = sum(len(new) - len(old) for old, new, _ in real)
+    await asyncio.to_thread(budget.check_write, run, resolved, growth)
     before, after, count, digest = await asyncio.to_thread(
-        _edit, Fence.for_run(run), run.state.file_hashes, resolved, shown, change
+        _edit, Fence.for_run(run), run.state.file_hashes, resolved, shown, real
     )
     run.state.file_hashes[str(resolved)] = digest
     plural = "s" if count > 1 else ""
     return f"Edited {shown} ({count} replacement{plural}):\n{diff_of(before, after, shown)}"
 
 
-@tool(edits_files=True, aliases={"file_path": "path"})
+@tool(
+    edits_files=True,
+    aliases={"file_path": "path"},
+    hidden={"edits"},
+    required=["path", "old_string", "new_string"],
+)
 async def edit_file(
     run: RunContext,
     path: PathArg = "",
@@ -365,18 +397,20 @@ async def edit_file(
         entries = [EditEntry.model_validate({**e, "path": e.get("path") or path}) for e in edits]
         if any(not entry.path for entry in entries):
             raise ToolError("each of edits needs its path (or give the call's path for all)")
-        resolve = EntryPaths(run, "edit_file")
+        # File by file: each file's edits apply in order, all or none, in one write.
+        groups = {id(group[0]): group for group in per_file(entries).values()}
 
-        async def one(entry: EditEntry) -> Outcome:
-            resolved = resolve(entry.path)
-            change = (entry.old_string, entry.new_string, entry.replace_all)
-            return Outcome(shown_path(run, resolved), await _edit_one(run, resolved, change))
+        async def one(first: EditEntry) -> Outcome:
+            resolved = judged_path(run, "edit_file", first.path)
+            changes = [(e.old_string, e.new_string, e.replace_all) for e in groups[id(first)]]
+            return Outcome(shown_path(run, resolved), await _edit_one(run, resolved, changes))
 
-        return report("edits applied", await run_each(entries, one))
+        firsts = [group[0] for group in groups.values()]
+        return report("files edited", await run_each(firsts, one))
     if new_string is None:
         raise ToolError("new_string is required (an empty string deletes old_string)")
     change = (old_string, new_string, replace_all)
-    return await _edit_one(run, judged_path(run, "edit_file", path), change)
+    return await _edit_one(run, judged_path(run, "edit_file", path), [change])
 
 
 __all__ = ["FILE_TOOLS", "NEW_FILE_MODE", "edit_file", "find_files", "read_file", "write_file"]

@@ -1,4 +1,4 @@
-"""Background jobs: a command detached from the turn, its output in `<home>/jobs/<id>.log`, its
+"""Background jobs: a command detached from the turn, its output in `<home>/commands/<id>.log`, its
 end written as the log's last line and told in a notice that wakes the conversation. A wait
 (run_command's `until`) is such a job too (atlas/tools/command_wait.py).
 

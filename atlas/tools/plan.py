@@ -16,7 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
 from atlas.errors import ToolError
 from atlas.skills.library import count_tokens
@@ -48,10 +49,16 @@ class Todo:
 class TodoUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
 
-    id: Annotated[str, Field(pattern=f"^{ID_PATTERN}$")]
+    # Claude Code's TodoWrite sends no id (the list is always whole): numbered by position.
+    id: Annotated[str, Field(pattern=f"^({ID_PATTERN})?$")] = ""
     content: str = ""
     status: Status | None = None
     parent: str = ""
+    # Claude Code's "Running the tests" form of an item: accepted, not kept (the plan shows
+    # the content and the status).
+    active_form: SkipJsonSchema[str] = Field(
+        "", validation_alias=AliasChoices("active_form", "activeForm")
+    )
 
 
 # ---- text form --------------------------------------------------------------------------------
@@ -233,7 +240,13 @@ async def plan(
     if todos is None:
         return render(todos_now)
     # The registry hands nested models over as dicts (model_dump): make them models again.
-    new = updated(todos_now, [TodoUpdate.model_validate(t) for t in todos], merge)
+    items = [TodoUpdate.model_validate(t) for t in todos]
+    for position, item in enumerate(items, 1):
+        if not item.id:
+            if merge:
+                raise ToolError(f"item {position} has no id: with merge, items update by id")
+            item.id = str(position)
+    new = updated(todos_now, items, merge)
     run.state.tool_state[_PLAN_KEY] = new
     return render(new)
 

@@ -13,7 +13,7 @@ import functools
 import inspect
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from atlas.errors import ToolError
 from atlas.providers.base import Image, ToolSpec
+from atlas.tools.advertised import advertised_schema
 
 if TYPE_CHECKING:
     from atlas.channels.base import Question, QuestionOutcome
@@ -115,24 +116,14 @@ class _Arguments(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def _strip_titles(schema: Any) -> Any:
-    """Pydantic adds a `title` to every property; the model does not need them (tokens)."""
-    if isinstance(schema, dict):
-        return {
-            k: _strip_titles(v) for k, v in schema.items() if k != "title" or not isinstance(v, str)
-        }
-    if isinstance(schema, list):
-        return [_strip_titles(v) for v in schema]
-    return schema
-
-
 @functools.cache
-def _arguments_schema(arguments: type[BaseModel]) -> dict[str, Any]:
-    """The JSON schema of a tool's arguments, built once: pydantic's schema generation costs
-    more than the rest of a turn's own work. Shared by every spec, which only read it."""
-    schema = _strip_titles(arguments.model_json_schema())
-    schema.pop("additionalProperties", None)
-    return schema
+def _arguments_schema(
+    arguments: type[BaseModel], hidden: frozenset[str] = frozenset(), required: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The JSON schema a tool advertises (atlas/tools/advertised.py), built once per shape:
+    pydantic's schema generation costs more than the rest of a turn's own work. Shared by
+    every spec, which only read it."""
+    return advertised_schema(arguments.model_json_schema(), hidden=hidden, required=required)
 
 
 # The availability answers of one pass over a registry's tools for one run (ToolRegistry.offer):
@@ -159,18 +150,30 @@ class Tool:
     untrusted: bool = False  # every result comes from outside (web, MCP): wrapped as data
     edits_files: bool = False  # withheld in read-only mode
     aliases: dict[str, str] = field(default_factory=dict)
+    # Another harness's word for a value (find_files' output_mode "files_with_matches"):
+    # parameter -> {their value: ours}. Accepted, never advertised.
+    value_aliases: dict[str, dict[str, str]] = field(default_factory=dict)
     available: Availability | None = None
     describe: Callable[[RunContext], str] | None = None  # a description made for the run
+    # Accepted, never advertised: parameters the model is not shown (a batch form; see
+    # advertised.py), and those a given run is not shown (withheld(run): executor-only ones).
+    hidden: frozenset[str] = frozenset()
+    withheld: Callable[[RunContext], frozenset[str]] | None = None
+    required: tuple[str, ...] = ()  # advertised as required though the model has a default
     # The spec last built, reused while its description stays the same: the tool list is
     # asked for every model round and nearly always comes out the same (ToolSpec is frozen).
     _last_spec: list[ToolSpec] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def spec(self, run: RunContext | None = None) -> ToolSpec:
         description = self.describe(run) if run is not None and self.describe else self.description
+        hidden = self.hidden
+        if run is not None and self.withheld is not None:
+            hidden = hidden | self.withheld(run)
+        parameters = _arguments_schema(self.arguments, hidden, self.required)
         last = self._last_spec
-        if last and last[0].description == description:
+        if last and last[0].description == description and last[0].parameters is parameters:
             return last[0]
-        spec = ToolSpec(self.name, description, _arguments_schema(self.arguments))
+        spec = ToolSpec(self.name, description, parameters)
         last[:] = [spec]
         return spec
 
@@ -216,6 +219,10 @@ class Tool:
                     f"({value!r} vs {data[canonical]!r}); give one"
                 )
             data[canonical] = value
+        for name, ours in self.value_aliases.items():
+            value = data.get(name)
+            if isinstance(value, str) and value in ours:
+                data[name] = ours[value]
         try:
             return self.arguments.model_validate(data).model_dump()
         except ValidationError as exc:
@@ -229,7 +236,9 @@ class Tool:
         """Run the tool. Every failure comes back as an error result the model reads."""
         reason = self.unavailable_reason(run)
         if reason:
-            return ToolResult(f"Error: tool {self.name} is {reason}", is_error=True)
+            return ToolResult(
+                f"Error: {self.name} is not offered to this run: {reason}", is_error=True
+            )
         try:
             kwargs = self.parse_arguments(raw)
             result = await self.fn(run, **kwargs)
@@ -251,8 +260,12 @@ def tool(
     untrusted: bool = False,
     edits_files: bool = False,
     aliases: dict[str, str] | None = None,
+    value_aliases: dict[str, dict[str, str]] | None = None,
     available: Availability | None = None,
     describe: Callable[[RunContext], str] | None = None,
+    hidden: Iterable[str] = (),
+    withheld: Callable[[RunContext], frozenset[str]] | None = None,
+    required: Iterable[str] = (),
 ) -> Callable[[Callable[..., Awaitable[Any]]], Tool]:
     def wrap(fn: Callable[..., Awaitable[Any]]) -> Tool:
         hints = get_type_hints(fn, include_extras=True)
@@ -278,8 +291,12 @@ def tool(
             untrusted=untrusted,
             edits_files=edits_files,
             aliases=dict(aliases or {}),
+            value_aliases=dict(value_aliases or {}),
             available=available,
             describe=describe,
+            hidden=frozenset(hidden),
+            withheld=withheld,
+            required=tuple(required),
         )
 
     return wrap
@@ -289,8 +306,13 @@ class ToolRegistry:
     """Tools in a fixed order, so the tool list (and the prompt prefix) is byte-identical
     from one turn to the next."""
 
-    def __init__(self, tools: Sequence[Tool] = ()) -> None:
+    def __init__(
+        self, tools: Sequence[Tool] = (), *, why_missing: Callable[[str], str | None] | None = None
+    ) -> None:
         self._tools: dict[str, Tool] = {}
+        # Why a name that is not here is still one the model may know (an MCP server's tool
+        # while the server is down): said instead of "no such tool".
+        self.why_missing = why_missing
         self._always_on: list[Tool] | None = None  # in registry order; rebuilt after an add
         for t in tools:
             self.add(t)
@@ -337,6 +359,8 @@ class ToolRegistry:
 
     async def call(self, run: RunContext, name: str, raw: str | dict[str, Any]) -> ToolResult:
         t = self._tools.get(name)
+        if t is None and self.why_missing is not None and (why := self.why_missing(name)):
+            return ToolResult(f"Error: {name} is not offered to this run: {why}", is_error=True)
         if t is None:
             near = ", ".join(x.name for x in self.for_run(run))
             return ToolResult(

@@ -75,6 +75,10 @@ async def cronjob_manage(
     chat: str | None = None,
     thread: str | None = None,
     grace: Annotated[str | None, Field(description="how late a missed run may start: 2h")] = None,
+    precheck: Annotated[
+        str | None,
+        Field(description="command run first: exit 0 runs the prompt, 1 skips (no model call)"),
+    ] = None,
 ) -> str:
     """Routines: prompts this bot runs on a schedule (the user's time zone). Each run is a new
     conversation that knows nothing of this one, so the prompt must stand alone: say what to do,
@@ -83,7 +87,7 @@ async def cronjob_manage(
     update, pause, resume, remove, run (now); job_id: id or name."""
     try:
         return await _manage(run, action, job_id, name, prompt, schedule, channel, chat, thread,
-                             grace)  # fmt: skip
+                             grace, precheck)  # fmt: skip
     except RoutineError as exc:  # a name taken, a routine gone meanwhile: the model reads why
         raise ToolError(str(exc)) from None
 
@@ -99,6 +103,7 @@ async def _manage(
     chat: str | None,
     thread: str | None,
     grace: str | None,
+    precheck: str | None,
 ) -> str:
     scheduler = _scheduler(run)
     async with _routine_store(run) as store:
@@ -106,10 +111,12 @@ async def _manage(
             return await _list(run, store, scheduler)
         if action == "create":
             return await _create(run, store, scheduler, name, prompt, schedule, grace,
-                                 channel, chat, thread)  # fmt: skip
+                                 channel, chat, thread, precheck)  # fmt: skip
         routine = await _find(run, store, job_id)
         if action == "update":
-            changes = await _changes(run, name, prompt, schedule, grace, channel, chat, thread)
+            changes = await _changes(
+                run, name, prompt, schedule, grace, channel, chat, thread, precheck
+            )
             routine = await store.update(routine.id, **changes)
             note = await _synced(scheduler)
             return f"Updated {await _describe(run, routine, scheduler)}{note}"
@@ -157,13 +164,14 @@ async def _create(
     channel: str | None,
     chat: str | None,
     thread: str | None,
+    precheck: str | None,
 ) -> str:
     if not (name and prompt and schedule):
         missing = [
             k for k, v in (("name", name), ("prompt", prompt), ("schedule", schedule)) if not v
         ]
         raise ToolError(f"create needs name, prompt and schedule; missing: {', '.join(missing)}")
-    fields = await _changes(run, name, prompt, schedule, grace, channel, chat, thread)
+    fields = await _changes(run, name, prompt, schedule, grace, channel, chat, thread, precheck)
     target = fields.get("target") or await _current_target(run)
     routine = await store.create(
         run.bot.name,
@@ -172,6 +180,7 @@ async def _create(
         fields["schedule"],  # type: ignore[arg-type]
         target,  # type: ignore[arg-type]
         grace_seconds=fields.get("grace_seconds"),  # type: ignore[arg-type]
+        precheck=str(fields.get("precheck", "")),
     )
     note = await _synced(scheduler)
     return f"Created {await _describe(run, routine, scheduler)}{note}"
@@ -186,9 +195,13 @@ async def _changes(
     channel: str | None,
     chat: str | None,
     thread: str | None,
+    precheck: str | None = None,
 ) -> dict[str, object]:
-    """The validated fields given: name, prompt (scanned), schedule (pinned), grace, target."""
+    """The validated fields given: name, prompt (scanned), schedule (pinned), grace, target,
+    precheck ("" removes it; judged by the gate at each run, like any command)."""
     changes: dict[str, object] = {}
+    if precheck is not None:
+        changes["precheck"] = precheck.strip()
     if name is not None:
         if not re.fullmatch(NAME_PATTERN, name):
             raise ToolError(f"name {name!r}: use lowercase letters, digits, '-' and '_'")
@@ -257,9 +270,10 @@ async def _current_target(run: RunContext, *, required: bool = True) -> Target |
 async def _describe(run: RunContext, routine: Routine, scheduler: Routines | None) -> str:
     state = "paused" if routine.paused else f"next run {await _next(run, routine, scheduler)}"
     where = routine.target or "nowhere (history only)"
+    check = f"; pre-check `{routine.precheck}`" if routine.precheck else ""
     return (
         f"routine {routine.name} (id {routine.id}): {routine.schedule}; {state}; "
-        f"reports to {where}."
+        f"reports to {where}{check}."
     )
 
 

@@ -133,6 +133,19 @@ async def _run_rg(
 
 
 GLOB_SPECIAL = re.compile(r"([*?\[\]{}\\!])")
+GLOB_HINT = (
+    "The pattern {pattern!r} looks like a file-name glob; pattern is a regex for contents. "
+    'To find files by name: target="files", pattern {pattern!r}. To search only such files: '
+    "file_glob {pattern!r} with a regex pattern."
+)
+
+
+def looks_like_glob(pattern: str) -> bool:
+    """`**/*.py`, `*.md`, `src/*.ts`: a name glob given as a content regex (Claude Code's
+    Glob habit), not a regex with a wildcard such as `.*foo`."""
+    if ".*" in pattern or "\\" in pattern:
+        return False
+    return pattern.startswith("*") or "**" in pattern or "/*" in pattern or "*." in pattern
 
 
 @dataclass
@@ -148,6 +161,9 @@ class _FenceFilter:
     fenced: frozenset[tuple[int, int]] | None
     dropped: int = 0
     _seen: dict[str, bool] = field(default_factory=dict)
+    # Ignored by a .gitignore above the searched folder (search_scope.Scope.hides): rg is not
+    # told of those files, so its results are checked here; not counted as dropped.
+    ignored: Callable[[Path], bool] = lambda _path: False
 
     @classmethod
     async def for_search(cls, fence: Fence, cwd: Path, root: Path) -> _FenceFilter:
@@ -171,7 +187,7 @@ class _FenceFilter:
         known = self._seen.get(found)
         if known is None:
             path = Path(os.path.normpath(self.cwd / found))
-            if not self._in_view(path):
+            if not self._in_view(path) or self.ignored(path):
                 known = self._seen[found] = False  # not counted: it does not exist for the bot
                 return known
             known = self._seen[found] = self._allowed(path)
@@ -321,7 +337,10 @@ def _answer(search: _Search, summary: str) -> str:
         "-B": "context_before",
         "type": "file_type",
         "head_limit": "limit",
+        "-n": "line_numbers",
     },
+    value_aliases={"output_mode": {"files_with_matches": "files_only"}},
+    hidden={"line_numbers"},
 )
 async def find_files(
     run: RunContext,
@@ -340,6 +359,7 @@ async def find_files(
     multiline: Annotated[bool, Field(description="a match may span lines")] = False,
     limit: Annotated[int, Field(ge=1, le=500, description="result lines per page")] = 50,
     offset: Annotated[int, Field(ge=0, description="result lines to skip")] = 0,
+    line_numbers: bool = True,  # Claude Code's -n: content lines always carry their number
 ) -> str:
     """Search with ripgrep: file contents by regex (documents such as PDF and Word too), or file
     names by glob (target=files). Skips hidden, git-ignored, dependency and build folders
@@ -363,25 +383,39 @@ async def find_files(
     loop = asyncio.get_running_loop()
     fenced = await _FenceFilter.for_search(fence, cwd, resolved)
     search = _Search(run, rg, cwd, loop.time() + SEARCH_TIMEOUT_S, _Results(offset, limit), fenced)
-    scope = await scope_flags(run, resolved, is_dir, file_type)
-    # Last before "--": rg's later globs win over earlier ones, the model's file_glob included.
-    fences = [*skipped_folder_globs(run, resolved), *fenced.globs(resolved)]
-    mode = "files" if target == "files" else output_mode
-    if target == "files":
-        glob_flag = "--iglob" if ignore_case else "--glob"
-        args = ["--files", "--sort=path", *scope, glob_flag, pattern, *fences, "--", arg]
-        await search.rg_lines(args, _collector(search.results, mode, _strip_dot, fenced.keep))
-    else:
-        matching = Matching(
-            output_mode, context, context_before, context_after, ignore_case, multiline
-        )
-        flags = [*matching.flags(), "--regexp", pattern]
-        if is_dir or not is_document(resolved):
-            skip_documents = [f"--iglob=!*{s}" for s in DOCUMENT_SUFFIXES]  # searched as Markdown
-            globs = ["--glob", file_glob] if file_glob else []
-            args = [*flags, *scope, *globs, *skip_documents, *fences, "--", arg]
+    found_scope = await scope_flags(run, resolved, is_dir, file_type, cwd)
+    scope, fenced.ignored = found_scope.flags, found_scope.hides
+    try:
+        # Last before "--": rg's later globs win over earlier ones, the model's file_glob included.
+        fences = [*skipped_folder_globs(run, resolved), *fenced.globs(resolved)]
+        mode = "files" if target == "files" else output_mode
+        if target == "files":
+            glob_flag = "--iglob" if ignore_case else "--glob"
+            args = ["--files", "--sort=path", *scope, glob_flag, pattern, *fences, "--", arg]
             await search.rg_lines(args, _collector(search.results, mode, _strip_dot, fenced.keep))
-        if not search.stopped and (is_dir or is_document(resolved)):
-            documents = await search.documents(arg, is_dir, scope, file_glob, fences)
-            await search.search_documents(documents, flags, mode)
+        else:
+            matching = Matching(
+                output_mode, context, context_before, context_after, ignore_case, multiline
+            )
+            flags = [*matching.flags(), "--regexp", pattern]
+            if is_dir or not is_document(resolved):
+                # Documents are searched as Markdown, below.
+                skip_documents = [f"--iglob=!*{s}" for s in DOCUMENT_SUFFIXES]
+                globs = ["--glob", file_glob] if file_glob else []
+                args = [*flags, *scope, *globs, *skip_documents, *fences, "--", arg]
+                try:
+                    await search.rg_lines(
+                        args, _collector(search.results, mode, _strip_dot, fenced.keep)
+                    )
+                except ToolError as exc:
+                    if looks_like_glob(pattern):
+                        raise ToolError(f"{exc}\n{GLOB_HINT.format(pattern=pattern)}") from None
+                    raise
+            if not search.stopped and (is_dir or is_document(resolved)):
+                documents = await search.documents(arg, is_dir, scope, file_glob, fences)
+                await search.search_documents(documents, flags, mode)
+    finally:
+        found_scope.close()
+    if target == "content" and not search.results.total and looks_like_glob(pattern):
+        search.notes.append(GLOB_HINT.format(pattern=pattern))
     return _answer(search, _summary(search.results, target, mode, shown, pattern))

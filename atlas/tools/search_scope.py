@@ -1,19 +1,20 @@
 """What find_files tells ripgrep: which files are in scope, and how matches are printed.
 
-Hidden, git-ignored, dependency and build folders are skipped unless the search path names
+Hidden, ignored (.gitignore, in-process), dependency and build folders are skipped unless the search path names
 them (docs/tools.md, find_files).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from atlas.sandbox.helpers import inside_repository, run_git
+from atlas.tools.fences import Fence
+from atlas.tools.ignore_rules import IgnoreRules
 from atlas.tools.registry import RunContext
-
-GIT_TIMEOUT_S = 5.0
 
 # Dependency, cache and build folders: thousands of files nobody wrote, skipped even when no
 # .gitignore names them (a fresh clone, a folder outside git). The hidden ones matter once a
@@ -44,32 +45,65 @@ def _inside_hidden(run: RunContext, resolved: Path) -> bool:
     return any(p.startswith(".") and p not in (".", "..") for p in _parts(run, resolved))
 
 
-def _may_be_ignored(resolved: Path, folder: Path) -> bool:
-    top = resolved == folder and (folder / ".git").exists()
-    return not top and inside_repository(folder)
+@dataclass
+class Scope:
+    """rg's flags for what is in scope, and the ignore rules each result is checked against
+    (rg reads no ignore file itself: `--no-ignore`)."""
+
+    flags: list[str]
+    rules: IgnoreRules | None = None
+    root: Path | None = None
+    ignore_file: Path | None = None  # rg's --ignore-file: what it may skip without going in
+
+    def hides(self, found: Path) -> bool:
+        if self.rules is None or self.root is None:
+            return False
+        return self.rules.ignored_below(found, self.root)
+
+    def close(self) -> None:
+        if self.ignore_file is not None:
+            self.ignore_file.unlink(missing_ok=True)
 
 
-async def _git_ignored(run: RunContext, resolved: Path, folder: Path) -> bool:
-    """Whether git ignores the searched path. git runs in the bot's sandbox with every hook off
-    (atlas/sandbox/helpers.py): the repository's config is the bot's to write. Outside any
-    repository, or for a repository's top folder (never ignored: the common `path="."`), git
-    is not started (a sandbox's start is most of its cost)."""
-    if not await asyncio.to_thread(_may_be_ignored, resolved, folder):
-        return False
-    done = await run_git(
-        run.home, run.bot, folder, ["check-ignore", "-q", "--", str(resolved)],
-        timeout=GIT_TIMEOUT_S, stdout=False, reads_contents=False,
-    )  # fmt: skip
-    return done.returncode == 0
+def _prune_file(rules: IgnoreRules, root: Path, cwd: Path) -> Path | None:
+    """The patterns rg may skip folders by, in a file of Atlas's own (removed by Scope.close)."""
+    patterns = rules.prune_patterns(root, cwd)
+    if not patterns:
+        return None
+    fd, name = tempfile.mkstemp(prefix="atlas-ignore-", suffix=".txt")
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        file.write("\n".join(patterns) + "\n")
+    return Path(name)
 
 
-async def scope_flags(run: RunContext, resolved: Path, is_dir: bool, file_type: str) -> list[str]:
+def _ignore_rules(run: RunContext, resolved: Path, is_dir: bool) -> IgnoreRules | None:
+    """The rules results are checked against; None when the searched path is itself ignored
+    (the search then sees everything in it)."""
+    view = Fence.for_run(run).view
+    rules = IgnoreRules.around(view, resolved, run.bot.workspace.resolve())
+    return None if rules.ignored(resolved, is_dir) else rules
+
+
+async def scope_flags(
+    run: RunContext, resolved: Path, is_dir: bool, file_type: str, cwd: Path
+) -> Scope:
     """Hidden and ignored files are skipped, unless the search starts inside such a folder;
-    `file_type` is one of rg's types (`rg --type-list`)."""
-    flags = ["--hidden"] if _inside_hidden(run, resolved) else []
-    if await _git_ignored(run, resolved, resolved if is_dir else resolved.parent):
-        flags.append("--no-ignore")
-    return [*flags, f"--type={file_type}"] if file_type else flags
+        `file_type` is one of rg's types (`rg --type-list`). Ignore rules are matched in-process
+        (atlas/tools/ignore_rules.py: no git runs, every ignore file is read through the view),
+        inside a repository or not; rg itself reads none (`--no-ignore`), nor the person's global
+        one; rg is given the patterns of the folders down to the searched one that it may skip folders
+    by (`--ignore-file`, a file of Atlas's own). A search starting inside an ignored folder sees
+    everything in it."""
+    flags = [*(["--hidden"] if _inside_hidden(run, resolved) else []), "--no-ignore"]
+    rules = await asyncio.to_thread(_ignore_rules, run, resolved, is_dir)
+    scope = Scope(flags, rules, resolved)
+    if rules is not None and is_dir:
+        scope.ignore_file = await asyncio.to_thread(_prune_file, rules, resolved, cwd)
+        if scope.ignore_file is not None:
+            flags.append(f"--ignore-file={scope.ignore_file}")
+    if file_type:
+        flags.append(f"--type={file_type}")
+    return scope
 
 
 @dataclass(frozen=True)

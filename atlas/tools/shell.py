@@ -216,6 +216,13 @@ async def _start_wait(
 _EXIT_LINE = re.compile(r"^\[(?:exit code (-?\d+)|killed after timeout \d+s)\]$", re.MULTILINE)
 
 
+def exit_status(output: str) -> int | None:
+    """A foreground command's exit code from its output's last end line; None when it was
+    killed after its timeout or the output has no end line."""
+    ends = _EXIT_LINE.findall(output)
+    return int(ends[-1]) if ends and ends[-1] != "" else None
+
+
 def _command_failed(output: str) -> bool:
     """A foreground command that exited non-zero or was killed: its last such line says."""
     ends = _EXIT_LINE.findall(output)

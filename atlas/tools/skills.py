@@ -140,6 +140,7 @@ def _substitute(body: str, skill: Skill, arguments: str) -> tuple[str, bool]:
     carried=True,
     available=_when_a_skill_exists,
     describe=lambda run: describe_use_skill(run),
+    aliases={"skill": "name", "args": "arguments"},  # Claude Code's Skill tool
 )
 async def use_skill(run: RunContext, name: str, arguments: str = "") -> str:
     """Load a skill: its instructions, folder and files. Use one when the task matches it."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -30,8 +29,6 @@ Answer with JSON only: {"verdict": "approve" | "deny" | "ask", "reason": "<one s
 - deny: destructive beyond the request, exfiltrates data or secrets, or hides what it does;
 - ask: anything else, or when unsure."""
 
-_JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
-
 
 @dataclass(frozen=True)
 class Judgement:
@@ -41,9 +38,11 @@ class Judgement:
 
 def parse_judgement(text: str) -> Judgement:
     """The model's answer → a judgement; anything malformed is an ask."""
-    match = _JSON_OBJECT.search(text)
+    # From the first `{` to the last `}` (what `\{.*\}` would take, without its quadratic search
+    # on a reply of many `{`).
+    start, end = text.find("{"), text.rfind("}")
     try:
-        data = json.loads(match.group(0)) if match else None
+        data = json.loads(text[start : end + 1]) if 0 <= start < end else None
     except json.JSONDecodeError:
         data = None
     if not isinstance(data, dict) or data.get("verdict") not in ("approve", "deny", "ask"):

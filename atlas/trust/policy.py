@@ -34,6 +34,7 @@ from atlas.tools.registry import RunContext, Tool, effective_mode
 from atlas.trust.gate import Allow, Ask, BaseGate, Decision, Deny, never_remembered
 from atlas.trust.guardian import Guardian
 from atlas.trust.read_taint import carried_question
+from atlas.trust.stored_text import judge_stored_texts, stored_texts
 from atlas.trust.verdict import Verdict
 
 log = logging.getLogger(__name__)
@@ -156,6 +157,15 @@ class RuleGate(BaseGate):
             return await self._command(script, call, run, cwd, escape=escape)
         if tool.name == "browser_exec" and args.get("code"):
             return await self._code(args["code"], call, run)
+        if texts := stored_texts(tool.name, args):  # memory, skills: read later as instructions
+            return await judge_stored_texts(
+                self.guardian,
+                model_name=self.home.settings.trust.guardian_model or run.bot.model,
+                tool=tool.name,
+                texts=texts,
+                user_request=await _last_user_request(run),
+                auto=effective_mode(run) == "auto",
+            )
         return Allow("no rule applies to this tool")
 
     # ---- file tools ------------------------------------------------------------------------
@@ -247,6 +257,18 @@ class RuleGate(BaseGate):
                     "folder (it could change any file in it). Allow?",
                     "workbench:broad-folder",
                 )
+            if (
+                area == "outside"
+                and inside(path, fence.view.person)
+                and not fence.view.may_write(path)
+            ):
+                # The executor's sandbox makes its folder writable: in the person's hidden home
+                # that is a write outside the view, as write_file's would be (asked each time).
+                return Ask(
+                    f"delegate wants an executor to change files in {path}, outside what this "
+                    "bot may write (its workspace and granted folders). Allow this once?",
+                    "sandbox:write-outside",
+                )
         return None
 
     # ---- commands --------------------------------------------------------------------------
@@ -324,7 +346,7 @@ class RuleGate(BaseGate):
     async def _verdict(
         self, verdict: Verdict, subject: str, call: ToolCall, run: RunContext
     ) -> Decision:
-        shown = subject if len(subject) <= 300 else subject[:300] + "…"
+        shown = subject  # whole: a person approves what they see (channels fold a long one)
         if verdict.verdict == "block":
             return Deny(f"blocked by rule {verdict.rule}: {verdict.reason}", verdict.rule)
         if verdict.verdict == "ask":

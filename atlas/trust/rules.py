@@ -28,6 +28,7 @@ from atlas.trust.command_words import (
     without_unknowns,
     written_paths,
 )
+from atlas.trust.home_paths import one_judgment
 from atlas.trust.options import canonical_words
 from atlas.trust.outside import metadata_address
 from atlas.trust.parser.interpreters import script_argument
@@ -40,6 +41,7 @@ from atlas.trust.parser.normalise import (
     interpreter_of,
 )
 from atlas.trust.parser.parse_words import is_redirect
+from atlas.trust.program_files import judge_program_files
 from atlas.trust.reach import destroy_verdict, home_verdict, outside_verdict, raw_home_verdict
 from atlas.trust.rules_more import (
     computed_kill,
@@ -95,7 +97,8 @@ def classify(
         workspace=clean(str(workspace.expanduser())) if workspace else None,
         vault=clean(str(vault.expanduser())) if vault else None,
     )
-    verdict = _judge(command, context, depth=0)
+    with one_judgment():  # each path resolved once in this judgment (home_paths.py)
+        verdict = _judge(command, context, depth=0)
     if auto and verdict.verdict == "guardian":
         return Verdict("allow", verdict.rule, f"{verdict.reason} (auto mode skips the guardian)")
     return verdict
@@ -113,6 +116,7 @@ def _judge(command: str, context: Context, depth: int, analysis: Analysis | None
         if part.words:
             found.append(_judge_part(part, here))
             found.append(judge_script(part, here, depth, written, venvs, judges))
+            found.append(judge_program_files(part, here, depth, written, judges))
             found.append(written_build_file(part, here, written))
             written |= written_paths(part, here)
             venvs |= created_venvs(part, here)

@@ -76,10 +76,14 @@ def taint_verdict(command: str, analysis: Analysis, context: Context) -> Verdict
     if not sinks:
         return None
     context = _after_cds(analysis, context)
-    line_reads = _line_reads(analysis, context)
-    if ENV_COMMAND.search(command):
+    # Only what a sink can carry is worked out (a second parse of the line, a read of every
+    # part): `_carried` looks only at words with a `$`, line_reads only serve a `$(…)`.
+    carries_variable = any("$" in w for part in sinks for w in part.words[1:])
+    carries_output = any(SUBSTITUTION in w for part in sinks for w in part.words[1:])
+    line_reads = _line_reads(analysis, context) if carries_output else []
+    if carries_output and ENV_COMMAND.search(command):
         line_reads.append("the environment")
-    taint = _variables(command, context)
+    taint = _variables(command, context) if carries_variable else Taint()
     for part in sinks:
         carried = _carried(part, taint)
         if carried:

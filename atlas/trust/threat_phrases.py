@@ -11,11 +11,26 @@ A phrase set cannot be complete; what it misses is left to the person reviewing 
 from __future__ import annotations
 
 # A bounded stretch within one sentence, as in threats.py.
-_GAP = r"(?:[^.!?\n]|\.(?=\S)){0,80}?"
+_SENTENCE_CHAR = r"(?:[^.!?\n]|\.(?=\S))"
+_GAP = rf"{_SENTENCE_CHAR}{{0,80}}?"
+
+
+def after(start: str, span: int = 80) -> str:
+    """`start`, then a stretch of at most `span` characters of its sentence that does not run
+    over another `start`. A text of many starts (`if) if) if)…`) was read ~80 characters from
+    each (3.5 µs a character, 0.2 s for 64,000); now each character is read from one start. It
+    matches the same texts: a match whose stretch held another start matches from that one."""
+    return rf"{start}(?:(?!{start}){_SENTENCE_CHAR}){{0,{span}}}?"
+
+
 _ACTIONS = (
     r"(?:commands?|requests?|calls?|tool calls?|actions?|prompts?|questions?|permissions?|"
     r"approvals?|operations?|changes?|things?)"
 )
+
+_PRE_APPROVED = r"\bpre-?(?:approved|authori[sz]ed)\b"
+_TREAT = r"\btreat\b"
+_WHEN = r"\b(?:when|whenever|if)\b"
 
 # (why, pattern) on casefolded NFKC text with whitespace collapsed; also run on the skeleton.
 ENGLISH: list[tuple[str, str]] = [
@@ -26,11 +41,11 @@ ENGLISH: list[tuple[str, str]] = [
         r"\b(?:approve|allow|accept|authori[sz]e|grant|confirm|say yes to)\s+(?:\w+\s+){0,2}?"
         rf"(?:every|all|any|each)\s+(?:\w+\s+){{0,2}}?{_ACTIONS}\b|"
         r"\b(?:approve|authori[sz]e|say yes to) (?:everything|anything|whatever)\b|"
-        r"\bpre-?(?:approved|authori[sz]ed)\b"
-        rf"{_GAP}\b(?:all|every|everything|anything|any)\b|"
+        rf"{after(_PRE_APPROVED)}"
+        r"\b(?:all|every|everything|anything|any)\b|"
         r"\b(?:has|have) (?:already )?(?:approved|authori[sz]ed) (?:all|every|everything|any)\b|"
-        rf"\btreat\b{_GAP}\bas (?:pre-?)?(?:approved|authori[sz]ed|allowed|confirmed)\b|"
-        rf"\b(?:when|whenever|if)\b{_GAP}\b(?:asks?|asked|prompts?|prompted|approval|"
+        rf"{after(_TREAT)}\bas (?:pre-?)?(?:approved|authori[sz]ed|allowed|confirmed)\b|"
+        rf"{after(_WHEN)}\b(?:asks?|asked|prompts?|prompted|approval|"
         rf"permission|confirmation)\b{_GAP}\b(?:say|answer|reply|respond|choose|pick|click|"
         r"press|select|tap)\s+(?:with\s+)?[\"'“]?(?:yes|allow|approve|ok)\b",
     ),

@@ -14,7 +14,7 @@ import re
 import unicodedata
 
 from atlas.trust.threat_forms import UNDO_SPELLING_IN, decoded_forms, small_capitals, without_marks
-from atlas.trust.threat_phrases import ENGLISH, MULTILINGUAL
+from atlas.trust.threat_phrases import ENGLISH, MULTILINGUAL, after
 
 # Format characters that render as nothing but still reach the model (zero-width spaces, bidi
 # overrides, word joiners, the BOM) and Unicode "tag" characters that can spell hidden ASCII.
@@ -54,6 +54,15 @@ _HIDDEN = (
 )
 # A bounded stretch within one sentence (a dot inside a word, as in a URL, does not end it).
 _GAP = r"(?:[^.!?\n]|\.(?=\S)){0,80}?"
+# Where a stretch starts (`after` keeps it from running over the next start: linear).
+_WHEN = r"\b(?:whenever|when|if)\b"
+_TELL = (
+    r"\b(?:reveal|print|show|output|leak|dump|disclose|exfiltrate|send|upload|post|share|"
+    r"cat|e-?mail|forward)\b"
+)
+_STANDING_START = rf"\b{_STANDING}\b"
+_SEND_START = rf"\b{_SEND}\b"
+_CLIENT = r"\b(?:curl|wget|nc|ncat|http)\b"
 
 # (why, pattern) on casefolded, NFKC-normalised text with whitespace collapsed. Every pattern
 # is linear: no back-references, and every repetition is bounded or over disjoint tokens.
@@ -82,15 +91,13 @@ _SOURCES: list[tuple[str, str]] = [
         "an instruction to reveal secrets",
         r"\b(?:reveal|print|show|output|leak|dump|disclose|exfiltrate|send|upload|post|"
         rf"share|echo|cat|e-?mail|forward)\s+(?:\w+\s+){{0,3}}?{_SECRETS}|"
-        rf"\b(?:whenever|when|if)\b{_GAP}{_SECRETS}{_GAP}\b{_SEND}\b|"
-        r"\b(?:reveal|print|show|output|leak|dump|disclose|exfiltrate|send|upload|post|share|"
-        rf"cat|e-?mail|forward)\b{_GAP}(?:~/\.ssh|\bid_rsa|\bid_ed25519|\.aws/credentials|"
-        r"/etc/shadow)",
+        rf"{after(_WHEN)}{_SECRETS}{_GAP}\b{_SEND}\b|"
+        rf"{after(_TELL)}(?:~/\.ssh|\bid_rsa|\bid_ed25519|\.aws/credentials|/etc/shadow)",
     ),
     (
         "a standing order to send data out",
-        rf"\b{_STANDING}\b{_GAP}\b{_SEND}\s+(?:\w+\s+){{0,2}}?{_BULK}|"
-        rf"\b{_SEND}\b{_GAP}\b{_HIDDEN}\b|\b{_HIDDEN}\s+(?:\w+\s+){{0,2}}?{_SEND}\b",
+        rf"{after(_STANDING_START)}\b{_SEND}\s+(?:\w+\s+){{0,2}}?{_BULK}|"
+        rf"{after(_SEND_START)}\b{_HIDDEN}\b|\b{_HIDDEN}\s+(?:\w+\s+){{0,2}}?{_SEND}\b",
     ),
     (
         "an instruction to disable the safeguards",
@@ -102,9 +109,10 @@ _SOURCES: list[tuple[str, str]] = [
     ),
     (
         "a command that sends secrets out",
-        # Bounded gaps: an unbounded `[^\n]*` here is quadratic on a line of repeated "curl".
-        r"\b(?:curl|wget|nc|ncat|http)\b[^\n]{0,300}?(?:\$\{?[a-z_]{0,40}(?:key|token|secret|password)|"
-        r"~/\.ssh|\.env\b|/etc/shadow)",
+        # Bounded, and ending at the next client: an unbounded `[^\n]*` here is quadratic on a
+        # line of repeated "curl", and a bounded one still read 300 characters from each.
+        rf"{_CLIENT}(?:(?!{_CLIENT})[^\n]){{0,300}}?"
+        r"(?:\$\{?[a-z_]{0,40}(?:key|token|secret|password)|~/\.ssh|\.env\b|/etc/shadow)",
     ),
     (
         "text that pretends to be a system or tool message",

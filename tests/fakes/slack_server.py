@@ -300,6 +300,8 @@ class FakeSlack:
             return {"ok": True, "url": f"ws://127.0.0.1:{self.port}/link/?ticket={next(self._ids)}"}
         if method == "chat.postMessage":
             return self._post(params)
+        if method == "chat.update" and _too_long(params.get("blocks")):
+            return {"ok": False, "error": "invalid_blocks"}
         if method == "chat.update":
             for posted in self.posted:
                 if posted.channel == params.get("channel") and posted.ts == params.get("ts"):
@@ -335,6 +337,8 @@ class FakeSlack:
         channel = str(params.get("channel", ""))
         if not channel:
             return {"ok": False, "error": "channel_not_found"}
+        if _too_long(params.get("blocks")):
+            return {"ok": False, "error": "invalid_blocks"}
         posted = Posted(
             channel=channel,
             ts=self.next_ts(),
@@ -493,3 +497,15 @@ def _json_field(value: Any) -> Any:
     if isinstance(value, str) and value:
         return json.loads(value)
     return value or None
+
+
+SECTION_TEXT_LIMIT = 3000  # Slack refuses a section block with more text (invalid_blocks)
+
+
+def _too_long(blocks: Any) -> bool:
+    """Whether a section block's text is over Slack's limit, as Slack checks it."""
+    for block in _json_field(blocks) or []:
+        text = (block.get("text") or {}).get("text", "") if block.get("type") == "section" else ""
+        if len(text) > SECTION_TEXT_LIMIT:
+            return True
+    return False

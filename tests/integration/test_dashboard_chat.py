@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from atlas.dashboard.auth import issue_login_token
-from atlas.dashboard.chat_channel import web_address
 from atlas.providers.scripted import Reply
 from tests.dashboard_rig import CHROMIUM, logged_in_tab
 from tests.unit.test_dashboard_chat import chat_rig
@@ -27,9 +26,8 @@ async def test_chat_with_a_bot_and_see_the_reply_stream(home_path: Path) -> None
             await page.get_by_role("link", name="Chat").click()
             await expect(page.get_by_role("heading", name="Chat with atlas")).to_be_visible()
             assert rig.dashboard.chat is not None
-            feed = rig.dashboard.chat.feed(web_address("atlas"))
-            for _ in range(100):  # until the page's chat stream is open
-                if feed.queues:
+            for _ in range(100):  # until the page's event stream is open
+                if rig.dashboard.events.streams:
                     break
                 await asyncio.sleep(0.05)
             await page.get_by_label("Message to atlas").fill("When does the zeppelin leave?")
@@ -80,7 +78,7 @@ async def test_the_daemon_serves_the_chat_over_a_streaming_model(home_path: Path
                 page = await (await client.get(f"{url}/chat/atlas")).text()
                 csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)  # type: ignore[union-attr]
                 assert "needs the running daemon" not in page
-                async with client.get(f"{url}/chat/atlas/stream") as stream:
+                async with client.get(f"{url}/events") as stream:
                     await client.post(f"{url}/chat/atlas", data={"text": "Where?", "csrf": csrf})
                     name, data = await next_event(stream)  # type: ignore[arg-type]
                     while name != "message" or "assistant" not in data:

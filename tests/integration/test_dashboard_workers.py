@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -173,16 +174,21 @@ async def test_a_workers_approval_is_answered_on_the_page_and_the_chat_message_s
 
 
 async def chat_events(page: Page, bot: str, seen: list[str]) -> None:
-    """Read the chat's event stream into `seen` (each event's data, joined)."""
-    async with page.client.get(f"{page.url}/chat/{bot}/stream") as stream:
-        data: list[str] = []
+    """Read the bot's Chat events off the browser's event stream into `seen` (each one's
+    HTML)."""
+    async with page.client.get(f"{page.url}/events") as stream:
+        name, data = "", []
         async for raw in stream.content:
             line = raw.decode().rstrip("\n")
-            if line.startswith("data: "):
+            if line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: "):
                 data.append(line[6:])
-            elif not line and data:
-                seen.append("\n".join(data))
-                data = []
+            elif not line:
+                said = json.loads("\n".join(data)) if name == "chat" else {}
+                if said.get("bot") == bot:
+                    seen.append(said["html"])
+                name, data = "", []
 
 
 @contextlib.asynccontextmanager

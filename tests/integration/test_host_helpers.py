@@ -117,7 +117,7 @@ def repository(ws: Path) -> None:
 
 async def assert_find_still_right(run: RunContext) -> None:
     """Ignored files stay out of a search, and a search inside an ignored folder finds them
-    (git check-ignore answered)."""
+    (the ignore rules matched in-process: no git runs for them at all)."""
     everywhere = answer(await call(run, "find_files", pattern="needle"))
     assert everywhere == ["notes.txt:1:needle one"]
     built = answer(await call(run, "find_files", pattern="needle", path="build"))

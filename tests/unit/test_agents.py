@@ -229,6 +229,26 @@ async def test_bot_create_denied_by_the_user_creates_nothing(tmp_path: Path) -> 
         await s.close()
 
 
+async def test_a_tool_not_offered_is_refused_before_anyone_is_asked(two_bots: Home) -> None:
+    """scout (not the main agent) calls bot_create by name: the person is not asked to approve
+    a call that cannot run, and the model reads why in plain words."""
+    call = {"name": "x2", "title": "X", "description": "d"}
+    model = ConversationModel({"make a bot": [Reply(calls=[("bot_create", call)]), Reply("ok")]})
+    s = Setup(two_bots, model, answer="allow once")
+    scout = Address("scout", "test", "chat-3", user="u1")
+    try:
+        await s.dispatcher.submit(Inbound(scout, "make a bot"))
+        await s.dispatcher.wait_idle(scout)
+        assert s.channel.questions == []
+        result = model.requests("make a bot")[1].messages[-1].content
+        assert result == (
+            "Error: bot_create is not offered to this run: only the main agent (atlas) creates bots"
+        )
+        assert "x2" not in two_bots.bots
+    finally:
+        await s.close()
+
+
 async def test_bot_create_rules(tmp_path: Path) -> None:
     home = make_home(tmp_path / "home", config=CONFIG)
     run = run_context(home)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -90,7 +91,8 @@ async def rig(home_path: Path) -> AsyncIterator[ChatRig]:
 
 
 async def next_event(stream: ClientResponse) -> tuple[str, str]:
-    """The stream's next event: (name, data), comments skipped."""
+    """The next Chat event on the browser's `/events` stream: (part, HTML); the other pages'
+    events and comments skipped."""
     name, data = "", []
     while True:
         line = (await asyncio.wait_for(stream.content.readline(), 10)).decode().rstrip("\n")
@@ -98,13 +100,17 @@ async def next_event(stream: ClientResponse) -> tuple[str, str]:
             name = line[7:]
         elif line.startswith("data: "):
             data.append(line[6:])
-        elif not line and name:
-            return name, "\n".join(data)
+        elif not line and name == "chat":
+            said = json.loads("\n".join(data))
+            assert said["bot"] == "atlas"
+            return said["part"], said["html"]
+        elif not line:
+            name, data = "", []
 
 
 async def test_a_message_is_answered_and_the_reply_streams(rig: ChatRig) -> None:
     csrf = await rig.log_in()
-    stream = await rig.client.get("/chat/atlas/stream")
+    stream = await rig.client.get("/events")
     assert stream.headers["Content-Type"] == "text/event-stream"
     rig.model.add(Reply("The zeppelin leaves at 14:05 from pier three."))
     refused = await rig.client.post("/chat/atlas", data={"text": "When?"})
@@ -134,14 +140,15 @@ async def test_a_message_is_answered_and_the_reply_streams(rig: ChatRig) -> None
 async def _message(role: str, text: str) -> str:
     from atlas.dashboard.render import environment
 
-    return environment().get_template("chat_message.html").render(role=role, text=text)
+    template = environment().get_template("chat_message.html")
+    return template.render(role=role, text=text, tools=())
 
 
 async def test_stop_stops_the_running_turn(rig: ChatRig) -> None:
     csrf = await rig.log_in()
     never = asyncio.Event()
     rig.model.add(Reply("never said", wait_for=never))
-    stream = await rig.client.get("/chat/atlas/stream")
+    stream = await rig.client.get("/events")
     await rig.client.post("/chat/atlas", data={"text": "Think hard", "csrf": csrf})
     for _ in range(200):
         if rig.model.requests:
@@ -162,7 +169,7 @@ async def test_a_secret_in_a_reply_is_masked_and_never_half_shown(
 
     secret = rig.dashboard.signer.secret_text  # the dashboard's own secret is always masked
     await rig.log_in()
-    stream = await rig.client.get("/chat/atlas/stream")
+    stream = await rig.client.get("/events")
     assert rig.dashboard.chat is not None
     address = web_address("atlas")
     await rig.dashboard.chat.stream(address, "the key is " + secret[:10])
@@ -180,10 +187,9 @@ async def test_a_tab_opened_mid_reply_sees_it_so_far(rig: ChatRig) -> None:
     await rig.log_in()
     assert rig.dashboard.chat is not None
     await rig.dashboard.chat.stream(web_address("atlas"), "Half of the answer ")
-    stream = await rig.client.get("/chat/atlas/stream")
-    name, so_far = await next_event(stream)
-    assert name == "reply" and "Half of the answer" in so_far
-    stream.close()
+    page = await (await rig.client.get("/chat/atlas")).text()
+    draft = page[page.index('id="chat-reply"') :]
+    assert "Half of the answer" in draft[: draft.index("</section>")]
 
 
 async def test_without_a_dispatcher_the_chat_says_so_and_sends_nothing(home_path: Path) -> None:

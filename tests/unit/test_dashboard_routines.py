@@ -162,12 +162,12 @@ async def test_the_pages_refetch_their_live_parts_on_the_routines_event(rig: Rig
     routine = await store.create("atlas", "slow", "Think", "every 2h", None)
     run_id = await store.start_run(routine, "manual", None)
     await rig.log_in()
-    trigger = 'hx-trigger="sse:routines, htmx:sseOpen from:#routines-stream"'
+    trigger = 'hx-trigger="live:routines from:body, live:open from:body"'
     listing = await (await rig.client.get("/routines?bot=atlas")).text()
-    assert 'sse-connect="/events" id="routines-stream"' in listing
+    assert '<script src="/static/live.js" defer>' in listing
     assert f'hx-get="/routines/live?bot=atlas&amp;page=1" {trigger}' in listing
     page = await (await rig.client.get(f"/routines/{routine.id}")).text()
-    assert 'sse-connect="/events" id="routines-stream"' in page and "every 2s" not in page
+    assert "every 2s" not in page
     assert f'hx-get="/routines/{routine.id}/runs?page=1" {trigger}' in page
     assert f'hx-get="/routines/{routine.id}/head" {trigger}' in page
     await store.finish_run(run_id, RunResult("ok", text="Thought it through."))

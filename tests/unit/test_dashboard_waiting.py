@@ -45,7 +45,7 @@ async def test_an_approval_is_listed_and_answered_here_once(rig: Rig) -> None:
     ask_id = await open_id(asks)
     page = await (await rig.client.get("/waiting")).text()
     assert "Run `make deploy`?" in page and f"/waiting/{ask_id}/approval" in page
-    assert 'sse-connect="/events"' in page and "telegram:atlas" in page
+    assert 'hx-trigger="live:waiting from:body' in page and "telegram:atlas" in page
     refused = await rig.client.post(f"/waiting/{ask_id}/approval", data={"choice": "allow once"})
     assert refused.status == 403 and not turn.done()  # no CSRF token: nothing answered
     answer = await rig.client.post(

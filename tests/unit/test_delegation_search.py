@@ -176,10 +176,11 @@ async def test_read_shows_the_record_then_the_session_start_and_end(history: His
     assert '[#2 tool Bash 2026-12-01 09:02] {"command": "ls"}' in with_tools
 
 
-async def test_read_says_when_the_harness_deleted_its_session(history: History) -> None:
+async def test_read_says_a_session_log_that_was_never_written(history: History) -> None:
     text = await search(run_context(history.home), instance_id="ex-bbb222")
     assert "[final] Wrote the install section." in text
-    assert "codex's own session log (session thread-9) is gone: the harness deleted it" in text
+    assert "codex's own session log (session thread-9) is gone: it was never written to" in text
+    assert "codex does not delete its sessions" in text and "deleted it" not in text
     scroll = await delegation_search.invoke(
         run_context(history.home), {"instance_id": "ex-bbb222", "around": 3}
     )
@@ -211,16 +212,37 @@ async def test_another_bot_sees_only_the_delegations_it_started(history: History
     assert refused.is_error
 
 
-async def test_it_is_untrusted_data_and_offered_only_with_an_executor(
+async def test_it_is_untrusted_data_and_offered_where_delegate_is(
     history: History, tmp_path: Path
 ) -> None:
     assert delegation_search.untrusted and delegation_search.read_only
     assert delegation_search.deferred
     assert delegation_search.unavailable_reason(run_context(history.home)) is None
     assert delegation_search.unavailable_reason(run_context(history.home, kind="subagent"))
+
+
+async def test_without_any_executor_the_persons_own_sessions_are_recalled(
+    history: History, tmp_path: Path
+) -> None:
+    """tools-reference.md gives it to every conversation, bot and routine run: a person's own
+    Claude Code sessions are in the record whether or not Atlas runs executors (issue 37)."""
     bare = make_home(tmp_path / "bare")
-    reason = delegation_search.unavailable_reason(run_context(bare))
-    assert reason and "[executors.claude-code]" in reason
+    assert not any(s.enabled for s in bare.settings.executors.values())
+    for kind in ("conversation", "bot", "routine"):
+        assert delegation_search.unavailable_reason(run_context(bare, kind=kind)) is None
+    assert delegation_search.unavailable_reason(run_context(bare, kind="subagent"))
+    store = HomeStore(bare.db_path)
+    try:  # the plugin's record of a session the person started (atlas/executors/desk_record.py)
+        record = DelegationRecord(store)
+        turn = await record.start_turn(
+            "ex-own001", "claude-code", "claude-code@main", str(tmp_path),
+            "rename the billing module", None, owner="person", files_before="",
+        )  # fmt: skip
+        await record.finish_turn(turn, "Renamed it to invoices.", "", None, "done")
+    finally:
+        await store.close()
+    text = await search(run_context(bare), query="billing")
+    assert "ex-own001" in text and "Renamed it to invoices." in text
 
 
 async def test_the_record_keeps_sessions_finals_and_changes_once(tmp_path: Path) -> None:

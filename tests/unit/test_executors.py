@@ -26,9 +26,10 @@ from atlas.executors.base import (
 )
 from atlas.executors.claude_code import ClaudeCodeExecutor, ClaudeCodeInstance
 from atlas.executors.codex import CodexExecutor, CodexInstance, resets_from
-from atlas.executors.launch import ExecutorLauncher, _matches
+from atlas.executors.launch import _patterns
 from atlas.executors.limits import LimitBook
 from atlas.executors.registry import ExecutorSet
+from atlas.sandbox.proxy_protocol import on_allow_list
 from tests.helpers import BASE_CONFIG, make_home
 
 # --- the plugin SDK ---------------------------------------------------------------------------
@@ -141,6 +142,16 @@ def test_codex_reset_times_in_its_messages() -> None:
     assert resets_from("You've hit your usage limit.", now) is None
 
 
+def test_codex_reset_on_another_day_is_that_day() -> None:
+    """A weekly limit's message names a date: the reset is days away, not the next 3:04 PM."""
+    now = datetime(2025, 12, 4, 12, tzinfo=UTC)
+    message = "You've hit your usage limit. Upgrade to Pro, or try again at Dec 8th, 2025 3:04 PM."
+    found = resets_from(message, now)
+    assert found is not None
+    assert found.astimezone().strftime("%Y-%m-%d %H:%M") == "2025-12-08 15:04"
+    assert resets_from("try again at Feb 30th, 2025 3:04 PM", now) is None  # no such day
+
+
 # --- parsing ----------------------------------------------------------------------------------
 
 
@@ -181,7 +192,11 @@ def test_claude_error_results_name_their_errors(tmp_path: Path) -> None:
         {"type": "result", "subtype": "error_max_turns", "is_error": True, "errors": ["too many"]}
     )[0]
     assert isinstance(event, Result) and event.is_error and event.subtype == "error_max_turns"
-    assert event.text == "too many"
+    assert event.text == "error_max_turns: too many"
+    (empty,) = claude(tmp_path).parse(
+        {"type": "result", "subtype": "error_max_turns", "is_error": True, "result": ""}
+    )
+    assert isinstance(empty, Result) and empty.text == "error_max_turns"
 
 
 def test_claude_control_requests_become_permission_requests_and_questions(tmp_path: Path) -> None:
@@ -277,21 +292,15 @@ def test_a_deleted_session_log_is_said_deleted(tmp_path: Path) -> None:
 # --- the network ------------------------------------------------------------------------------
 
 
-async def test_the_provider_hosts_pass_and_others_are_asked(tmp_path: Path) -> None:
-    asked: list[str] = []
-
-    async def person(host: str) -> bool:
-        asked.append(host)
-        return host == "pypi.org"
-
-    home = make_home(tmp_path / "home")
-    ask = ExecutorLauncher(home, ask=person)._asker(ClaudeCodeExecutor.provider_hosts)
-    assert await ask("api.anthropic.com") and await ask("statsig.anthropic.com")
-    assert await ask("pypi.org") and not await ask("evil.example")
-    assert asked == ["pypi.org", "evil.example"]
-    nobody = ExecutorLauncher(home)._asker(CodexExecutor.provider_hosts)
-    assert await nobody("chatgpt.com") and not await nobody("evil.example")
-    assert not _matches("anthropic.com.evil.example", ["*.anthropic.com"])
+def test_the_provider_hosts_are_the_channels_own_allow_list() -> None:
+    """They pass without a question; any other host is the person's (tests/integration/
+    test_executor_egress.py)."""
+    claude = _patterns(ClaudeCodeExecutor.provider_hosts)
+    assert on_allow_list("api.anthropic.com", claude)
+    assert on_allow_list("statsig.anthropic.com", claude)
+    assert not on_allow_list("anthropic.com.evil.example", claude)
+    assert not on_allow_list("pypi.org", claude)
+    assert on_allow_list("chatgpt.com", _patterns(CodexExecutor.provider_hosts))
 
 
 def test_claude_not_logged_in_is_a_failure_saying_how_to_log_in(tmp_path: Path) -> None:

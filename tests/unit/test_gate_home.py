@@ -108,7 +108,7 @@ async def test_own_notes_skills_and_what_atlas_points_to_are_read_freely(
         ("read_file", bot / "skills" / "x" / "SKILL.md"),
         ("read_file", home / "skills" / "shared" / "SKILL.md"),
         ("read_file", home / "spill" / "atlas" / "1" / "c1.txt"),
-        ("read_file", home / "jobs" / "abc.log"),
+        ("read_file", home / "commands" / "abc.log"),
         ("attach_file", bot / "memory" / "USER.md"),
         ("read_file", run.bot.workspace / "notes.txt"),
     ):

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from atlas.agent.tokens import count_tokens
@@ -25,7 +26,9 @@ DEFERRED = [t.name for t in TOOLS if t.deferred]
 
 
 def count_prompt(body: dict[str, Any]) -> int:
-    return count_tokens(json.dumps({k: body.get(k) for k in ("system", "messages", "tools")}))
+    """Over the JSON as it travels: compact, as Atlas's providers send it."""
+    prompt = {k: body.get(k) for k in ("system", "messages", "tools")}
+    return count_tokens(json.dumps(prompt, ensure_ascii=False, separators=(",", ":")))
 
 
 def tool_names(body: dict[str, Any]) -> list[str]:
@@ -135,8 +138,17 @@ def test_the_per_bot_report_counts_what_the_request_carries(
     assert report["skill_list"] == {"skills": 20, "tokens": {"cl100k": count_tokens(listed)}}
     assert report["run_time_descriptions"]["use_skill"] == {"cl100k": count_tokens(description)}
     assert report["system_prompt_total"] == {"cl100k": count_tokens(build_system_prompt(run))}
+    # Counted on the bytes the provider receives: compact JSON as the provider code encodes it,
+    # not a spaced re-serialisation of the spec.
+    for name, spec in offered.items():
+        function = {"name": name, "description": spec.description, "parameters": spec.parameters}
+        as_sent = orjson.dumps({"type": "function", "function": function}).decode()
+        assert report["tools"][name] == {"cl100k": count_tokens(as_sent)}, name
+    assert report["wire"] == "openai"
+    system = orjson.dumps({"role": "system", "content": build_system_prompt(run)}).decode()
+    assert report["system_prompt_as_sent"] == {"cl100k": count_tokens(system)}
     assert report["total"]["cl100k"] == (
-        report["tools_total"]["cl100k"] + report["system_prompt_total"]["cl100k"]
+        report["tools_total"]["cl100k"] + report["system_prompt_as_sent"]["cl100k"]
     )
     assert "not available offline" in report["encodings"]["o200k"]
     assert main(["--bot", home.settings.main, "--home", str(home.root)]) == 0
@@ -144,3 +156,22 @@ def test_the_per_bot_report_counts_what_the_request_carries(
     assert "o200k: not available offline" in out and "skill list (20 lines" in out
     assert main(["--bot", "nobody", "--home", str(home.root)]) == 1
     assert "no bot named 'nobody'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("skills", "target"), [(0, 3_000), (20, 3_400)])
+def test_the_fixed_prefix_stays_under_its_target(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    skills: int,
+    target: int,
+) -> None:
+    """Issue 37's targets are o200k tokens as sent; o200k is not available offline, and on this
+    text it counts about 4 % more than cl100k (docs/benchmarks.md): cl100k with that margin."""
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "cache"))
+    home = make_home(tmp_path / "home")
+    argv = ["--bot", "atlas", "--home", str(home.root), "--json"]
+    assert main([*argv, "--example-skills", str(skills)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["skill_list"]["skills"] == skills
+    assert report["total"]["cl100k"] <= target / 1.04, report["total"]

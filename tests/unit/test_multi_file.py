@@ -118,7 +118,7 @@ async def test_files_writes_each_and_an_unread_file_fails_alone(run: RunContext,
     assert "was not read in this conversation" in sections(result.text)["unseen.txt (failed)"]
 
 
-async def test_edits_apply_in_order_across_files_each_alone(run: RunContext, ws: Path) -> None:
+async def test_edits_apply_file_by_file_each_file_all_or_none(run: RunContext, ws: Path) -> None:
     (ws / "a.py").write_text("x = 1\ny = 2\n")
     (ws / "b.py").write_text("name = 'old'\n")
     await model_call(run, "read_file", reads=[{"path": "a.py"}, {"path": "b.py"}])
@@ -127,17 +127,24 @@ async def test_edits_apply_in_order_across_files_each_alone(run: RunContext, ws:
         "edit_file",
         edits=[
             {"path": "a.py", "old_string": "x = 1", "new_string": "x = 10"},
-            {"path": "b.py", "old_string": "missing", "new_string": "z"},
-            {"path": "a.py", "old_string": "x = 10\ny = 2", "new_string": "x = 10\ny = 20"},
-            {"path": "b.py", "old_string": "'old'", "new_string": "'old'"},
             {"path": "b.py", "old_string": "old", "new_string": "new"},
+            {"path": "./a.py", "old_string": "x = 10\ny = 2", "new_string": "x = 10\ny = 20"},
+            {"path": "b.py", "old_string": "missing", "new_string": "z"},
         ],
     )
-    assert result.text.startswith("4 of 5 edits applied; 1 failed")
+    assert result.text.startswith("1 of 2 files edited; 1 failed"), result.text
     assert (ws / "a.py").read_text() == "x = 10\ny = 20\n"  # the second edit saw the first
-    assert (ws / "b.py").read_text() == "name = 'new'\n"  # the failed edit stopped nothing
-    assert "old_string not found in b.py" in result.text
-    assert "b.py unchanged: old_string and new_string are the same" in result.text
+    assert (ws / "b.py").read_text() == "name = 'old'\n"  # its edits: all or none
+    assert "edit 2 of 2: old_string not found in b.py" in result.text
+    assert "the file is unchanged" in result.text
+    assert "Edited a.py (2 replacements)" in result.text  # one write, one diff
+
+
+async def test_a_file_named_twice_in_files_is_refused(run: RunContext, ws: Path) -> None:
+    twice = [{"path": "t.txt", "content": "one\n"}, {"path": "./t.txt", "content": "two\n"}]
+    result = await model_call(run, "write_file", files=twice)
+    assert result.is_error and "./t.txt is named twice in files" in result.text
+    assert not (ws / "t.txt").exists()
 
 
 async def test_claude_codes_multiedit_shape_edits_one_file(run: RunContext, ws: Path) -> None:
@@ -145,7 +152,7 @@ async def test_claude_codes_multiedit_shape_edits_one_file(run: RunContext, ws: 
     await model_call(run, "read_file", path="m.txt")
     edits = [{"old_string": "a", "new_string": "A"}, {"old_string": "c", "new_string": "C"}]
     result = await model_call(run, "edit_file", file_path="m.txt", edits=edits)
-    assert result.text.startswith("2 of 2 edits applied."), result.text
+    assert result.text.startswith("1 of 1 files edited."), result.text
     assert (ws / "m.txt").read_text() == "A b C\n"
     lost = await model_call(run, "edit_file", edits=[{"old_string": "A", "new_string": "a"}])
     assert lost.is_error and "each of edits needs its path" in lost.text

@@ -186,7 +186,7 @@ async def test_output_is_capped(run: RunContext, monkeypatch: pytest.MonkeyPatch
 async def test_background_job_logs_how_it_ended(run: RunContext) -> None:
     answer = (await call(run, command="echo hello; exit 3", background=True)).text
     job_id = job_id_of(answer)
-    log_path = run.home.jobs_dir / f"{job_id}.log"
+    log_path = run.home.root / "commands" / f"{job_id}.log"  # the reference's folder
     assert str(log_path) in answer
     lines = await finished_log(run, job_id)
     assert lines[0] == "hello"

@@ -178,6 +178,6 @@ async def test_shape_faults_are_named(home: Home) -> None:
 def test_the_schema_is_the_references() -> None:
     schema = REGISTRY.get("skill_manage").spec().parameters
     assert schema["required"] == ["operations"] and "name" not in schema["properties"]
-    operation = schema["$defs"]["SkillOperation"]
+    operation = schema["properties"]["operations"]["items"]  # inlined: no $defs indirection
     assert operation["required"][0] == "name" and "action" in operation["required"]
     assert "file_content" in operation["properties"]

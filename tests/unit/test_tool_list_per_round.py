@@ -52,14 +52,15 @@ def _uncached(registry: ToolRegistry, run: RunContext) -> list[ToolSpec]:
     listed = [t for t in registry if not t.deferred]
     listed += [t for name in run.state.loaded_tools if (t := registry.get(name)) is not None]
     return [
-        ToolSpec(t.name, t.describe(run) if t.describe else t.description, _fresh_schema(t))
+        ToolSpec(t.name, t.describe(run) if t.describe else t.description, _fresh_schema(t, run))
         for t in listed
         if t._unavailable_reason(run) is None
     ]
 
 
-def _fresh_schema(t: Tool) -> dict:  # type: ignore[type-arg]
-    return _arguments_schema.__wrapped__(t.arguments)  # type: ignore[attr-defined]
+def _fresh_schema(t: Tool, run: RunContext) -> dict:  # type: ignore[type-arg]
+    hidden = t.hidden | (t.withheld(run) if t.withheld else frozenset())
+    return _arguments_schema.__wrapped__(t.arguments, hidden, t.required)  # type: ignore[attr-defined]
 
 
 def test_the_list_equals_the_uncached_one_as_the_run_changes(home: Home) -> None:

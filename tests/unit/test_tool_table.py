@@ -97,7 +97,6 @@ def test_conditions_in_the_table_are_real_conditions(tmp_path: Path) -> None:
         "browser_exec",
         "message_agent",
         "executor_accounts",
-        "delegation_search",
     ):
         assert rows[name]["also needs"], f"{name}: its condition is not in the table"
         assert registry.get(name).unavailable_reason(run), f"{name} available without its need"

@@ -33,6 +33,7 @@ from atlas.channels.questions import (
     parse_action,
 )
 from atlas.channels.send_errors import SendError
+from atlas.channels.slack.approvals import attach_whole, fold_for_slack
 from atlas.channels.slack.format import (
     answered_blocks,
     escape_mrkdwn,
@@ -100,6 +101,10 @@ class SlackAsking(SlackSending):
         None when the question could not be delivered."""
         request_id = random_ids.token_hex(6)
         channel = slack_channel(address)
+        folded = fold_for_slack(question, f"approval-{request_id}.txt")
+        if folded.whole is not None:  # too long for one section: the whole of it as a file
+            thread = address.thread or None
+            question = await attach_whole(self.sender, channel, thread, folded, self.name)
         in_flight = InFlight[str]()
         try:
             # A cancel meanwhile lets the post finish: the question is then closed below.
@@ -139,8 +144,8 @@ class SlackAsking(SlackSending):
             posted.platform_id = ts
         return ts
 
-    async def _on_button(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
-        await ack()
+    async def _on_button(self, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """A click on an approval's button (acknowledged already: slack/channel.py)."""
         parsed = parse_ask_value(str(action.get("value", "")))
         user = str((body.get("user") or {}).get("id", ""))
         if parsed is None:
@@ -221,11 +226,9 @@ class SlackAsking(SlackSending):
             where=f"{self.name} to {address}",
         )
 
-    async def _on_question_action(
-        self, ack: Any, body: dict[str, Any], action: dict[str, Any]
-    ) -> None:
-        """A click, a tick or an Enter in a question's message; only allowed people count."""
-        await ack()
+    async def _on_question_action(self, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """A click, a tick or an Enter in a question's message; only allowed people count
+        (acknowledged already: slack/channel.py)."""
         key = str(action.get("action_id", "")).removeprefix(f"{QUESTION_ACTION_PREFIX}:")
         parsed = parse_action(key)
         asked = self._question_sets.get(parsed.request_id) if parsed else None

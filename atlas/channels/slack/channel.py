@@ -28,12 +28,14 @@ from atlas.channels.send_errors import SendError
 from atlas.channels.settings import SlackSettings, channel_settings, secret
 from atlas.channels.slack.asking import PendingAsk
 from atlas.channels.slack.delivery import SlackSender
+from atlas.channels.slack.errors import DEAD_TOKEN_ERRORS, slack_error
 from atlas.channels.slack.format import ASK_ACTION_PREFIX
-from atlas.channels.slack.inbound import COMMANDS, SlackInbound
+from atlas.channels.slack.inbound import COMMANDS, SlackInbound, StoreHeld
 from atlas.channels.slack.questions import QUESTION_ACTION_PREFIX
+from atlas.channels.slack.reactions import TypingMarks
 from atlas.channels.slack.sending import slack_channel
 from atlas.channels.supervisor import ChannelHealth, Supervisor
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, ConfigError
 from atlas.home import Bot
 
 if TYPE_CHECKING:
@@ -126,6 +128,7 @@ class SlackChannel(SlackInbound):
         self._handler: Any = None  # AsyncSocketModeHandler, when in Socket Mode
         self._app: AsyncApp | None = None
         self.health = ChannelHealth(self.name)
+        self.activity = "up"  # what "up" means here, once started (connected, serving)
         limits = dispatcher.runtime.home.settings.limits
         self.socket_check_seconds = SOCKET_CHECK_SECONDS
         self._socket_watch = Supervisor(
@@ -146,6 +149,9 @@ class SlackChannel(SlackInbound):
         self._asks = {}
         self._question_sets = {}
         self._background = BackgroundTasks()
+        self._marks = TypingMarks(
+            self.name, lambda method, **params: self.sender.call_once(method, **params)
+        )
 
     async def start(self) -> None:
         """Connect: learn who the bot is, then open Socket Mode or the Events API endpoint."""
@@ -170,27 +176,44 @@ class SlackChannel(SlackInbound):
         try:
             identity = await self.sender.call("auth.test")
         except SendError as exc:
+            _raise_if_token_dead(self.name, "bot token", self.settings.bot_token_env, exc)
             raise AtlasError(f"{self.name}: the bot token was refused: {exc}") from exc
         self.bot_user_id = str(identity.get("user_id", ""))
         self._bot_id = str(identity.get("bot_id", ""))
         self._team_id = identity.get("team_id")
         app = self._app = self._build_app(client)
         if self.settings.mode == "socket":
-            await self._open_socket()
-            self.health.up(SOCKET_CONNECTED)
+            await self._open_socket(await self._socket_url(client))
+            self.activity = SOCKET_CONNECTED
             self._socket_watch.start()
         else:
             await self._serve_http(app)
             listen = f"{self.settings.http_listen}:{self.settings.http_port}"
-            self.health.up(f"serving the Events API on {listen}")
+            self.activity = f"serving the Events API on {listen}"
+        if not self.health.holding:
+            self.health.up(self.activity)
         log.info("%s: connected as %s (%s mode)", self.name, self.bot_user_id, self.settings.mode)
 
-    async def _open_socket(self) -> None:
+    async def _socket_url(self, client: Any) -> str | None:
+        """A Socket Mode URL, asked for here so that a dead app token is a ConfigError:
+        slack_sdk's client would retry it forever, every ping interval, as "reconnecting".
+        None after another failure, which is left to slack_sdk (it retries, as it should)."""
+        from slack_sdk.errors import SlackApiError
+
+        try:
+            response = await client.apps_connections_open(app_token=self._app_token)
+        except SlackApiError as exc:
+            _raise_if_token_dead(self.name, "app token", self.settings.app_token_env, exc)
+            return None
+        return str(response["url"])
+
+    async def _open_socket(self, url: str | None = None) -> None:
         from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
         assert self._app is not None  # built by start()
         app = self._app
         self._handler = AsyncSocketModeHandler(app, self._app_token, web_client=app.client)
+        self._handler.client.wss_uri = url  # None: the client asks for one itself
         await self._handler.connect_async()
 
     async def _watch_socket(self) -> None:
@@ -209,10 +232,12 @@ class SlackChannel(SlackInbound):
                 if ended is not None and ended is suspect:
                     _raise_dead(client, ended)
                 suspect = ended
-                if await client.is_connected():
-                    self.health.up(SOCKET_CONNECTED)
-                else:
+                if not await client.is_connected():
                     self.health.reconnecting(SOCKET_DOWN)
+                elif self.health.holding:  # connected, but nothing can be stored
+                    self.health.reconnecting(self.health.holding)
+                else:
+                    self.health.up(SOCKET_CONNECTED)
                 await asyncio.sleep(self.socket_check_seconds)
         except Exception:
             if self._handler is handler:
@@ -227,6 +252,7 @@ class SlackChannel(SlackInbound):
                 pending.answer.set_result(None)
         for asked in list(self._question_sets.values()):
             asked.cancel("the Slack channel stopped")
+        await self._marks.close()
         await self._close_transport()
         await self._background.cancel_all()
 
@@ -248,24 +274,37 @@ class SlackChannel(SlackInbound):
         async def authorize(team_id: str | None = None) -> AuthorizeResult:
             return self._authorize(team_id)
 
+        # With process_before_response, Slack hears back (the Events API's HTTP answer, Socket
+        # Mode's ack) only when a listener returns: a message is acknowledged once it is stored
+        # (or 5xx / no ack when the store cannot write: Slack sends it again). So listeners
+        # return quickly; clicks are acknowledged first and handled in the background.
         async def on_message(event: dict[str, Any], body: dict[str, Any]) -> None:
             await self._on_message(event, body)
 
         async def on_button(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
-            await self._on_button(ack, body, action)
+            await ack()
+            self._background.spawn(self._on_button(body, action))
 
         async def on_question(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
-            await self._on_question_action(ack, body, action)
+            await ack()
+            self._background.spawn(self._on_question_action(body, action))
 
         async def on_command(ack: Any, command: dict[str, Any]) -> None:
             await self._on_slash_command(ack, command)
+
+        async def on_error(error: Exception) -> None:
+            if isinstance(error, StoreHeld):
+                return  # said once, in one line, when the holding began (slack/inbound.py)
+            log.error("%s: an event failed", self.name, exc_info=error)
 
         app = AsyncApp(
             client=client,
             authorize=authorize,
             signing_secret=self._signing_secret or "",
             request_verification_enabled=self.settings.mode == "http",
+            process_before_response=True,
         )
+        app.error(on_error)
         app.event("message")(on_message)
         app.event("app_mention")(on_message)
         app.action(re.compile(f"^{ASK_ACTION_PREFIX}:"))(on_button)
@@ -287,16 +326,14 @@ class SlackChannel(SlackInbound):
         )
 
     async def _serve_http(self, app: AsyncApp) -> None:
-        """The Events API: Slack posts signed requests here; bolt checks the signature."""
+        """The Events API: Slack posts signed requests here; the signature is checked before
+        anything else is read (slack/events_http.py)."""
         from aiohttp import web
-        from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 
-        async def events(request: web.Request) -> web.Response:
-            return await to_aiohttp_response(
-                await app.async_dispatch(await to_bolt_request(request))
-            )
+        from atlas.channels.slack.events_http import MAX_BODY, events_endpoint
 
-        web_app = web.Application()
+        events = events_endpoint(app, self._signing_secret or "", self.name)
+        web_app = web.Application(client_max_size=MAX_BODY)
         web_app.router.add_post(self.settings.http_path, events)
         runner = web.AppRunner(web_app, handle_signals=False)
         await runner.setup()
@@ -307,6 +344,18 @@ class SlackChannel(SlackInbound):
             await runner.cleanup()
             raise
         self._http = runner
+
+
+def _raise_if_token_dead(channel: str, which: str, variable: str, exc: BaseException) -> None:
+    """ConfigError (the channel stops, not retried: retrying cannot help) when Slack says the
+    token is revoked, expired or of an account or app that is gone."""
+    error = slack_error(exc)
+    if error in DEAD_TOKEN_ERRORS:
+        raise ConfigError(
+            f"{channel}: Slack refused the {which} ({error}): it was revoked, expired or "
+            f"belongs to an app or account that is gone. Put a valid token in ${variable} "
+            "and restart Atlas"
+        ) from exc
 
 
 SOCKET_TASKS = ("message_processor", "message_receiver", "current_session_monitor")

@@ -70,6 +70,18 @@ class SlackSender:
 
         return await self._repeated(method, once)
 
+    async def call_once(self, method: str, **params: Any) -> dict[str, Any]:
+        """One attempt, never retried (a decoration such as a reaction, which must not wait
+        out a Retry-After): RetryLater or NeverRetry when it fails."""
+        try:
+            response = await self.client.api_call(method, json=params)
+        except Exception as exc:  # classified below; anything else is re-raised
+            verdict = _verdict(exc)
+            if not verdict.retry:
+                raise NeverRetry(f"Slack refused {method}: {verdict.reason}") from exc
+            raise RetryLater(f"Slack {method} failed: {verdict.reason}") from exc
+        return dict(response.data)  # type: ignore[arg-type]
+
     async def _repeated(self, what: str, action: Callable[[], Awaitable[T]]) -> T:
         """`action` until it succeeds, retried on 429, 5xx, unreadable answers and dropped
         connections (for calls that are safe to repeat)."""
@@ -133,9 +145,13 @@ class SlackSender:
         log.info("slack: %s took effect despite the error; not repeated", what)
         return found
 
-    async def upload(self, channel: str, path: Path, *, thread_ts: str | None = None) -> str:
-        """Share a file into the channel (and thread) exactly once; returns its file id."""
-        data = await asyncio.to_thread(path.read_bytes)
+    async def upload(
+        self, channel: str, path: Path, *, thread_ts: str | None = None, data: bytes | None = None
+    ) -> str:
+        """Share a file into the channel (and thread) exactly once; returns its file id.
+        With `data`, that is the file's content and `path` only names it."""
+        if data is None:
+            data = await asyncio.to_thread(path.read_bytes)
 
         async def prepare() -> str:
             # A fresh upload URL each time: an unfinished upload is never shared, only dropped.

@@ -27,6 +27,20 @@ import aiohttp
 
 # Errors Slack reports in a 200 answer that are its own trouble, not the request's.
 SERVER_SIDE_ERRORS = frozenset({"internal_error", "fatal_error", "service_unavailable"})
+# Errors that say a token will never work again (revoked, its app or account gone): a channel
+# that meets one at start is stopped, not retried.
+DEAD_TOKEN_ERRORS = frozenset(
+    {
+        "invalid_auth",
+        "not_authed",
+        "token_revoked",
+        "token_expired",
+        "account_inactive",
+        "app_uninstalled",
+        "invalid_token",
+        "not_allowed_token_type",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,19 @@ def classify(exc: BaseException) -> SlackVerdict | None:
     if isinstance(exc, aiohttp.ClientError | asyncio.TimeoutError | ConnectionError):
         return SlackVerdict(True, True, _describe(exc))
     return None
+
+
+def slack_error(exc: BaseException) -> str:
+    """The error code of Slack's JSON answer behind `exc` (or one it was raised from), or ""."""
+    from slack_sdk.errors import SlackApiError
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, SlackApiError):
+            data = getattr(seen.response, "data", None)
+            return str(data.get("error") or "") if isinstance(data, dict) else ""
+        seen = seen.__cause__ or seen.__context__
+    return ""
 
 
 def _api_error(response: Any) -> SlackVerdict:
@@ -88,4 +115,4 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-__all__ = ["SERVER_SIDE_ERRORS", "SlackVerdict", "classify"]
+__all__ = ["DEAD_TOKEN_ERRORS", "SERVER_SIDE_ERRORS", "SlackVerdict", "classify", "slack_error"]

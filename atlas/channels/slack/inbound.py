@@ -26,6 +26,9 @@ from atlas.channels.send_errors import SendError
 from atlas.channels.settings import SlackSettings
 from atlas.channels.slack.asking import SlackAsking
 from atlas.channels.slack.sending import slack_channel
+from atlas.channels.store_faults import store_cannot_write
+from atlas.channels.supervisor import ChannelHealth
+from atlas.errors import AtlasError
 from atlas.home import Bot
 
 if TYPE_CHECKING:
@@ -49,10 +52,16 @@ def parse_command(text: str) -> str | None:
     return None
 
 
+class StoreHeld(AtlasError):
+    """A message was not stored because the store cannot write: Slack must send it again."""
+
+
 class SlackInbound(SlackAsking):
     """Events in, turns out. SlackChannel sets the state below."""
 
     bot: Bot
+    health: ChannelHealth
+    activity: str  # what the channel's health says while it is up
     settings: SlackSettings
     dispatcher: Dispatcher
     bot_user_id: str
@@ -62,12 +71,29 @@ class SlackInbound(SlackAsking):
     _threads: set[tuple[str, str]]  # (channel, root) the bot talks in
 
     async def _on_message(self, event: dict[str, Any], body: dict[str, Any]) -> None:
-        """A message or a mention: filter, check who it is, then hand it to the dispatcher."""
+        """A message or a mention, acknowledged to Slack when this returns (the channel runs
+        bolt with process_before_response): it returns once the message is stored. When the
+        store cannot write it raises StoreHeld: Slack gets a 5xx (Events API) or no ack
+        (Socket Mode) and sends the event again, which is then handled afresh."""
         if not self._is_talk(event):
             return
         channel, ts = str(event.get("channel", "")), str(event.get("ts", ""))
         if not self._first_sight(channel, ts):
             return  # a redelivery, or the app_mention twin of a message event
+        try:
+            await self._take_message(event, body, channel, ts)
+        except Exception as exc:
+            self._seen.pop((channel, ts), None)  # Slack sends it again: handle it then
+            if why := store_cannot_write(exc):
+                raise self._hold(why) from exc
+            raise
+        self._holding_over()
+
+    async def _take_message(
+        self, event: dict[str, Any], body: dict[str, Any], channel: str, ts: str
+    ) -> None:
+        """Filter, check who it is, then hand it to the dispatcher (which stores it). What
+        is posted back (a pairing code, a command's answer) goes in the background."""
         is_dm = event.get("channel_type") == "im"
         root = str(event.get("thread_ts") or "")
         if not is_dm and not await self._addressed_to_us(event, channel, root):
@@ -77,7 +103,7 @@ class SlackInbound(SlackAsking):
         chat = await self.generations.chat_key(channel, thread)
         address = Address(self.bot.name, self.name, chat, thread)
         if not await self.access.is_allowed(user):
-            await self._greet_stranger(address, user, is_dm)
+            self._background.spawn(self._greet_stranger(address, user, is_dm))
             return
         if not is_dm:
             self._threads.add((channel, address.thread))
@@ -88,7 +114,9 @@ class SlackInbound(SlackAsking):
         try:
             files = await self._download_files(event)
         except (FileTooLarge, SendError, aiohttp.ClientError) as exc:
-            await self._send_quietly(address, f"I could not take that file: {exc}")
+            self._background.spawn(
+                self._send_quietly(address, f"I could not take that file: {exc}")
+            )
             return
         from atlas.dispatch import Inbound
 
@@ -98,6 +126,23 @@ class SlackInbound(SlackAsking):
         await self.dispatcher.submit(
             Inbound(address, turn_text, event_id=event_id, files=tuple(files))
         )
+
+    def _hold(self, why: str) -> StoreHeld:
+        """The store cannot write: the event stays unacknowledged (Slack sends it again, a few
+        times over about an hour) for as long as that lasts; the log (once) and the channel's
+        health (the dashboard, doctor, /status) say so."""
+        reason = f"messages held unacknowledged: the store cannot write ({why})"
+        if not self.health.holding:
+            log.error("%s: %s; Slack will send them again", self.name, reason)
+        self.health.holding = reason
+        self.health.reconnecting(reason)
+        return StoreHeld(f"{self.name}: {reason}")
+
+    def _holding_over(self) -> None:
+        if self.health.holding:
+            self.health.holding = ""
+            log.warning("%s: the store writes again; messages are acknowledged again", self.name)
+            self.health.up(self.activity)
 
     async def _greet_stranger(self, address: Address, user: str, is_dm: bool) -> None:
         """The pairing reply to someone not yet allowed: in a channel, only they see it."""
@@ -197,9 +242,9 @@ class SlackInbound(SlackAsking):
             # The next message here starts a fresh conversation; this one stays stored.
             await self.dispatcher.stop_turn_anywhere(address)
             await self.generations.bump(slack_channel(address), address.thread)
-            await self._send_quietly(address, NEW_CONVERSATION)
-        else:
-            await self.dispatcher.submit(Inbound(address, f"/{command}"))
+            self._background.spawn(self._send_quietly(address, NEW_CONVERSATION))
+        else:  # its answer is posted in the background: the ack must not wait on Slack
+            self._background.spawn(self.dispatcher.submit(Inbound(address, f"/{command}")))
 
     async def _on_slash_command(self, ack: Any, command: dict[str, Any]) -> None:
         """Slash commands reach channels and DMs, never threads: they act on the top level."""
@@ -213,4 +258,4 @@ class SlackInbound(SlackAsking):
         await self._run_command(str(command.get("command", "")).lstrip("/"), address)
 
 
-__all__ = ["COMMANDS", "SlackInbound", "parse_command"]
+__all__ = ["COMMANDS", "SlackInbound", "StoreHeld", "parse_command"]

@@ -13,6 +13,7 @@ from atlas.channels.chat_common import BackgroundTasks, platform_chat, sort_atta
 from atlas.channels.send_errors import MAYBE_LOST, MaybeDelivered, RetryLater, SendError
 from atlas.channels.slack.delivery import SlackSender, unsendable
 from atlas.channels.slack.format import SLACK_TEXT_LIMIT, markdown_to_mrkdwn
+from atlas.channels.slack.reactions import TYPING_REACTION, TypingMarks
 from atlas.channels.telegram.text import split_message
 from atlas.errors import AtlasError
 from atlas.providers.base import ToolCall
@@ -21,8 +22,6 @@ if TYPE_CHECKING:
     from atlas.dispatch import Dispatcher
 
 log = logging.getLogger(__name__)
-
-TYPING_REACTION = "eyes"
 
 
 def slack_channel(address: Address) -> str:
@@ -39,6 +38,7 @@ class SlackSending:
     _reacting: dict[Address, tuple[str, str]]
     dispatcher: Dispatcher
     _background: BackgroundTasks
+    _marks: TypingMarks
 
     @property
     def sender(self) -> SlackSender:
@@ -47,21 +47,18 @@ class SlackSending:
         return self._sender
 
     async def typing(self, address: Address) -> None:
-        """A reaction on the message being answered; it stays until the reply is sent."""
+        """A reaction on the message being answered; it stays until the reply is sent. Both
+        are background work (slack/reactions.py): neither the turn nor the reply waits."""
         target = self._last_message.get(address)
         if target is None or address in self._reacting:
             return
         self._reacting[address] = target
-        channel, ts = target
-        await self._safe_call("reactions.add", channel=channel, timestamp=ts, name=TYPING_REACTION)
+        self._marks.mark(address, *target)
 
     async def _stop_typing(self, address: Address) -> None:
         target = self._reacting.pop(address, None)
         if target is not None:
-            channel, ts = target
-            await self._safe_call(
-                "reactions.remove", channel=channel, timestamp=ts, name=TYPING_REACTION
-            )
+            self._marks.unmark(address, *target)
 
     async def stream(self, address: Address, text: str) -> None:
         return None  # chat platforms get the whole reply at the end

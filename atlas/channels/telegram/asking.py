@@ -21,6 +21,7 @@ from atlas.channels.base import (
     answered_elsewhere,
 )
 from atlas.channels.in_flight import InFlight
+from atlas.channels.long_question import fold_question
 from atlas.channels.questions import (
     CANCEL,
     CHOOSE,
@@ -31,6 +32,7 @@ from atlas.channels.questions import (
 )
 from atlas.channels.send_errors import SendError
 from atlas.channels.telegram.delivery import Chunk, send_chunk
+from atlas.channels.telegram.long_approvals import attach_whole
 from atlas.channels.telegram.questions import (
     CALLBACK_KIND,
     TelegramQuestionSet,
@@ -106,7 +108,14 @@ class TelegramAsking(TelegramSending):
                 for index, choice in enumerate(choices)
             ]
         )
-        shown = question[:QUESTION_LIMIT]
+        # A long question is folded to fit, its whole text sent just before as a document.
+        folded = fold_question(question, QUESTION_LIMIT - 300, f"approval-{request_id}.txt")
+        shown = folded.shown
+        if folded.whole is not None:
+            thread_id = target(address)[1]
+            tg = self._connected()
+            shown = await attach_whole(tg, self.retrying, chat_id, thread_id, folded, self.name)
+        shown = shown[:QUESTION_LIMIT]
         in_flight = InFlight[int]()
         try:
             # A cancel meanwhile lets the send finish: the question is then closed below.

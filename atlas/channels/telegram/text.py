@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 
 from atlas.channels.markdown import ChatRenderer
+from atlas.channels.safe_cut import safe_cut
 
 Measure = Callable[[str], int]
 
@@ -92,6 +93,8 @@ def split_message(text: str, limit: int, measure: Measure = len) -> list[str]:
             cut, resume = _cut_point(candidate, end, len(reopen))
             if cut <= len(reopen):  # nothing but the reopened fence fits: cut hard
                 cut = resume = max(end, len(reopen) + 1)
+            if cut == end:  # no boundary: never inside an escape or a character's sequence
+                cut = resume = safe_cut(candidate, end, len(reopen) + 1)
             head = candidate[:cut].rstrip("\n")
             fence = _open_fence(candidate[:cut], None)
             needed = "\n" + fence[0] if fence else ""

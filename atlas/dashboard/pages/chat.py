@@ -2,20 +2,24 @@
 
 The chat is a channel like the console one (atlas/dashboard/chat_channel.py): a message goes
 to the dispatcher, which stores it (searchable on Conversations) and runs the turn; `/stop`
-stops it, `/mode` and `/status` work as anywhere. Each tab holds an event stream of its chat
-(`/chat/<bot>/stream`): the person's messages, the reply so far, then the finished message.
+stops it, `/mode` and `/status` work as anywhere. The browser's one event stream
+(atlas/dashboard/events.py) brings each tab the `chat` events: the person's messages, the reply
+so far, then the finished message with its tool calls folded under it.
 The questions the turn waits on show under it, answered as on Waiting.
 """
 
 from __future__ import annotations
 
-import asyncio
+import json
 import re
 
 from aiohttp import web
+from markupsafe import Markup
 
+from atlas.channels.base import Address
 from atlas.dashboard.chat_channel import WEB_CHANNEL, WEB_CHAT, ChatEvent, web_address
 from atlas.dashboard.context import Dashboard, dashboard_of
+from atlas.dashboard.hub import Pushed
 from atlas.dashboard.page import Page
 from atlas.dashboard.render import environment, masked, render, see_other
 from atlas.dispatch import Inbound
@@ -67,6 +71,10 @@ async def chat_page(request: web.Request) -> web.Response:
     dashboard = dashboard_of(request)
     bot = _bot(dashboard, request.match_info["bot"])
     conversation, messages = await _history(dashboard, bot)
+    draft = ""
+    if dashboard.chat is not None:  # a tab opened mid-reply shows it so far
+        feed = dashboard.chat.feed(web_address(bot.name))
+        draft = _fragment(dashboard, ChatEvent("reply", feed.partial, tuple(feed.tools)))[1]
     return render(
         request,
         "chat.html",
@@ -77,6 +85,7 @@ async def chat_page(request: web.Request) -> web.Response:
         asks=_asks(dashboard, bot),
         in_chat=True,
         available=dashboard.chat is not None,
+        draft=Markup(draft),  # rendered and masked by _fragment
     )
 
 
@@ -108,7 +117,7 @@ async def chat_send(request: web.Request) -> web.Response:
 
 
 def _fragment(dashboard: Dashboard, event: ChatEvent) -> tuple[str, str]:
-    """(event name, HTML) for a tab: a message for the log, or the reply so far."""
+    """(part, HTML) for the tabs: a message for the log, or the reply so far."""
     env = environment()
     if event.kind == "reply":
         # The last word is held back until the next one starts: a secret (no spaces) is
@@ -117,47 +126,23 @@ def _fragment(dashboard: Dashboard, event: ChatEvent) -> tuple[str, str]:
         html = env.get_template("chat_reply.html").render(text=text, tools=event.tools)
         return "reply", masked(html, dashboard)
     role = "user" if event.kind == "user" else "assistant"
-    html = env.get_template("chat_message.html").render(role=role, text=event.text)
+    html = env.get_template("chat_message.html").render(
+        role=role, text=event.text, tools=event.tools
+    )
     return "message", masked(html, dashboard)
 
 
-def _sse(name: str, html: str) -> bytes:
-    data = "".join(f"data: {line}\n" for line in html.splitlines() or [""])
-    return f"event: {name}\n{data}\n".encode()
+def _pushed(bot: str, part: str, html: str) -> Pushed:
+    return Pushed("chat", json.dumps({"bot": bot, "part": part, "html": html}))
 
 
-async def chat_stream(request: web.Request) -> web.StreamResponse:
-    """`/chat/<bot>/stream`: this chat's events for one tab, until it closes or we stop."""
-    dashboard = dashboard_of(request)
-    bot = _bot(dashboard, request.match_info["bot"])
-    if dashboard.chat is None:
-        raise web.HTTPServiceUnavailable(text="the chat needs the running daemon (atlas run)")
-    response = web.StreamResponse(
-        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
-    )
-    await response.prepare(request)
-    await response.write(b"retry: 5000\n\n")
-    address = web_address(bot.name)
-    with dashboard.chat.subscribe(address) as queue:
-        feed = dashboard.chat.feed(address)
-        if feed.partial or feed.tools:  # a tab opened mid-reply sees it so far
-            queue.put_nowait(ChatEvent("reply", feed.partial, tuple(feed.tools)))
-        while not dashboard.chat.closed:
-            try:
-                event = await asyncio.wait_for(queue.get(), dashboard.events.heartbeat)
-            except TimeoutError:  # a comment line: a proxy keeps the quiet stream open
-                chunk = b": still here\n\n"
-            else:
-                if event is None:
-                    break
-                chunk = _sse(*_fragment(dashboard, event))
-                if event.kind == "message":  # the reply so far is done: clear it
-                    chunk += _sse(*_fragment(dashboard, ChatEvent("reply", "")))
-            try:
-                await response.write(chunk)
-            except ConnectionError:  # the tab closed
-                break
-    return response
+def chat_events(dashboard: Dashboard, address: Address, event: ChatEvent) -> list[Pushed]:
+    """What the browsers' event stream carries for one chat event (rendered once for all the
+    tabs): a message, then the reply so far cleared; or the reply so far."""
+    pushed = [_pushed(address.bot, *_fragment(dashboard, event))]
+    if event.kind == "message":
+        pushed.append(_pushed(address.bot, *_fragment(dashboard, ChatEvent("reply", ""))))
+    return pushed
 
 
 def setup(router: web.UrlDispatcher) -> None:
@@ -165,7 +150,6 @@ def setup(router: web.UrlDispatcher) -> None:
     router.add_get("/chat/{bot}", chat_page)
     router.add_post("/chat/{bot}", chat_send)
     router.add_get("/chat/{bot}/asks", chat_asks)
-    router.add_get("/chat/{bot}/stream", chat_stream)
 
 
 PAGE = Page("Chat", "/chat", setup)

@@ -1,21 +1,23 @@
 """Conversations: each bot's, latest first and paged; full-text search (the FTS5 search of
 conversation_search, atlas/store/search.py); one conversation read page by page, each tool
-call folded with its result one click away."""
+call folded with its result one click away. A conversation opens at its end and pages both
+ways by message id (`?before=`, `?after=`; `?after=0` is its start)."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from itertools import zip_longest
 
 from aiohttp import web
 
 from atlas.dashboard.context import Dashboard, dashboard_of
+from atlas.dashboard.names import conversation_name, people
 from atlas.dashboard.page import Page
 from atlas.dashboard.queries import (
     CONVERSATIONS_PER_PAGE,
     MESSAGES_PER_PAGE,
-    conversation_page,
+    conversation_window,
     list_conversations,
     whole_message,
 )
@@ -36,6 +38,7 @@ class Found:
     message_id: int
     created_at: str
     hits: int = 1  # its messages among the best ones read
+    name: str = ""  # what to call it (atlas/dashboard/names.py)
 
 
 def _int(request: web.Request, name: str, default: int = 0) -> int:
@@ -107,6 +110,15 @@ async def search(dashboard: Dashboard, text: str, bots: list[Bot]) -> list[Found
     return ranked[:RESULTS_SHOWN]
 
 
+async def _people(dashboard: Dashboard, bot: str) -> dict[tuple[str, str], str]:
+    return await dashboard.audit.quick(lambda db: people(db, bot))
+
+
+def _waiting(dashboard: Dashboard, bot: str) -> set[int]:
+    """The bot's conversations whose turn waits on the person (an approval, a question)."""
+    return {ask.conversation_id for ask in dashboard.asks.open() if ask.address.bot == bot}
+
+
 async def conversations_page(request: web.Request) -> web.Response:
     dashboard = dashboard_of(request)
     text = request.query.get("q", "").strip()
@@ -114,6 +126,9 @@ async def conversations_page(request: web.Request) -> web.Response:
     if text:
         bots = [_bot(dashboard, wanted)] if wanted else list(dashboard.home.bots.values())
         results = await search(dashboard, text, bots)
+        known = {bot.name: await _people(dashboard, bot.name) for bot in bots}
+        for found in results:
+            found.name = conversation_name(asdict(found.conversation), known[found.bot])
         return render(
             request,
             "conversations.html",
@@ -134,6 +149,11 @@ async def conversations_page(request: web.Request) -> web.Response:
         rows, total = await store.db.call(
             lambda db: list_conversations(db, limit=CONVERSATIONS_PER_PAGE, offset=offset)
         )
+        known = await _people(dashboard, bot.name)
+        waiting = _waiting(dashboard, bot.name)
+        for row in rows:
+            row["name"] = conversation_name(row, known)
+            row["waiting"] = row["id"] in waiting
     return render(
         request,
         "conversations.html",
@@ -156,19 +176,41 @@ async def conversation_view(request: web.Request) -> web.Response:
     conversation = await store.get_conversation(number) if store else None
     if store is None or conversation is None:
         raise web.HTTPNotFound(text=f"bot {bot.name} has no conversation {number}")
-    after = _int(request, "after")
-    messages, next_after = await store.db.call(
-        lambda db: conversation_page(db, number, after_id=after, limit=MESSAGES_PER_PAGE)
+    name = conversation_name(asdict(conversation), await _people(dashboard, bot.name))
+    asks = [ask for ask in dashboard.asks.open() if ask.address.bot == bot.name]
+    waiting = [ask for ask in asks if ask.conversation_id == number]
+    window = await store.db.call(
+        lambda db: conversation_window(
+            db,
+            number,
+            after_id=_cursor(request, "after"),
+            before_id=_cursor(request, "before"),
+            limit=MESSAGES_PER_PAGE,
+        )
     )
     return render(
         request,
         "conversation.html",
         bot=bot.name,
         conversation=conversation,
-        messages=messages,
-        after=after,
-        next_after=next_after,
+        name=name,
+        waiting=waiting,
+        messages=window.messages,
+        earlier=window.earlier,
+        later=window.later,
     )
+
+
+def _cursor(request: web.Request, name: str) -> int | None:
+    """A message id cursor of the query (`after`, `before`); None when not given."""
+    value = request.query.get(name)
+    if value is None:
+        return None
+    if not value.isdigit():
+        raise web.HTTPBadRequest(
+            text=f"{name}={value!r}: a message id (a whole number) is expected"
+        )
+    return int(value)
 
 
 async def message_view(request: web.Request) -> web.Response:

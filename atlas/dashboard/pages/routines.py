@@ -6,7 +6,7 @@ resume change atlas.db and the daemon picks them up at its next poll; run now is
 Live over the dashboard's event stream: the scheduler publishes `routines` when a run starts or
 ends and when routines are synced (a pause or resume, from here or anywhere), and the pages
 fetch their live parts again (`/routines/live`, `/routines/<id>/head`, `/routines/<id>/runs`);
-also once each time the stream (re)opens, so nothing that changed meanwhile is missed."""
+also once each time the stream reopens after a drop, so nothing that changed meanwhile is missed."""
 
 from __future__ import annotations
 

@@ -1,0 +1,165 @@
+"""A home's PostgreSQL server: the connection pool and the schema's version.
+
+Several processes (and, later, several machines) open the same database at once, so the schema
+steps are applied under a transaction-level advisory lock: one process applies them, the others
+wait and then find them applied. A database written by a newer Atlas (a version above ours) is
+refused, as a newer SQLite file is.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from types import TracebackType
+
+import asyncpg
+
+from atlas.errors import AtlasError
+from atlas.store.db import utc_now_iso
+from atlas.store.pg.schema import SCHEMA_VERSION, STEPS
+
+log = logging.getLogger(__name__)
+
+# Any fixed number: every Atlas process takes the same lock around schema changes.
+_SCHEMA_LOCK = 0x41544C53  # "ATLS"
+_VERSION_TABLE = (
+    "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
+    "name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+)
+
+
+async def current_version(conn: asyncpg.Connection) -> int:
+    """The highest schema step applied, 0 for a database Atlas has not written yet."""
+    exists = await conn.fetchval("SELECT to_regclass('schema_version') IS NOT NULL")
+    if not exists:
+        return 0
+    return int(await conn.fetchval("SELECT COALESCE(MAX(version), 0) FROM schema_version"))
+
+
+async def apply_schema(conn: asyncpg.Connection, where: str) -> list[int]:
+    """Apply the steps not yet recorded, each in its own transaction; return their numbers."""
+    done: list[int] = []
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
+        await conn.execute(_VERSION_TABLE)
+        version = await current_version(conn)
+    if version > SCHEMA_VERSION:
+        raise AtlasError(
+            f"{where} has schema version {version}, newer than this Atlas knows "
+            f"({SCHEMA_VERSION}): it was written by a newer Atlas; upgrade Atlas to use it."
+        )
+    for number, name, statements in STEPS:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
+            if await current_version(conn) >= number:
+                continue  # another process applied it while we waited for the lock
+            try:
+                for statement in statements:
+                    await conn.execute(statement)
+            except asyncpg.PostgresError as exc:
+                raise AtlasError(f"{where}: schema step {number} ({name}) failed: {exc}") from exc
+            await conn.execute(
+                "INSERT INTO schema_version (version, name, applied_at) VALUES ($1, $2, $3)",
+                number,
+                name,
+                utc_now_iso(),
+            )
+            done.append(number)
+    return done
+
+
+@dataclass(frozen=True)
+class ServerCheck:
+    """What `atlas doctor` reports of the server."""
+
+    server_version: str
+    schema_version: int
+    latency_ms: float  # the median of a few round trips of `SELECT 1`
+    encoding: str  # the database's; search needs UTF8
+    unicode_case: bool  # lower() folds more than ASCII (a UTF-8 LC_CTYPE): ILIKE finds "ÉTÉ"
+
+
+class PgServer:
+    """The pool to one database, its schema brought up to date when opened."""
+
+    def __init__(self, url: str, password: str | None = None, *, max_connections: int = 10):
+        self.url = url
+        self.password = password
+        self.max_connections = max_connections
+        self._pool: asyncpg.Pool | None = None
+
+    @property
+    def where(self) -> str:
+        """The address without its password, for messages."""
+        return redact_url(self.url)
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise AtlasError(f"the PostgreSQL store {self.where} is not open")
+        return self._pool
+
+    async def open(self, *, migrate: bool = True) -> None:
+        if self._pool is not None:
+            return
+        try:
+            self._pool = await asyncpg.create_pool(
+                self.url, password=self.password, min_size=1, max_size=self.max_connections
+            )
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise AtlasError(f"cannot reach the PostgreSQL store {self.where}: {exc}") from exc
+        if migrate:
+            try:
+                async with self._pool.acquire() as conn:
+                    applied = await apply_schema(conn, self.where)
+            except BaseException:
+                await self.close()
+                raise
+            if applied:
+                log.info("%s: applied schema steps %s", self.where, applied)
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    async def check(self, round_trips: int = 5) -> ServerCheck:
+        """The server's version, the schema's version and the round-trip time."""
+        async with self.pool.acquire() as conn:
+            server = str(await conn.fetchval("SHOW server_version"))
+            version = await current_version(conn)
+            times = []
+            for _ in range(round_trips):
+                start = time.perf_counter()
+                await conn.fetchval("SELECT 1")
+                times.append((time.perf_counter() - start) * 1000)
+            encoding = str(await conn.fetchval("SHOW server_encoding"))
+            unicode_case = encoding == "UTF8" and bool(
+                await conn.fetchval("SELECT lower('ÉΣЖ') = 'éσж'")
+            )
+        return ServerCheck(server, version, sorted(times)[len(times) // 2], encoding, unicode_case)
+
+    async def __aenter__(self) -> PgServer:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+def redact_url(url: str) -> str:
+    """A postgresql:// address with any password in it replaced by ***."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    credentials, at, host = rest.rpartition("@")
+    if not at or ":" not in credentials:
+        return url
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}"

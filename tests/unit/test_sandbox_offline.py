@@ -1,0 +1,78 @@
+"""Commands that could not use the network start without the proxy bridge (atlas/sandbox/
+offline.py); everything else, and whatever is not understood, keeps it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from atlas.home import Home
+from atlas.sandbox.commands import launch
+from atlas.sandbox.offline import could_use_network
+from atlas.sandbox.proxy import stop_proxies
+from tests.helpers import run_context
+
+OFFLINE = [
+    "ls -la",
+    "cat notes.txt | grep -n needle | head -20",
+    "mkdir -p build && touch build/x; wc -l src/*.py",
+    "grep -rn 'curl http://x' src > out.txt 2>&1",
+    "ls\nwc -l a.txt",
+    '[ -f x ] && echo "a;b" || true',
+]
+ONLINE = [
+    "curl https://example.com",
+    "ls; python -c 'print(1)'",
+    "cat $(which curl)",
+    "echo `curl x`",
+    "cat < /dev/tcp/127.0.0.1/3128",
+    "FOO=1 ls",
+    "/bin/ls",
+    "(ls)",
+    "{ ls; }",
+    "ls | xargs curl",
+    "find . -exec curl {} ;",
+    "sort --compress-program=curl x",
+    "rg --pre=./x needle",
+    "sed -n 'e curl x' a",
+    "git status",
+    "cat <<EOF\ncurl x\nEOF",
+    "echo 'unclosed",
+    "diff <(curl a) b",
+    "ls \\\ncurl x",
+    "f() { curl x; }; f",
+    "for x in a; do ls; done",
+]
+
+
+@pytest.mark.parametrize("command", OFFLINE)
+def test_offline_commands(command: str) -> None:
+    assert not could_use_network(command)
+
+
+@pytest.mark.parametrize("command", ONLINE)
+def test_commands_that_could_reach_the_network_keep_the_bridge(command: str) -> None:
+    assert could_use_network(command)
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+async def test_an_offline_command_starts_without_bridge_and_a_networked_one_with(
+    home: Home,
+) -> None:
+    run = run_context(home)
+    workdir = Path(run.bot.workspace)
+    workdir.mkdir(parents=True, exist_ok=True)
+    async with launch(run, "ls -la", workdir) as offline:
+        assert offline.sandboxed and "HTTP_PROXY" not in offline.env
+        assert "HTTP_PROXY" not in offline.argv  # no proxy socket bound, no proxy variables
+        assert offline.argv[offline.argv.index("atlas-sandbox") + 1] == "0"  # no bridge
+    if shutil.which("socat") is None:
+        return
+    try:
+        async with launch(run, "curl -s https://example.com", workdir) as online:
+            assert online.argv[online.argv.index("atlas-sandbox") + 1] == "1"
+            assert "HTTP_PROXY" in online.argv
+    finally:
+        await stop_proxies()
