@@ -11,9 +11,11 @@ from datetime import UTC, datetime
 
 from atlas.channels.base import Address
 from atlas.channels.console import ConsoleChannel, stdin_reader
-from atlas.dispatch import Inbound
+from atlas.channels.console_input import ConsoleInput
+from atlas.dispatch import STOP_COMMAND, Inbound
 from atlas.home import Home
 from atlas.mcp.manager import McpManager
+from atlas.preload import start_loading_sdks
 from atlas.providers.base import ToolCall
 from atlas.runtime import Runtime
 from atlas.services import start_core, stop_turns
@@ -41,12 +43,18 @@ async def chat(
     home: Home, bot_name: str | None, *, chat_name: str | None = None, stream: bool = True
 ) -> int:
     bot = home.bot(bot_name)
-    reader = await stdin_reader()
-    console = ConsoleChannel(reader)
+    typed = ConsoleInput(await stdin_reader())  # the one reader of stdin (console_input.py)
+    console = ConsoleChannel(typed)
     console.streams = stream
     dispatcher = await start_core(home, {"console": console})
     chat_id = chat_name or "terminal-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     address = Address(bot.name, "console", chat_id, user=getpass.getuser())
+    # /stop typed while a reply runs (streams) stops it, as Ctrl-C does; typed while nothing
+    # runs, it goes to the dispatcher like any message ("Nothing is running.").
+    typed.intercept(STOP_COMMAND, lambda: dispatcher.stop_turn(address))
+    typed.start()
+    # The model SDK loads while the person types the first line (atlas/preload.py).
+    sdks = start_loading_sdks(home, [bot])
 
     def on_interrupt() -> None:
         if not dispatcher.stop_turn(address):
@@ -60,13 +68,15 @@ async def chat(
     loop.add_signal_handler(signal.SIGINT, on_interrupt)
     console.write(
         f"Chatting with {bot.name} ({bot.model}) in conversation {chat_id}. "
-        "Ctrl-C stops a reply; /exit leaves.\n"
+        "Ctrl-C or /stop stops a reply; /exit leaves.\n"
     )
     try:
         while True:
             console.write("you> ")
-            line = (await reader.readline()).decode(errors="replace")
-            if line and not interactive:
+            got = await typed.prompt_line()
+            line = got.text if got else ""
+            # A line typed ahead (during a reply) showed amid the reply: echo it after its prompt.
+            if line and (not interactive or got and got.ahead):
                 console.write(line if line.endswith("\n") else line + "\n")
             if not line or line.strip() in EXIT_WORDS:
                 break
@@ -77,6 +87,8 @@ async def chat(
     finally:
         loop.remove_signal_handler(signal.SIGINT)
         logging.getLogger("atlas.dispatch").removeFilter(told)
+        await typed.close()
+        await sdks  # never raises; a thread cannot be cancelled, so let it end
         await stop_turns(dispatcher)
         await dispatcher.runtime.close()
     console.write("\n")

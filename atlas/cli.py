@@ -64,9 +64,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
     home = _load_home(args)
     home.bot(args.bot)  # an unknown bot fails here, before the slow imports
     from atlas.chat import chat
-    from atlas.start_checks import check_databases
+    from atlas.start_checks import check_before_chat
 
-    check_databases(home)  # damage, or a read-only home, named before a turn meets it
+    # Damage, a read-only home, an unknown tool name: named before a turn meets them, as
+    # `atlas run` and doctor name them.
+    check_before_chat(home)
 
     return run(chat(home, args.bot, chat_name=args.chat, stream=not args.no_stream))
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from atlas.dashboard.listen import Listen, dashboard_listen
 from atlas.errors import AtlasError
 from atlas.home import Home
+from atlas.preload import start_loading_sdks
 from atlas.process import freeze_long_lived_objects
 from atlas.start_checks import check_before_start
 from atlas.store.integrity import remember_clean_stop
@@ -100,6 +101,10 @@ async def serve(
     if placement.count > 1:
         pool = WorkerPool(home, placement, on_link=serve_worker, log_level=log.getEffectiveLevel())
         await pool.spawn(start.forked)  # links open below, once this process can serve them
+    # Unless forking workers already did, this process loads its bots' model SDKs in a thread
+    # now, and the channels wait for it below: the first answer does not pay for them.
+    here = [home.bot(name) for name in sorted(placement.served_by(0))]  # the home's share
+    sdks = None if start.forked else start_loading_sdks(home, here)
     try:
         # The rest of the daemon loads only now: spawned workers load theirs meanwhile (forked
         # ones have them already), so their start-up overlaps this process's imports.
@@ -146,6 +151,8 @@ async def serve(
         for bot in home.served_bots():
             store = await runtime.store(bot)
             log.info("serving bot %s (model %s, store %s)", bot.name, bot.model, store.path)
+        if sdks is not None:
+            await sdks
         # Each channel registers itself in the dispatcher; one that fails is retried alone.
         running = await start_channels(home, dispatcher)
         log.info("channels: %s", ", ".join(running) or "none configured")

@@ -34,6 +34,8 @@ from atlas.store.db import Database
 from atlas.tools.registry import Asker, Notifier, RunContext, RunKind, ToolResult
 from atlas.tools.services import AgentServices
 from atlas.trust.gate import BaseGate, Deny, settle
+from atlas.turn_failure import TURN_FAILED as TURN_FAILED  # re-exported: older imports
+from atlas.turn_failure import failure_text
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,6 @@ STOP_COMMAND = "/stop"
 MODE_COMMAND = "/mode"
 STATUS_COMMAND = "/status"
 MODES = ("ask", "auto", "read-only")
-TURN_FAILED = "Sorry, I could not answer"  # what the person gets, then the reason
 LANE_FAULT_PAUSE = 1.0  # seconds a lane waits after a fault outside any turn
 
 
@@ -384,7 +385,8 @@ class Dispatcher:
             outcome = await loop.run(run, hooks)
         except AtlasError as exc:
             log.warning("turn failed in %s: %s", address, exc)
-            await self._safe_send(address, f"{TURN_FAILED}: {exc}")
+            # The detail for the operator's own channels only (atlas/turn_failure.py).
+            await self._safe_send(address, failure_text(channel, exc))
             return
         lane.answered_upto = outcome.answers_upto
         if outcome.outgoing is not None:  # its notes and the answer, stored with it

@@ -53,17 +53,55 @@ async def _provider_check(home) -> Check:  # type: ignore[no-untyped-def]
     try:
         response = await router.complete(request)
     except AtlasError as exc:
-        return Check(
-            "provider",
-            False,
-            str(exc),
-            "check the provider's base_url and that its key's environment variable is set",
-        )
+        return Check("provider", False, str(exc), _provider_fix(home, exc))
     finally:
         await router.close()
     return Check(
         "provider", True, f"{response.model} answered ({response.usage.input_tokens} tokens in)"
     )
+
+
+def _provider_fix(home, error: AtlasError) -> str:  # type: ignore[no-untyped-def]
+    """What to do about a failed provider call: a key the provider refused is replaced, not
+    "set" (the variable is set: that is the key it refused)."""
+    from atlas.errors import ProviderError
+
+    try:
+        name, provider = home.settings.provider_for(home.main_bot.model)
+    except AtlasError:
+        return "check the model's name and its [providers] table in config.toml"
+    variable = provider.api_key_env
+    if isinstance(error, ProviderError) and error.key_rejected:
+        held = f"the key in {variable}" if variable else "the key"
+        return (
+            f"the provider rejected {held} (HTTP 401): replace it with a valid key "
+            f"for [providers.{name}]"
+        )
+    if variable and not provider.api_key():
+        return f"set the environment variable {variable} ([providers.{name}] api_key_env)"
+    return f"check [providers.{name}] base_url in config.toml and that the provider is up"
+
+
+def _mission_checks(home) -> list[Check]:  # type: ignore[no-untyped-def]
+    """Each bot's MISSION.md, its standing instructions: without one (or with an empty one)
+    the bot runs on a one-line generic mission, and nothing else would say so. A warning."""
+    checks = []
+    for bot in home.bots.values():
+        path = bot.mission_path
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            problem = f"{path} is missing"
+        except (OSError, UnicodeDecodeError) as exc:
+            problem = f"{path} cannot be read ({exc})"
+        else:
+            if text.strip():
+                continue
+            problem = f"{path} is empty"
+        detail = f"{problem}: the bot runs with a generic one-line mission"
+        fix = f"write the bot's standing instructions in {path}"
+        checks.append(Check(f"bot {bot.name} mission", False, detail, fix, optional=True))
+    return checks
 
 
 def _sandbox_check(home) -> Check:  # type: ignore[no-untyped-def]
@@ -191,6 +229,7 @@ async def run_checks(root: Path, *, offline: bool = False) -> list[Check]:
         )
         checks.extend(await asyncio.to_thread(_start_checks, home))
         checks.append(_workers_check(home))
+        checks.extend(_mission_checks(home))
         from atlas.store.pg.doctor import store_checks  # [store] url: docs/scaling.md
 
         checks.extend(Check(*line) for line in await store_checks(home.settings))

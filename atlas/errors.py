@@ -12,9 +12,21 @@ class ConfigError(AtlasError):
 class ProviderError(AtlasError):
     """A model provider failed after retries and fallbacks."""
 
-    def __init__(self, message: str, *, context_overflow: bool = False) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        context_overflow: bool = False,
+        statuses: tuple[int | None, ...] = (),
+    ) -> None:
         super().__init__(message)
         self.context_overflow = context_overflow  # every model said the prompt was too long
+        self.statuses = statuses  # each tried model's last HTTP status (None: no answer)
+
+    @property
+    def key_rejected(self) -> bool:
+        """Every model tried answered 401: the key was sent and refused (not missing)."""
+        return bool(self.statuses) and all(status == 401 for status in self.statuses)
 
 
 class ToolError(AtlasError):

@@ -70,3 +70,12 @@ def check_before_start(home: Home) -> None:
     for bot in home.bots.values():
         check_tool_names(bot, known)
         check_channels(bot)
+
+
+def check_before_chat(home: Home) -> None:
+    """What `atlas chat` refuses, in the words `atlas run` and `atlas doctor` use: the
+    databases, and every bot's `tools` list (a bot's turn may reach the others)."""
+    check_databases(home)
+    known = known_tool_names()
+    for bot in home.bots.values():
+        check_tool_names(bot, known)

@@ -11,14 +11,16 @@ from pathlib import Path
 from typing import TextIO
 
 from atlas.channels.base import OTHER, Address, Answer, Question, QuestionOutcome
-from atlas.dispatch import TURN_FAILED
+from atlas.channels.console_input import ConsoleInput
 from atlas.providers.base import ToolCall
+from atlas.turn_failure import TURN_FAILED
 
 
 async def stdin_reader() -> asyncio.StreamReader:
     """stdin as an asyncio stream: no thread left blocked in input() at exit."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
+    # A pasted line up to 1 MiB is one line (the default limit, 64 KiB, would drop it).
+    reader = asyncio.StreamReader(limit=1 << 20)
     if _watchable(sys.stdin):
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     else:
@@ -52,11 +54,17 @@ def describe_call(call: ToolCall, width: int = 100) -> str:
 class ConsoleChannel:
     name = "console"
     streams = True
+    shows_errors = True  # the operator's own terminal: a failed turn's detail (turn_failure.py)
 
-    def __init__(self, reader: asyncio.StreamReader | None, out: TextIO = sys.stdout) -> None:
-        self.reader = reader
+    def __init__(
+        self, reader: ConsoleInput | asyncio.StreamReader | None, out: TextIO = sys.stdout
+    ) -> None:
+        # Every question reads through the chat's one ConsoleInput (console_input.py).
+        self.reader = ConsoleInput(reader) if isinstance(reader, asyncio.StreamReader) else reader
         self.out = out
         self._streamed = False
+        self._streamed_text = ""  # what the reply streaming now has shown
+        self._off_prompt = False  # a line was started below a waiting idle prompt
         self.failed_turns = 0  # replies that said a turn failed (`atlas chat`'s exit code)
 
     def write(self, text: str) -> None:
@@ -74,11 +82,15 @@ class ConsoleChannel:
 
     async def stream(self, address: Address, text: str) -> None:
         if not self._streamed:
+            self._leave_prompt()
             self.write(f"{address.bot}> ")
             self._streamed = True
+            self._streamed_text = ""
+        self._streamed_text += text
         self.write(text)
 
     async def show_tool_call(self, address: Address, call: ToolCall) -> None:
+        self._leave_prompt()
         if self._streamed:
             self.write("\n")
             self._streamed = False
@@ -88,51 +100,88 @@ class ConsoleChannel:
         if text.startswith(TURN_FAILED):
             self.failed_turns += 1
         if self._streamed:
-            self.write("\n")  # the text itself was already streamed
+            self.write("\n")
             self._streamed = False
+            if _same_start(text, self._streamed_text):  # the text itself was already streamed
+                self._list_files(files)
+                self._prompt_again()
+                return
         else:
-            self.write(f"{address.bot}> {text or '(no answer)'}\n")
+            self._leave_prompt()
+        # Not the streamed reply: a message of its own ("Stopped." after a stopped stream,
+        # a failed turn's message, a notice).
+        self.write(f"{address.bot}> {text or '(no answer)'}\n")
+        self._list_files(files)
+        self._prompt_again()
+
+    def _list_files(self, files: list[Path] | None) -> None:
         for path in files or []:
             self.write(f"  [file] {path}\n")
+
+    def _leave_prompt(self) -> None:
+        """A reply between turns (an executor's result, a routine's) starts below the idle
+        prompt's `you> ` instead of after it; `_prompt_again` shows the prompt after it."""
+        if self.reader is not None and self.reader.prompt_waiting and not self._off_prompt:
+            self.write("\n")
+            self._off_prompt = True
 
     async def ask(self, address: Address, question: str, choices: list[str]) -> str | None:
         """Numbered choices on the terminal; end of input answers None (nobody to ask)."""
         if self.reader is None:
             return None
+        self._end_streamed_line()
+        self._off_prompt = True  # the question starts on a line of its own
         self.write(f"\n? {question}\n")
         for number, choice in enumerate(choices, 1):
             self.write(f"  {number}. {choice}\n")
-        while True:
-            self.write("choose a number: ")
-            line = (await self.reader.readline()).decode(errors="replace")
-            if not line:
-                return None
-            answer = line.strip()
-            if answer.isdigit() and 1 <= int(answer) <= len(choices):
-                return choices[int(answer) - 1]
-            if answer in choices:
-                return answer
+        try:
+            while True:
+                self.write("choose a number: ")
+                line = await self.reader.answer_line()
+                if line is None:
+                    return None
+                answer = line.strip()
+                if answer.isdigit() and 1 <= int(answer) <= len(choices):
+                    return choices[int(answer) - 1]
+                if answer in choices:
+                    return answer
+        finally:
+            self._prompt_again()
 
     async def ask_questions(self, address: Address, questions: list[Question]) -> QuestionOutcome:
         """Each question with numbered choices, `o` for Other (a line of free text), `c` to
         cancel; end of input cancels. Undelivered when there is no input at all."""
         if self.reader is None:
             return QuestionOutcome("undelivered", detail="the terminal has no input")
+        self._end_streamed_line()
+        self._off_prompt = True  # each question starts on a line of its own
+        answers: list[Answer] = []
+        try:
+            for number, question in enumerate(questions, 1):
+                counter = f" ({number}/{len(questions)})" if len(questions) > 1 else ""
+                self.write(f"\n?{counter} {question.text}\n")
+                for index, choice in enumerate(question.choices, 1):
+                    recommended = " (recommended)" if index == 1 else ""
+                    self.write(f"  {index}. {choice}{recommended}\n")
+                answer = await self._console_answer(question)
+                if answer is None:
+                    return QuestionOutcome("cancelled", detail="the user typed c or input ended")
+                answers.append(answer)
+        finally:
+            self._prompt_again()
+        return QuestionOutcome("submitted", tuple(answers))
+
+    def _end_streamed_line(self) -> None:
         if self._streamed:
             self.write("\n")
             self._streamed = False
-        answers: list[Answer] = []
-        for number, question in enumerate(questions, 1):
-            counter = f" ({number}/{len(questions)})" if len(questions) > 1 else ""
-            self.write(f"\n?{counter} {question.text}\n")
-            for index, choice in enumerate(question.choices, 1):
-                recommended = " (recommended)" if index == 1 else ""
-                self.write(f"  {index}. {choice}{recommended}\n")
-            answer = await self._console_answer(question)
-            if answer is None:
-                return QuestionOutcome("cancelled", detail="the user typed c or input ended")
-            answers.append(answer)
-        return QuestionOutcome("submitted", tuple(answers))
+
+    def _prompt_again(self) -> None:
+        """A question that came while the idle prompt waited (an executor's, between turns)
+        took its place on the screen: show the prompt again."""
+        self._off_prompt = False
+        if self.reader is not None and self.reader.prompt_waiting:
+            self.write("you> ")
 
     async def _console_answer(self, question: Question) -> Answer | None:
         """One question's answer from the terminal; None to cancel."""
@@ -164,12 +213,19 @@ class ConsoleChannel:
         assert self.reader is not None
         while True:
             self.write(prompt)
-            raw = await self.reader.readline()
-            if not raw:
+            raw = await self.reader.answer_line()
+            if raw is None:
                 return None
-            line = raw.decode(errors="replace").strip()
+            line = raw.strip()
             if line:
                 return line
+
+
+def _same_start(text: str, streamed: str) -> bool:
+    """Whether `text` is the reply that was streamed (compared by its start: the whole text
+    may be tidied after streaming)."""
+    shown = streamed.strip()
+    return bool(shown) and text.strip().startswith(shown[:40])
 
 
 def _picked_numbers(line: str, count: int, multi: bool) -> tuple[list[int], bool] | None:

@@ -56,6 +56,7 @@ class BrowserChannel:
 
     name = WEB_CHANNEL
     streams = True
+    shows_errors = True  # the operator's dashboard: a failed turn's detail (turn_failure.py)
 
     def __init__(self) -> None:
         self._feeds: dict[Address, ChatFeed] = {}

@@ -97,7 +97,8 @@ class ModelRouter:
                     log.warning("model %s failed, falling back to %s: %s", model, models[-1], exc)
         tried = [f for f in failures if f.attempts]
         overflow = bool(tried) and all(getattr(f.error, "context_overflow", False) for f in tried)
-        raise ProviderError(_describe(failures), context_overflow=overflow)
+        statuses = tuple(getattr(f.error, "status", None) for f in tried)
+        raise ProviderError(_describe(failures), context_overflow=overflow, statuses=statuses)
 
     async def _complete_with_retries(
         self,

@@ -27,10 +27,6 @@ def _checked_copy(fence: Fence, path: Path, shown: str, folder: Path) -> Path:
         f, st = fence.open_file(path, shown)
     except FileNotFoundError:
         raise ToolError(f"{shown} is not a file") from None
-    except ToolError as exc:
-        if "is a folder" in str(exc):
-            raise ToolError(f"{shown} is not a file") from None
-        raise
     with f:
         if st.st_size > MAX_ATTACHMENT_BYTES:
             raise ToolError(

@@ -185,16 +185,20 @@ class Fence:
             raise
         except OSError as exc:
             raise ToolError(f"cannot read {shown}: {exc.strerror}") from None
-        f = os.fdopen(fd, "rb")
+        # The checks come before fdopen: fdopen of a folder raises IsADirectoryError and
+        # leaves the descriptor open (one leaked per call).
         try:
             st = os.fstat(fd)
             if stat.S_ISDIR(st.st_mode):
-                raise ToolError(f"{shown} is a folder; list it with find_files(target='files')")
+                raise ToolError(
+                    f"{shown} is a folder, not a file; list it with find_files(target='files')"
+                )
             if not stat.S_ISREG(st.st_mode):
                 raise ToolError(f"{shown} is not a regular file (a pipe, socket or device)")
             self.refuse_hard_link(path, st, shown)
+            f = os.fdopen(fd, "rb")
         except BaseException:
-            f.close()
+            os.close(fd)
             raise
         return f, st
 

@@ -30,8 +30,14 @@ def build_check_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# 2 is the usage error's (argparse's too); the verdicts take the others.
+EXIT_CODES = {"allow": 0, "block": 1, "ask": 3, "guardian": 4}
+
+
 def check_main(argv: list[str], deny: list[str] | None = None) -> int:
-    """Parse the arguments, classify the command, print the verdict; exit 0 (2 without a command)."""
+    """Parse the arguments, classify the command, print the verdict. The exit code is the
+    verdict's (EXIT_CODES: 0 allow, 1 block, 3 ask, 4 guardian), 2 without a command, so a
+    script can tell "would run" from "would be stopped" without parsing the text."""
     parser = build_check_parser()
     args = parser.parse_args(argv)
     words = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -55,4 +61,4 @@ def check_main(argv: list[str], deny: list[str] | None = None) -> int:
         )
     else:
         print(f"{verdict.verdict}: {verdict.rule}: {verdict.reason}")
-    return 0
+    return EXIT_CODES[verdict.verdict]

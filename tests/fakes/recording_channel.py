@@ -23,8 +23,11 @@ class RecordingChannel:
         *,
         answer: str | None = None,
         fail_with: str | None = None,
+        shows_errors: bool = True,
     ) -> None:
         self.name = name
+        # As the operator's terminal: a failed turn's detail, not the note people get.
+        self.shows_errors = shows_errors
         self.answer = answer
         self.fail_with = fail_with  # make send raise RetryLater(fail_with): a platform outage
         self.sent: list[tuple[Address, str]] = []

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from atlas.store.home_db import GateRecord, HomeStore
+from atlas.trust.check import EXIT_CODES
 from tests.helpers import BASE_CONFIG, make_home
 
 
@@ -34,7 +35,8 @@ def test_trust_check_prints_the_verdict_without_running_anything(
     victim = tmp_path / "victim"
     victim.mkdir()
     out = atlas(home_path, "trust", "check", "--", f"rm -rf {victim}")
-    assert out.returncode == 0 and out.stdout.startswith("guardian: dangerous")
+    # The exit code is the verdict's: 4 for guardian (docs/trust.md).
+    assert out.returncode == 4 and out.stdout.startswith("guardian: dangerous")
     assert victim.exists()  # judged, never run
     blocked = atlas(home_path, "trust", "check", "--auto", "--json", "--", "rm -rf ~")
     assert json.loads(blocked.stdout)["verdict"] == "block"
@@ -94,8 +96,9 @@ def test_trust_check_asks_for_the_home_sending_out_and_unreadable_scripts(
             "--",
             command,
         )
-        assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout)
+        verdict = json.loads(out.stdout)
+        assert out.returncode == EXIT_CODES[verdict["verdict"]], out.stderr  # 0 only for allow
+        return verdict
 
     assert check("sed -i 's/ask/auto/' ../bot.toml")["rule"] == "home:settings"
     assert check(f": > {home_path}/config.toml")["rule"] == "home:settings"

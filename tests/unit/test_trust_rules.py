@@ -204,17 +204,17 @@ def test_a_script_that_runs_itself_stops(tmp_path: Path) -> None:
 
 
 def test_check_prints_the_verdict(capsys: pytest.CaptureFixture[str]) -> None:
-    assert check_main(["--", "rm -rf /"]) == 0
+    assert check_main(["--", "rm -rf /"]) == 1  # block: non-zero (docs/trust.md)
     assert capsys.readouterr().out.startswith("block: hardline:rm-root: ")
     assert check_main(["--auto", "--", "git", "push", "-f"]) == 0
     assert capsys.readouterr().out.startswith("allow: dangerous:git: ")
 
 
 def test_check_json_parses(capsys: pytest.CaptureFixture[str]) -> None:
-    assert check_main(["--json", "--", "gh pr create"]) == 0
+    assert check_main(["--json", "--", "gh pr create"]) == 3  # ask
     printed = json.loads(capsys.readouterr().out)
     assert printed["verdict"] == "ask" and printed["rule"] == "outside:gh" and printed["reason"]
-    assert check_main(["--json", "--deny", "ls*", "--", "ls -la"]) == 0
+    assert check_main(["--json", "--deny", "ls*", "--", "ls -la"]) == 1  # block
     assert json.loads(capsys.readouterr().out)["verdict"] == "block"
 
 
