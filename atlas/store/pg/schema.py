@@ -13,14 +13,15 @@ and are trusted extensions: the database's owner may create them.
 
 from __future__ import annotations
 
-SchemaStep = tuple[int, str, tuple[str, ...]]
+from atlas.store.pg import schema_cluster, schema_outbox, schema_shared
+from atlas.store.pg.schema_step import SchemaStep
 
 _WORD_TOKENS = (
     "asciiword, word, numword, asciihword, hword, numhword, hword_asciipart, hword_part, "
     "hword_numpart"
 )
 
-STEPS: list[SchemaStep] = [
+_CORE_STEPS: list[SchemaStep] = [
     (
         1,
         "conversations_and_messages",
@@ -94,5 +95,14 @@ STEPS: list[SchemaStep] = [
         ),
     ),
 ]
+
+# Each part of the home numbers its steps in a range of its own, so parts can grow apart:
+# 1-9 conversations, the gate's log and delegations (here), 10-19 the outbox and routines,
+# 20-29 pairing, executors and the dashboard, 30-39 nodes and leases.
+STEPS: list[SchemaStep] = sorted(
+    _CORE_STEPS + schema_outbox.STEPS + schema_shared.STEPS + schema_cluster.STEPS
+)
+if len({number for number, _, _ in STEPS}) != len(STEPS):
+    raise RuntimeError("two PostgreSQL schema steps share a number")
 
 SCHEMA_VERSION = STEPS[-1][0]

@@ -29,16 +29,26 @@ _VERSION_TABLE = (
 )
 
 
-async def current_version(conn: asyncpg.Connection) -> int:
-    """The highest schema step applied, 0 for a database Atlas has not written yet."""
+async def applied_steps(conn: asyncpg.Connection) -> set[int]:
+    """The schema steps recorded as applied, none for a database Atlas has not written yet."""
     exists = await conn.fetchval("SELECT to_regclass('schema_version') IS NOT NULL")
     if not exists:
-        return 0
-    return int(await conn.fetchval("SELECT COALESCE(MAX(version), 0) FROM schema_version"))
+        return set()
+    return {int(row[0]) for row in await conn.fetch("SELECT version FROM schema_version")}
+
+
+async def current_version(conn: asyncpg.Connection) -> int:
+    """The highest schema step applied, 0 for a database Atlas has not written yet."""
+    return max(await applied_steps(conn), default=0)
 
 
 async def apply_schema(conn: asyncpg.Connection, where: str) -> list[int]:
-    """Apply the steps not yet recorded, each in its own transaction; return their numbers."""
+    """Apply the steps not yet recorded, each in its own transaction; return their numbers.
+
+    A step is applied when its number is missing, not when it is above the highest recorded:
+    the parts of the home number their steps in ranges of their own (atlas/store/pg/schema.py),
+    so a database can hold step 20 and still lack step 11 added by a later Atlas.
+    """
     done: list[int] = []
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
@@ -52,8 +62,8 @@ async def apply_schema(conn: asyncpg.Connection, where: str) -> list[int]:
     for number, name, statements in STEPS:
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
-            if await current_version(conn) >= number:
-                continue  # another process applied it while we waited for the lock
+            if number in await applied_steps(conn):
+                continue  # applied before, or by another process while we waited for the lock
             try:
                 for statement in statements:
                     await conn.execute(statement)
