@@ -20,19 +20,26 @@ WORKSPACE = ATLAS_HOME / "bots" / "main" / "workspace"
 
 
 def _judge_seconds(command: str) -> float:
-    started = time.perf_counter()
-    classify(command, home=ATLAS_HOME, user_home=USER_HOME, cwd=WORKSPACE, workspace=WORKSPACE)
-    return time.perf_counter() - started
+    """The fastest of three judgments: load on the machine only ever adds time."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        classify(command, home=ATLAS_HOME, user_home=USER_HOME, cwd=WORKSPACE, workspace=WORKSPACE)
+        best = min(best, time.perf_counter() - started)
+    return best
 
 
 def test_an_adversarial_sed_script_is_judged_fast() -> None:
-    """`;` then blanks: two `\\s*` side by side in SED_COMMANDS were quadratic (0.5 s)."""
+    """`;` then blanks: two `\\s*` side by side in SED_COMMANDS were quadratic (0.5 s, a hundred times a
+    plain script of the same length). Compared with that plain script, judged the same way, so a
+    busy machine slows both alike."""
     _judge_seconds("ls")  # the rules and grammar load on the first judgment
     filler = MAX_COMMAND_CHARS - 40  # the longest command the gate still parses
+    plain = _judge_seconds(f"sed -n '{'p' * filler}' notes.txt")
     for script in (";" + " " * filler, "\n" * filler, "1" + "\t" * filler, "; " * (filler // 2)):
         command = f"sed -n '{script}' notes.txt"
         assert len(command) <= MAX_COMMAND_CHARS
-        assert _judge_seconds(command) < 0.05, repr(script[:5])
+        assert _judge_seconds(command) < 4 * plain + 0.02, repr(script[:5])
 
 
 def test_sed_commands_are_still_found() -> None:
