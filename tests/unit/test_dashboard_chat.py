@@ -143,7 +143,7 @@ async def _message(role: str, text: str) -> str:
     from atlas.dashboard.render import environment
 
     template = environment().get_template("chat_message.html")
-    return template.render(role=role, text=text, tools=())
+    return template.render(role=role, text=text, calls=())
 
 
 async def test_stop_stops_the_running_turn(rig: ChatRig) -> None:
