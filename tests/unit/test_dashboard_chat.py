@@ -63,12 +63,13 @@ class ChatRig:
 
 
 @contextlib.asynccontextmanager
-async def chat_rig(home_path: Path) -> AsyncIterator[ChatRig]:
-    """A home, its runtime and dispatcher (scripted model, open gate), and the dashboard
-    attached to them as `atlas run` does."""
+async def chat_rig(home_path: Path, registry: ToolRegistry | None = None) -> AsyncIterator[ChatRig]:
+    """A home, its runtime and dispatcher (scripted model, open gate, `registry`'s tools or
+    none), and the dashboard attached to them as `atlas run` does."""
     home = make_home(home_path)
     model = HeldModel()
-    runtime = Runtime(home, model=model, gate=OpenGate(), registry=ToolRegistry([]))
+    tools = registry or ToolRegistry([])
+    runtime = Runtime(home, model=model, gate=OpenGate(), registry=tools)
     dispatcher = Dispatcher(runtime, {})
     dashboard = Dashboard(home, runtime.store, runtime.audit, Signer(read_secret(home.root)))
     dashboard.attach(dispatcher)
