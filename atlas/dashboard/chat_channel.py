@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Literal
 
 from atlas.channels.base import Address, Question, QuestionOutcome
-from atlas.channels.console import describe_call
 from atlas.providers.base import ToolCall
 
 WEB_CHANNEL = "dashboard"
@@ -33,7 +32,7 @@ EventKind = Literal["user", "reply", "message"]
 class ChatEvent:
     kind: EventKind  # user: the person's message; reply: the reply so far; message: an answer
     text: str
-    tools: tuple[str, ...] = ()  # the tool calls of the reply (being written, or done)
+    tools: tuple[ToolCall, ...] = ()  # the tool calls of the reply (being written, or done)
 
 
 Listener = Callable[[Address, ChatEvent], None]
@@ -44,7 +43,7 @@ class ChatFeed:
     """One conversation's reply being written."""
 
     partial: str = ""
-    tools: list[str] = field(default_factory=list)
+    tools: list[ToolCall] = field(default_factory=list)
 
 
 def web_address(bot: str) -> Address:
@@ -105,7 +104,7 @@ class BrowserChannel:
 
     async def show_tool_call(self, address: Address, call: ToolCall) -> None:
         feed = self.feed(address)
-        feed.tools.append(describe_call(call))
+        feed.tools.append(call)
         self._publish(address, ChatEvent("reply", feed.partial, tuple(feed.tools)))
 
     async def typing(self, address: Address) -> None:

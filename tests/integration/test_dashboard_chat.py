@@ -124,3 +124,50 @@ async def test_a_chat_turn_cut_short_by_a_restart_is_resumed_by_the_daemon(
         async with ConversationStore(home.main_bot.db_path) as store:
             said = [m.content for m in await store.history(chat.id)]
         assert "From pier three." in said
+
+
+async def test_a_replys_tool_calls_stay_folded_after_it_ends_and_after_a_reload(
+    home_path: Path,
+) -> None:
+    from playwright.async_api import expect
+
+    from atlas.tools.registry import ToolRegistry
+    from tests.integration.test_dashboard_chat_history import find_pier
+
+    async with chat_rig(home_path, ToolRegistry([find_pier])) as rig:
+        base = str(rig.client.make_url("")).rstrip("/")
+        rig.model.add(
+            Reply(calls=[("find_pier", {"ship": "zeppelin"})]),
+            Reply("It leaves from pier three."),
+        )
+        async with logged_in_tab(base, rig.home.root) as (page, problems):
+            await page.goto(f"{base}/chat/atlas")
+            for _ in range(100):  # until the page's event stream is open
+                if rig.dashboard.events.streams:
+                    break
+                await asyncio.sleep(0.05)
+            await page.get_by_label("Message to atlas").fill("Where does it leave?")
+            await page.get_by_role("button", name="Send").click()
+            reply = page.locator("#chat-reply")
+            await expect(reply).to_contain_text("find_pier")  # live, while the turn runs
+            rig.model.release.set()
+            log = page.locator("#chat-log")
+            await expect(log).to_contain_text("It leaves from pier three.")
+            await expect(reply).not_to_contain_text("find_pier")  # the finished one is in the log
+
+            async def the_call_is_folded_with_its_result() -> None:
+                call = log.locator("details.tool-call")
+                await expect(call).to_have_count(1)
+                await expect(call.locator("summary")).to_contain_text('find_pier ship="zeppelin"')
+                result = call.locator("pre.result")
+                await expect(result).to_have_count(1)  # stored, or loaded in place when live
+                await expect(result).to_be_hidden()  # folded
+                await call.locator("summary").click()
+                await expect(result).to_be_visible()
+                await expect(result).to_have_text("<b>Pier three</b> for the zeppelin, at 14:05")
+                await expect(call.locator("pre.result b")).to_have_count(0)  # text, not HTML
+
+            await the_call_is_folded_with_its_result()  # its stored result loaded in place
+            await page.reload()
+            await the_call_is_folded_with_its_result()
+            assert problems == []

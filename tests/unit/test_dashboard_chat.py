@@ -63,12 +63,13 @@ class ChatRig:
 
 
 @contextlib.asynccontextmanager
-async def chat_rig(home_path: Path) -> AsyncIterator[ChatRig]:
-    """A home, its runtime and dispatcher (scripted model, open gate), and the dashboard
-    attached to them as `atlas run` does."""
+async def chat_rig(home_path: Path, registry: ToolRegistry | None = None) -> AsyncIterator[ChatRig]:
+    """A home, its runtime and dispatcher (scripted model, open gate, `registry`'s tools or
+    none), and the dashboard attached to them as `atlas run` does."""
     home = make_home(home_path)
     model = HeldModel()
-    runtime = Runtime(home, model=model, gate=OpenGate(), registry=ToolRegistry([]))
+    tools = registry or ToolRegistry([])
+    runtime = Runtime(home, model=model, gate=OpenGate(), registry=tools)
     dispatcher = Dispatcher(runtime, {})
     dashboard = Dashboard(home, runtime.store, runtime.audit, Signer(read_secret(home.root)))
     dashboard.attach(dispatcher)
@@ -143,7 +144,7 @@ async def _message(role: str, text: str) -> str:
     from atlas.dashboard.render import environment
 
     template = environment().get_template("chat_message.html")
-    return template.render(role=role, text=text, tools=())
+    return template.render(role=role, text=text, calls=())
 
 
 async def test_stop_stops_the_running_turn(rig: ChatRig) -> None:
@@ -205,3 +206,22 @@ async def test_without_a_dispatcher_the_chat_says_so_and_sends_nothing(home_path
         assert sent.status == 503
         missing = await plain.client.get("/chat/nobody")
         assert missing.status == 404
+
+
+async def test_a_tab_opened_mid_turn_shows_its_calls_once_in_the_draft(rig: ChatRig) -> None:
+    from atlas.dashboard.chat_channel import WEB_CHANNEL, WEB_CHAT, web_address
+    from atlas.providers.base import Message, ToolCall
+
+    await rig.log_in()
+    assert rig.dashboard.chat is not None
+    store = await rig.dashboard.open_store(rig.home.main_bot)
+    chat = await store.conversation(WEB_CHANNEL, WEB_CHAT, bot="atlas")
+    call = ToolCall("c1", "find_pier", '{"ship": "zeppelin"}')
+    await store.append(chat.id, Message("user", "Where?"))
+    await store.append(chat.id, Message("assistant", "", tool_calls=[call]))  # running
+    await rig.dashboard.chat.show_tool_call(web_address("atlas"), call)
+    page = await (await rig.client.get("/chat/atlas")).text()
+    log = page[page.index('id="chat-log"') : page.index('id="chat-reply"')]
+    draft = page[page.index('id="chat-reply"') : page.index("</section>")]
+    assert "Where?" in log and "find_pier" not in log
+    assert draft.count("find_pier") == 1 and "(running)" in draft

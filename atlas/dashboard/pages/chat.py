@@ -6,18 +6,24 @@ stops it, `/mode` and `/status` work as anywhere. The browser's one event stream
 (atlas/dashboard/events.py) brings each tab the `chat` events: the person's messages, the reply
 so far, then the finished message with its tool calls folded under it.
 The questions the turn waits on show under it, answered as on Waiting.
+
+The log shows each stored turn's tool calls folded between the person's message and the
+reply (atlas/dashboard/chat_history.py), on every visit. A reply finished live keeps the
+calls it showed, folded; they then load their stored results in place (`/chat/{bot}/calls`).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from urllib.parse import urlencode
 
 from aiohttp import web
 from markupsafe import Markup
 
 from atlas.channels.base import Address
 from atlas.dashboard.chat_channel import WEB_CHANNEL, WEB_CHAT, ChatEvent, web_address
+from atlas.dashboard.chat_history import ChatItem, live_call, read_history
 from atlas.dashboard.context import Dashboard, dashboard_of
 from atlas.dashboard.hub import Pushed
 from atlas.dashboard.page import Page
@@ -25,9 +31,7 @@ from atlas.dashboard.render import environment, masked, render, see_other
 from atlas.dispatch import Inbound
 from atlas.errors import AtlasError
 from atlas.home import Bot
-from atlas.store.search import MessageFilter, StoredMessage
 
-HISTORY = 40  # the latest messages shown; the whole conversation is on Conversations
 LONGEST = 20_000  # characters a message may have
 _LAST_WORD = re.compile(r"\S+\Z")
 
@@ -39,8 +43,9 @@ def _bot(dashboard: Dashboard, name: str) -> Bot:
     return bot
 
 
-async def _history(dashboard: Dashboard, bot: Bot) -> tuple[int | None, list[StoredMessage]]:
-    """The chat's conversation id and its latest messages, oldest first (none yet: None)."""
+async def _history(dashboard: Dashboard, bot: Bot) -> tuple[int | None, list[ChatItem]]:
+    """The chat's conversation id and its latest turns as the log shows them, oldest first
+    (none yet: None)."""
     store = await dashboard.store(bot)
     if store is None:
         return None, []
@@ -53,9 +58,8 @@ async def _history(dashboard: Dashboard, bot: Bot) -> tuple[int | None, list[Sto
     )
     if found is None:
         return None, []
-    where = MessageFilter(conversation_id=found[0])
-    latest = await store.read_messages(where, limit=HISTORY, newest_first=True, chars=LONGEST)
-    return found[0], list(reversed(latest))
+    conversation: int = found[0]
+    return conversation, await store.db.call(lambda db: read_history(db, conversation))
 
 
 def _asks(dashboard: Dashboard, bot: Bot) -> list[object]:
@@ -70,18 +74,21 @@ async def chat_index(request: web.Request) -> web.Response:
 async def chat_page(request: web.Request) -> web.Response:
     dashboard = dashboard_of(request)
     bot = _bot(dashboard, request.match_info["bot"])
-    conversation, messages = await _history(dashboard, bot)
+    conversation, items = await _history(dashboard, bot)
     draft = ""
     if dashboard.chat is not None:  # a tab opened mid-reply shows it so far
         feed = dashboard.chat.feed(web_address(bot.name))
-        draft = _fragment(dashboard, ChatEvent("reply", feed.partial, tuple(feed.tools)))[1]
+        reply = ChatEvent("reply", feed.partial, tuple(feed.tools))
+        draft = _fragment(dashboard, bot.name, reply)[1]
+        if (feed.partial or feed.tools) and items and not items[-1].done:
+            items.pop()  # the running turn's calls: in the draft, not twice
     return render(
         request,
         "chat.html",
         bot=bot,
         bots=list(dashboard.home.bots.values()),
         conversation=conversation,
-        messages=messages,
+        items=items,
         asks=_asks(dashboard, bot),
         in_chat=True,
         available=dashboard.chat is not None,
@@ -116,18 +123,45 @@ async def chat_send(request: web.Request) -> web.Response:
     return see_other(f"/chat/{bot.name}")
 
 
-def _fragment(dashboard: Dashboard, event: ChatEvent) -> tuple[str, str]:
+async def chat_calls(request: web.Request) -> web.Response:
+    """The stored calls (with their results) of the turn whose calls' ids are the `call`s
+    asked for, as the log shows them: what a reply finished live loads in place of the calls
+    it showed. None such (not stored, or no longer among the latest turns): 204, the page
+    keeps what it has."""
+    dashboard = dashboard_of(request)
+    bot = _bot(dashboard, request.match_info["bot"])
+    wanted = request.query.getall("call", [])
+    conversation, items = await _history(dashboard, bot)
+    for item in reversed(items):
+        if wanted and [call.id for call in item.calls] == wanted:
+            html = (
+                environment()
+                .get_template("chat_calls.html")
+                .render(calls=item.calls, bot_name=bot.name, conversation=conversation)
+            )
+            return web.Response(text=masked(html, dashboard), content_type="text/html")
+    return web.Response(status=204)
+
+
+def _fragment(dashboard: Dashboard, bot: str, event: ChatEvent) -> tuple[str, str]:
     """(part, HTML) for the tabs: a message for the log, or the reply so far."""
     env = environment()
+    calls = [live_call(call) for call in event.tools]
     if event.kind == "reply":
         # The last word is held back until the next one starts: a secret (no spaces) is
         # shown only whole, where the mask can see it.
         text = _LAST_WORD.sub("", event.text)
-        html = env.get_template("chat_reply.html").render(text=text, tools=event.tools)
+        html = env.get_template("chat_reply.html").render(text=text, calls=calls)
         return "reply", masked(html, dashboard)
     role = "user" if event.kind == "user" else "assistant"
+    # The finished reply keeps its calls folded; their results are stored by now: loaded.
+    ids = urlencode([("call", call.id) for call in calls])
     html = env.get_template("chat_message.html").render(
-        role=role, text=event.text, tools=event.tools
+        role=role,
+        text=event.text,
+        calls=calls,
+        no_result="result loading",
+        refetch=f"/chat/{bot}/calls?{ids}" if calls else None,
     )
     return "message", masked(html, dashboard)
 
@@ -139,9 +173,10 @@ def _pushed(bot: str, part: str, html: str) -> Pushed:
 def chat_events(dashboard: Dashboard, address: Address, event: ChatEvent) -> list[Pushed]:
     """What the browsers' event stream carries for one chat event (rendered once for all the
     tabs): a message, then the reply so far cleared; or the reply so far."""
-    pushed = [_pushed(address.bot, *_fragment(dashboard, event))]
+    pushed = [_pushed(address.bot, *_fragment(dashboard, address.bot, event))]
     if event.kind == "message":
-        pushed.append(_pushed(address.bot, *_fragment(dashboard, ChatEvent("reply", ""))))
+        cleared = _fragment(dashboard, address.bot, ChatEvent("reply", ""))
+        pushed.append(_pushed(address.bot, *cleared))
     return pushed
 
 
@@ -150,6 +185,7 @@ def setup(router: web.UrlDispatcher) -> None:
     router.add_get("/chat/{bot}", chat_page)
     router.add_post("/chat/{bot}", chat_send)
     router.add_get("/chat/{bot}/asks", chat_asks)
+    router.add_get("/chat/{bot}/calls", chat_calls)
 
 
 PAGE = Page("Chat", "/chat", setup)

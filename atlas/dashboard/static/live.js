@@ -12,8 +12,13 @@
       const said = JSON.parse(data);
       for (const target of document.querySelectorAll("[data-chat][data-part]")) {
         if (target.dataset.chat !== said.bot || target.dataset.part !== said.part) continue;
-        if (said.part === "message") target.insertAdjacentHTML("beforeend", said.html);
-        else target.innerHTML = said.html;
+        if (said.part !== "message") target.innerHTML = said.html;
+        else {
+          target.insertAdjacentHTML("beforeend", said.html);
+          // A finished reply's folded calls load their stored results (hx-trigger="load"):
+          // htmx sees only what it swapped in itself unless told.
+          if (window.htmx && target.lastElementChild) window.htmx.process(target.lastElementChild);
+        }
       }
       return;
     }
