@@ -14,6 +14,11 @@ have arrived" (atlas/outbox/resume.py). What the channel raises decides the rest
 - MaybeDelivered: `maybe`, never sent again; the person is told once (a note queued in the
   same transaction, sent next).
 
+Where several processes send (the PostgreSQL rows, atlas/store/pg/outbox.py), the `sending`
+mark is a claim: a row another sender claimed is dropped from the queue unsent, and a sender
+whose lease epoch another has passed (`StaleEpoch`) gives up the address's queue, sending
+nothing more; its waiters get the error. On SQLite the claim is the plain mark of before.
+
 A mark the store cannot write (a full disk; atlas/channels/store_faults.py) holds the queue and
 is written again, after a short backoff, until it can: a row is never sent twice because its
 `delivered` could not be written, and the worker never dies of it (issue 34: the disk-full run
