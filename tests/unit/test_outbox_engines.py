@@ -278,11 +278,13 @@ async def test_a_stale_epoch_cannot_mark_delivered_nor_send(postgres_url: str) -
         row = await old.add(HERE, "answer", "in flight")
         assert await old.claim("atlas", row.id, epoch=1)  # then the old owner pauses
         other = await new.add(HERE, "note", "the new owner's")
-        assert await new.claim("atlas", other.id, epoch=2)  # took the bot over
+        # The new owner takes the bot over: its start settles what the old one left sending.
+        await new.maybe(row, "taken over while sending", None, epoch=2)
         with pytest.raises(StaleEpoch, match="epoch 1 is stale"):
             await old.delivered("atlas", row.id, "m1", epoch=1)
-        # The new owner settles what the old one left sending, as a start does.
-        await new.maybe(row, "taken over while sending", None, epoch=2)
+        with pytest.raises(StaleEpoch, match="epoch 1 is stale"):
+            await old.claim("atlas", other.id, epoch=1)  # nor claims what is left
+        assert await new.claim("atlas", other.id, epoch=2)
         await new.delivered("atlas", other.id, "m9", epoch=2)
 
         # A stale sender's queue sends nothing and says why.

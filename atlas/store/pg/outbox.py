@@ -6,11 +6,12 @@ Exactly once across processes:
 - **Claim**: a row is locked with `FOR UPDATE SKIP LOCKED` and marked `sending` with the
   claimer's lease epoch only while it is `pending` or `kept`; a second sender skips the locked
   row or finds it `sending` and gets nothing. `claim_batch` hands out several rows that way.
-- **Fence**: `outbox_fences` holds, per bot, the newest epoch that has claimed its rows (a
-  claim raises it). Every claim and mark reads it under `FOR SHARE` in its own transaction and
-  refuses (`StaleEpoch`) when it is above the sender's: an old owner paused past its lease
-  cannot mark, claim or post once the new owner has claimed. The share lock makes a raise wait
-  for marks in flight, so none slips past it.
+- **Fence**: `outbox_fences` holds, per bot, the newest epoch that has written its rows (every
+  claim and mark raises it to the sender's epoch first). Every claim and mark reads it under
+  `FOR SHARE` in its own transaction and refuses (`StaleEpoch`) when it is above the sender's:
+  an old owner paused past its lease cannot mark, claim or post once the new owner has written
+  (a claim, or a start's resume settling what the old one left). The share lock makes a raise
+  wait for marks in flight, so none slips past it.
 - A mark touches only a row that is unsettled and not claimed by a newer epoch.
 
 Times are UTC ISO 8601 text, as in SQLite, so rows copy across unchanged.
@@ -18,7 +19,9 @@ Times are UTC ISO 8601 text, as in SQLite, so rows copy across unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -148,10 +151,18 @@ class PgOutboxRows:
                 f"{newest} has taken its rows over); it sends nothing more"
             )
 
-    async def _mark(self, bot: str, epoch: int, sql: str, *args: Any) -> None:
-        """One fenced UPDATE of rows that must still be this sender's ($1 bot, $2 epoch)."""
+    @contextlib.asynccontextmanager
+    async def _fenced(self, bot: str, epoch: int) -> AsyncIterator[asyncpg.Connection]:
+        """A transaction of this sender's, the fence raised to its epoch first (a new owner's
+        first write, a claim or a start's resume alike, shuts the old owner out) and checked."""
+        await self._raise_fence(bot, epoch)
         async with self.server.pool.acquire() as conn, conn.transaction():
             await self._check_fence(conn, bot, epoch)
+            yield conn
+
+    async def _mark(self, bot: str, epoch: int, sql: str, *args: Any) -> None:
+        """One fenced UPDATE of rows that must still be this sender's ($1 bot, $2 epoch)."""
+        async with self._fenced(bot, epoch) as conn:
             if await conn.fetchval(sql, bot, epoch, *args) == 0:
                 raise StaleEpoch(
                     f"outbox of bot {bot}: the row is settled or claimed by a newer sender "
@@ -173,9 +184,7 @@ class PgOutboxRows:
             return await insert_row(conn, address, kind, text, files, key=key)
 
     async def add_sending(self, address: Address, kind: Kind, text: str, *, epoch: int) -> int:
-        await self._raise_fence(address.bot, epoch)
-        async with self.server.pool.acquire() as conn, conn.transaction():
-            await self._check_fence(conn, address.bot, epoch)
+        async with self._fenced(address.bot, epoch) as conn:
             row = await insert_row(conn, address, kind, text, state="sending", epoch=epoch)
         return row.id
 
@@ -207,10 +216,8 @@ class PgOutboxRows:
     async def _claim(
         self, bot: str, epoch: int, which: str, row_id: int | None, limit: int
     ) -> list[OutboxRow]:
-        await self._raise_fence(bot, epoch)
         params: list[Any] = [bot, limit] + ([row_id] if row_id is not None else [])
-        async with self.server.pool.acquire() as conn, conn.transaction():
-            await self._check_fence(conn, bot, epoch)
+        async with self._fenced(bot, epoch) as conn:
             ids = [
                 record["id"]
                 for record in await conn.fetch(
@@ -275,8 +282,7 @@ class PgOutboxRows:
         unsent_files: tuple[Path, ...] = (),
         epoch: int,
     ) -> None:
-        async with self.server.pool.acquire() as conn, conn.transaction():
-            await self._check_fence(conn, bot, epoch)
+        async with self._fenced(bot, epoch) as conn:
             if unsent is not None and row_ids:
                 await conn.execute(
                     f"UPDATE outbox SET text = $3, files = $4 WHERE id = $5 AND {_MINE}",
@@ -299,8 +305,7 @@ class PgOutboxRows:
         self, row: OutboxRow, error: str, note: str | None, *, epoch: int
     ) -> OutboxRow | None:
         bot = row.address.bot
-        async with self.server.pool.acquire() as conn, conn.transaction():
-            await self._check_fence(conn, bot, epoch)
+        async with self._fenced(bot, epoch) as conn:
             await self._settle_in(conn, row.id, bot, "maybe", error, epoch)
             if note is None:
                 return None
@@ -324,8 +329,7 @@ class PgOutboxRows:
         epoch: int,
     ) -> OutboxRow:
         bot = row.address.bot
-        async with self.server.pool.acquire() as conn, conn.transaction():
-            await self._check_fence(conn, bot, epoch)
+        async with self._fenced(bot, epoch) as conn:
             await self._settle_in(conn, row.id, bot, "maybe", error, epoch)
             return await insert_row(
                 conn, row.address, row.kind, text, files, message_id=row.message_id, key=key
