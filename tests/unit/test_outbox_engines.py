@@ -316,3 +316,15 @@ async def test_a_row_claimed_by_a_newer_epoch_is_not_the_old_senders(postgres_ur
         await rows.delivered("atlas", row.id, "m1", epoch=4)
         with pytest.raises(StaleEpoch, match="settled"):
             await rows.failed("atlas", row.id, "late", epoch=4)
+
+
+@pytest.mark.postgres
+async def test_an_outage_keeps_the_rows_behind_but_not_another_senders(postgres_url: str) -> None:
+    async with two_servers(postgres_url) as (one, two):
+        mine, theirs = PgOutboxRows(one), PgOutboxRows(two)
+        tried, behind, in_flight = [await mine.add(HERE, "note", text) for text in "abc"]
+        assert await mine.claim("atlas", tried.id, epoch=1)
+        assert await theirs.claim("atlas", in_flight.id, epoch=1)  # serving the same address
+        await mine.kept("atlas", [tried.id, behind.id, in_flight.id], "502", epoch=1)
+        states = [(await mine.get("atlas", row.id)).state for row in (tried, behind, in_flight)]  # type: ignore[union-attr]
+    assert states == ["kept", "kept", "sending"]

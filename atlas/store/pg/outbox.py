@@ -292,13 +292,17 @@ class PgOutboxRows:
                     _files_json(unsent_files),
                     row_ids[0],
                 )
+            # The first row is the one this sender tried; a row behind it that is `sending`
+            # is another sender's (one serving the same address), not ours to keep.
             await conn.execute(
                 "UPDATE outbox SET state = 'kept', error = $3 "
-                f"WHERE id = ANY($4::bigint[]) AND {_MINE}",
+                f"WHERE id = ANY($4::bigint[]) AND {_MINE} "
+                "AND (state IN ('pending', 'kept') OR id = $5)",
                 bot,
                 epoch,
                 error,
                 row_ids,
+                row_ids[0] if row_ids else None,
             )
 
     async def maybe(
