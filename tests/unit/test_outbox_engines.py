@@ -70,10 +70,13 @@ class Engine:
         return outgoing if self.name == "sqlite" else written_with(outgoing)
 
     async def states(self) -> list[tuple[str, str, str]]:
-        rows = await self.rows.open_rows("atlas", before="9999")
-        settled = [await self.rows.get("atlas", row_id) for row_id in range(1, 50)]
-        every = {row.id: row for row in [*rows, *(r for r in settled if r is not None)]}
-        return [(r.kind, r.state, r.text) for _, r in sorted(every.items())]
+        """Every row's kind, state and text, oldest first, read from the engine's table."""
+        sql = "SELECT kind, state, text FROM outbox ORDER BY id"
+        if self.name == "sqlite":
+            found = await self.store.db.quick(lambda db: db.execute(sql).fetchall())
+        else:
+            found = await self.store.server.pool.fetch(sql)
+        return [tuple(row) for row in found]
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
