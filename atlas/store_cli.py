@@ -39,7 +39,8 @@ def store_main(home: Any, args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise AtlasError(f"--to: {_first_error(exc)}") from None
     password = home.settings.store.password()
-    copies, shared = asyncio.run(migrate_home(home, args.to, password))
+    report = asyncio.run(migrate_home(home, args.to, password))
+    copies, shared = report.bots, report.shared
     for copy in copies:
         print(
             f"{copy.bot}: {copy.conversations} conversations, {copy.messages} messages, "
@@ -50,9 +51,22 @@ def store_main(home: Any, args: argparse.Namespace) -> int:
             f"atlas.db: {shared.gate_decisions} gate decisions, {shared.delegations} "
             "delegations copied and counted"
         )
+    for outbox in report.outboxes:
+        print(f"{outbox.bot}: {outbox.rows} outbox rows copied and counted")
+    if report.routines is not None:
+        routines = report.routines
+        left = (
+            f" ({routines.duplicate_fires} second fire(s) of a slot left out)"
+            if routines.duplicate_fires
+            else ""
+        )
+        print(
+            f"atlas.db: {routines.routines} routines, {routines.runs} routine runs copied "
+            f"and counted{left}"
+        )
     print(f"copied {len(copies)} bot(s) to {redact_url(args.to)}")
     print(
-        "not copied yet: pairing, routines, the outbox and the dashboard's sessions (atlas.db); "
+        "not copied yet: pairing and the dashboard's sessions (atlas.db); "
         "`atlas run` still uses the home's files (docs/scaling.md)"
     )
     return 0

@@ -16,13 +16,11 @@ import logging
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from atlas.channels.base import Address
 from atlas.outbox.notes import unsure_note
-from atlas.outbox.rows import OutboxRow, mark_failed, mark_maybe, open_rows
+from atlas.outbox.rows import OutboxRow
 from atlas.outbox.sender import Outbox
-from atlas.store.db import write_transaction
 
 log = logging.getLogger(__name__)
 
@@ -64,22 +62,21 @@ async def resume_outbox(
     are rows `mine` says another worker process holds (a spread bot's other conversations)."""
     oldest = _iso((now or datetime.now(UTC)) - look_back)
     report = ResumeReport()
+    rows_of = outbox.rows  # the outbox's engine: each bot's conversations.db by default
     for bot in bots:
-        db = await outbox.database(bot)
-        rows = await db.call(lambda conn, bot=bot: open_rows(conn, bot, before=_iso(started_at)))
-        for row in rows:
+        epoch = outbox.epoch_of(bot)
+        for row in await rows_of.open_rows(bot, before=_iso(started_at)):
             if row.address.channel in elsewhere or (mine is not None and not mine(row.address)):
                 continue
             if row.kind == "question" or row.created_at < oldest:
                 why = "a question whose wait ended" if row.kind == "question" else "too old"
-                await db.quick(
-                    lambda conn, row=row, why=why: mark_failed(
-                        conn, row.id, f"{why} at a restart: not sent"
-                    )
-                )
+                await rows_of.failed(bot, row.id, f"{why} at a restart: not sent", epoch=epoch)
                 report.dropped.append(row)
             elif row.state == "sending":
-                note = await db.quick(lambda conn, row=row: _caught_sending(conn, row))
+                # One transaction: the row `maybe` and the note about it queued once.
+                note = await rows_of.maybe(
+                    row, STOPPED_WHILE_SENDING, unsure_note(row, restarted=True), epoch=epoch
+                )
                 report.maybe.append(row)
                 if note is not None:
                     report.notes.append(note)
@@ -90,11 +87,6 @@ async def resume_outbox(
     if report.queued or report.maybe or report.dropped:
         log.info("outbox at start: %s", report.summary())
     return report
-
-
-def _caught_sending(conn: Any, row: OutboxRow) -> OutboxRow | None:
-    with write_transaction(conn):
-        return mark_maybe(conn, row, STOPPED_WHILE_SENDING, unsure_note(row, restarted=True))
 
 
 __all__ = ["LOOK_BACK", "ResumeReport", "resume_outbox"]

@@ -14,6 +14,11 @@ have arrived" (atlas/outbox/resume.py). What the channel raises decides the rest
 - MaybeDelivered: `maybe`, never sent again; the person is told once (a note queued in the
   same transaction, sent next).
 
+Where several processes send (the PostgreSQL rows, atlas/store/pg/outbox.py), the `sending`
+mark is a claim: a row another sender claimed is dropped from the queue unsent, and a sender
+whose lease epoch another has passed (`StaleEpoch`) gives up the address's queue, sending
+nothing more; its waiters get the error. On SQLite the claim is the plain mark of before.
+
 A mark the store cannot write (a full disk; atlas/channels/store_faults.py) holds the queue and
 is written again, after a short backoff, until it can: a row is never sent twice because its
 `delivered` could not be written, and the worker never dies of it (issue 34: the disk-full run
@@ -29,33 +34,21 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from atlas.channels.base import Address
 from atlas.channels.store_faults import store_cannot_write
 from atlas.errors import AtlasError
+from atlas.outbox.engine import DatabaseOf, OutboxRows, SqliteOutboxRows, StaleEpoch
 from atlas.outbox.errors import MaybeDelivered, NeverRetry, RetryLater
 from atlas.outbox.notes import RESEND_KEY, as_sent, is_resend, unsure_note
-from atlas.outbox.rows import (
-    Kind,
-    OutboxRow,
-    State,
-    add_row,
-    get_row,
-    insert_row,
-    mark_delivered,
-    mark_failed,
-    mark_kept,
-    mark_maybe,
-    mark_sending,
-    mark_unsure,
-)
-from atlas.store.db import write_transaction
+from atlas.outbox.rows import Kind, OutboxRow, State
 
 if TYPE_CHECKING:
     from atlas.store.db import Database
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # A kept message is tried again alone after this many seconds, then twice as long each time,
 # up to the cap (a new message to the address tries it at once).
@@ -66,7 +59,7 @@ RETRY_CAP = 900.0
 STORE_RETRY_FIRST = 0.5
 STORE_RETRY_CAP = 15.0
 
-DatabaseOf = Callable[[str], Awaitable["Database"]]  # a bot's name → its conversations.db
+EpochOf = Callable[[str], int]  # a bot's name → this sender's lease epoch for it
 
 
 @dataclass(frozen=True)
@@ -125,20 +118,28 @@ class Outbox:
         *,
         retry_first: float = RETRY_FIRST,
         retry_cap: float = RETRY_CAP,
+        rows: OutboxRows | None = None,
+        epoch: int | EpochOf | None = None,
     ) -> None:
+        """`rows`: the engine keeping the rows (atlas/outbox/engine.py), by default each bot's
+        conversations.db as `database` opens it. `epoch`: this sender's lease epoch, one for
+        every bot or per bot (a function of its name); a sender whose epoch another has passed
+        sends nothing more for that bot (`StaleEpoch`). None: 0, no leases."""
         self.channels = channels  # looked up per send: channels register as they start
-        self._open_database = database
-        self._databases: dict[str, Database] = {}
+        self._sqlite = SqliteOutboxRows(database)
+        self.rows: OutboxRows = rows if rows is not None else self._sqlite
+        self._epoch: EpochOf = epoch if callable(epoch) else (lambda _bot, e=epoch or 0: e)
         self.retry_first = retry_first
         self.retry_cap = retry_cap
         self._queues: dict[Address, _Queue] = {}
 
+    def epoch_of(self, bot: str) -> int:
+        """This sender's lease epoch for the bot's rows."""
+        return self._epoch(bot)
+
     async def database(self, bot: str) -> Database:
-        """The bot's conversations.db, kept once open: every row's marks use it."""
-        db = self._databases.get(bot)
-        if db is None or not db.is_open:
-            db = self._databases[bot] = await self._open_database(bot)
-        return db
+        """The bot's conversations.db, kept once open (the SQLite rows' marks use it)."""
+        return await self._sqlite.database(bot)
 
     # ------------------------------------------------------------ putting rows in
 
@@ -166,12 +167,7 @@ class Outbox:
         key: str | None = None,
     ) -> int:
         """A new row (or the one `key` names), queued; its id."""
-        db = await self.database(address.bot)
-        files = tuple(files)
-
-        # One statement, committed by itself; with `key`, perhaps a row made before and
-        # settled since: as stored.
-        row = await db.quick(lambda conn: add_row(conn, address, kind, text, files, key=key))
+        row = await self.rows.add(address, kind, text, tuple(files), key=key)
         if row.state in ("pending", "kept"):
             self.queue([row])
         return row.id
@@ -194,8 +190,7 @@ class Outbox:
         if queued is not None and queued.state == "kept":
             return Delivery("kept", queued.error)  # its turn came: an outage kept it
         if queue is None or queued is None:
-            db = await self.database(address.bot)
-            row = await db.quick(lambda conn: get_row(conn, row_id, address.bot))
+            row = await self.rows.get(address.bot, row_id)
             if row is None:
                 raise AtlasError(f"outbox of bot {address.bot}: no row {row_id}")
             return Delivery(row.state, row.error, row.platform_id)
@@ -220,6 +215,10 @@ class Outbox:
                 row = queue.rows[0]
                 try:
                     pause = await self._send_first(address, queue, row)
+                except StaleEpoch as exc:  # another sender took the bot over: send nothing
+                    log.warning("outbox: %s; %d row(s) to %s left", exc, len(queue.rows), address)
+                    self._give_up(queue, exc)
+                    return
                 except Exception:  # a bug, not an outage: logged, the row failed, go on
                     log.exception("outbox: sending row %d to %s failed", row.id, address)
                     await self._settle(address, queue, row, "failed", "an error in Atlas")
@@ -240,15 +239,21 @@ class Outbox:
     async def _send_first(self, address: Address, queue: _Queue, row: OutboxRow) -> float | None:
         """Send the queue's first row and mark it. None: go on with the next; else the queue
         is kept and waits that long (0: the backoff's own delay)."""
-        db = await self.database(address.bot)
+        bot = address.bot
         channel = self.channels.get(address.channel)
         if channel is None:
-            return await self._keep(db, queue, f"no channel named {address.channel!r} is running")
-        await self._written(db, lambda conn: mark_sending(conn, row.id), row)
+            return await self._keep(queue, f"no channel named {address.channel!r} is running")
+        epoch = self._epoch(bot)
+        if not await self._written(lambda: self.rows.claim(bot, row.id, epoch=epoch), row):
+            # Another sender has it (or it is settled): not ours to send.
+            stored = await self.rows.get(bot, row.id)
+            state = stored.state if stored is not None else "failed"
+            self._resolve(queue, row, Delivery(state, "claimed by another sender"), drop=True)
+            return None
         try:
             platform_id = await channel.send(address, as_sent(row), list(row.files))
         except RetryLater as exc:
-            return await self._keep(db, queue, str(exc), exc)
+            return await self._keep(queue, str(exc), exc)
         except NeverRetry as exc:
             log.warning("outbox: %s refused row %d: %s", address, row.id, exc)
             await self._settle(address, queue, row, "failed", str(exc))
@@ -257,20 +262,20 @@ class Outbox:
             await self._maybe(address, queue, row, exc)
             return None
         except (AtlasError, OSError) as exc:  # a channel that does not classify: not sent
-            return await self._keep(db, queue, str(exc) or type(exc).__name__)
+            return await self._keep(queue, str(exc) or type(exc).__name__)
         pid = None if platform_id is None else str(platform_id)
         # Sent: written however long the store takes, never sent again for want of it.
-        await self._written(db, lambda conn: mark_delivered(conn, row.id, pid), row)
+        await self._written(lambda: self.rows.delivered(bot, row.id, pid, epoch=epoch), row)
         self._resolve(queue, row, Delivery("delivered", platform_id=pid))
         return None
 
-    async def _written(self, db: Database, write: Callable[[Any], Any], row: OutboxRow) -> Any:
+    async def _written(self, write: Callable[[], Awaitable[T]], row: OutboxRow) -> T:
         """`write` on the store, again and again while the store cannot write (a full disk),
         the queue waiting meanwhile; any other failure is raised."""
         delay = STORE_RETRY_FIRST
         while True:
             try:
-                return await db.quick(write)
+                return await write()
             except Exception as exc:
                 why = store_cannot_write(exc)
                 if why is None:
@@ -285,22 +290,22 @@ class Outbox:
             await asyncio.sleep(delay)
             delay = min(delay * 2, STORE_RETRY_CAP)
 
-    async def _keep(
-        self, db: Database, queue: _Queue, error: str, exc: RetryLater | None = None
-    ) -> float:
+    async def _keep(self, queue: _Queue, error: str, exc: RetryLater | None = None) -> float:
         """An outage: every queued row is kept, in its order; the first cut down to what did
         not go (`exc.unsent`). The wait before the next try (0: the backoff's)."""
         ids = [row.id for row in queue.rows]
         unsent = exc.unsent if exc is not None else None
         unsent_files = exc.unsent_files if exc is not None else ()
         after = exc.after if exc is not None else None
-
-        def keep(conn: Any) -> None:
-            with write_transaction(conn):
-                mark_kept(conn, ids, error, unsent=unsent, unsent_files=unsent_files)
-
-        await self._written(db, keep, queue.rows[0])
         first = queue.rows[0]
+        bot = first.address.bot
+        epoch = self._epoch(bot)
+        await self._written(
+            lambda: self.rows.kept(
+                bot, ids, error, unsent=unsent, unsent_files=unsent_files, epoch=epoch
+            ),
+            first,
+        )
         log.warning("outbox: %d message(s) to %s kept (%s)", len(ids), first.address, error)
         queue.rows = [replace(row, state="kept", error=error) for row in queue.rows]
         if unsent is not None:
@@ -312,23 +317,21 @@ class Outbox:
     async def _maybe(
         self, address: Address, queue: _Queue, row: OutboxRow, exc: MaybeDelivered
     ) -> None:
-        db = await self.database(address.bot)
         error = str(exc)
         note = unsure_note(row, restarted=False)
         resend = exc.resend is not None and note is not None and not is_resend(row)
+        epoch = self._epoch(address.bot)
 
-        def settle(conn: Any) -> OutboxRow | None:
-            with write_transaction(conn):
-                if not resend:
-                    return mark_maybe(conn, row, error, note)
-                # What the person must get is sent once more, labelled; both rows are kept.
-                mark_unsure(conn, row.id, error)
-                return add_row(
-                    conn, row.address, row.kind, exc.resend or "", exc.resend_files,
-                    message_id=row.message_id, key=f"{RESEND_KEY}{row.id}",
-                )  # fmt: skip
+        async def settle() -> OutboxRow | None:
+            if not resend:
+                return await self.rows.maybe(row, error, note, epoch=epoch)
+            # What the person must get is sent once more, labelled; both rows are kept.
+            return await self.rows.resend(
+                row, error, exc.resend or "", exc.resend_files,
+                key=f"{RESEND_KEY}{row.id}", epoch=epoch,
+            )  # fmt: skip
 
-        note_row = await self._written(db, settle, row)
+        note_row = await self._written(settle, row)
         log.warning("outbox: row %d to %s may not have arrived: %s", row.id, address, error)
         self._resolve(queue, row, Delivery("maybe", error))
         if note_row is not None:
@@ -337,16 +340,27 @@ class Outbox:
     async def _settle(
         self, address: Address, queue: _Queue, row: OutboxRow, state: State, error: str
     ) -> None:
-        db = await self.database(address.bot)
-        await self._written(db, lambda conn: mark_failed(conn, row.id, error), row)
+        bot, epoch = address.bot, self._epoch(address.bot)
+        await self._written(lambda: self.rows.failed(bot, row.id, error, epoch=epoch), row)
         self._resolve(queue, row, Delivery(state, error))
 
-    def _resolve(self, queue: _Queue, row: OutboxRow, delivery: Delivery) -> None:
-        if delivery.state != "kept":
+    def _resolve(
+        self, queue: _Queue, row: OutboxRow, delivery: Delivery, *, drop: bool = False
+    ) -> None:
+        if drop or delivery.state != "kept":
             queue.rows = [queued for queued in queue.rows if queued.id != row.id]
         future = queue.waiters.pop(row.id, None)
         if future is not None and not future.done():
             future.set_result(delivery)
+
+    @staticmethod
+    def _give_up(queue: _Queue, exc: StaleEpoch) -> None:
+        """A stale sender: its rows are another's now. Whoever waits for them learns why."""
+        queue.rows = []
+        for future in queue.waiters.values():
+            if not future.done():
+                future.set_exception(exc)
+        queue.waiters.clear()
 
     @staticmethod
     async def _sleep(queue: _Queue, seconds: float, *, wake_early: bool) -> None:
@@ -370,20 +384,19 @@ class Outbox:
         """A message the channel posts itself, because it waits on it (a question with
         buttons): its row is written `sending` first, then marked by how the post went; the
         channel sets `platform_id`. Not queued: it goes now, or the wait fails."""
-        db = await self.database(address.bot)
-        row_id = await db.quick(lambda conn: insert_row(conn, address, kind, text, state="sending"))
+        bot, epoch = address.bot, self._epoch(address.bot)
+        row_id = await self.rows.add_sending(address, kind, text, epoch=epoch)
         posted = Posted(row_id)
         try:
             yield posted
         except MaybeDelivered as exc:
-            unsure = str(exc)
-            await db.quick(lambda conn: mark_unsure(conn, row_id, unsure))
+            await self.rows.unsure(bot, row_id, str(exc), epoch=epoch)
             raise
         except BaseException as exc:
             why = str(exc) or type(exc).__name__
-            await asyncio.shield(db.quick(lambda conn: mark_failed(conn, row_id, why)))
+            await asyncio.shield(self.rows.failed(bot, row_id, why, epoch=epoch))
             raise
-        await db.quick(lambda conn: mark_delivered(conn, row_id, posted.platform_id))
+        await self.rows.delivered(bot, row_id, posted.platform_id, epoch=epoch)
 
     async def drained(self) -> None:
         """Until no row waits for its first try (kept ones wait for the platform): what a
@@ -402,4 +415,4 @@ class Outbox:
         self._queues.clear()
 
 
-__all__ = ["RETRY_CAP", "RETRY_FIRST", "Delivery", "Outbox", "Posted"]
+__all__ = ["RETRY_CAP", "RETRY_FIRST", "DatabaseOf", "Delivery", "Outbox", "Posted", "StaleEpoch"]

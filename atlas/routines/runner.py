@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from atlas.outbox.notes import REPORT_KEY
 from atlas.routines.precheck import OUTPUT_KEPT, CallsTools, prompt_with_output, run_precheck
-from atlas.routines.store import Routine, RoutineStore, RunResult, Target
+from atlas.routines.store import Routine, RunResult, Target
 
 if TYPE_CHECKING:
     from atlas.dispatch import Detached
     from atlas.outbox.rows import Kind
     from atlas.outbox.sender import Delivery, Outbox
+    from atlas.routines.engine import RoutineEngine
     from atlas.tools.registry import Notifier, RunKind
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ async def execute_run(
     due: datetime | None,
     *,
     dispatcher: RunsDetached,
-    store: RoutineStore,
+    store: RoutineEngine,
     time_limit: float,
     tz: tzinfo,
 ) -> RunResult:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from atlas.errors import AtlasError
+from atlas.routines.engine import RoutineEngine
 from atlas.routines.files import ReconcileReport, reconcile_files
 from atlas.routines.runner import RunsDetached, deliver_to_target, execute_run, report_key
 from atlas.routines.schedule import (
@@ -30,7 +31,7 @@ from atlas.routines.schedule import (
     last_fire_between,
     parse_schedule,
 )
-from atlas.routines.store import Routine, RoutineRun, RoutineStore, RunTrigger
+from atlas.routines.store import AlreadyFired, Routine, RoutineRun, RoutineStore, RunTrigger
 
 if TYPE_CHECKING:
     from apscheduler.events import JobExecutionEvent
@@ -62,9 +63,12 @@ class RoutineScheduler:
         dispatcher: RunsDetached,
         *,
         clock: Callable[[], datetime] | None = None,
+        store: RoutineEngine | None = None,
     ) -> None:
+        """`store`: where routines and runs live (atlas/routines/engine.py), by default the
+        home's atlas.db through `home_store`."""
         self.home = home
-        self.store = RoutineStore(home_store)
+        self.store: RoutineEngine = store if store is not None else RoutineStore(home_store)
         self.dispatcher = dispatcher
         self.tz = ZoneInfo(home.settings.timezone)
         self.settings = home.settings.routines
@@ -254,9 +258,10 @@ class RoutineScheduler:
         due = last_fire_between(schedule, routine.armed_at, self._clock()) if schedule else None
         run_id = await self._begin(routine, "schedule", due)
         if run_id is None:
-            log.warning(
-                "routine %s: still running at its next slot; not started twice", routine.name
-            )
+            if self.is_running(routine.id):
+                log.warning(
+                    "routine %s: still running at its next slot; not started twice", routine.name
+                )
             return
         await self._finish(routine, run_id, due)
 
@@ -269,6 +274,10 @@ class RoutineScheduler:
         self._running.add(routine.id)
         try:
             run_id = await self.store.start_run(routine, trigger, due)
+        except AlreadyFired as exc:  # another scheduler of the home fired this slot
+            self._running.discard(routine.id)
+            log.info("%s; not run twice", exc)
+            return None
         except BaseException:
             self._running.discard(routine.id)
             raise
@@ -318,8 +327,9 @@ class RoutineScheduler:
                     f"missed by {_short(late)} (grace {_short(grace)}): Atlas was not running; "
                     "it runs again at its next time"
                 )
-                await self.store.record_missed(routine, missed, why)
-                log.warning("routine %s: %s", routine.name, why)
+                with contextlib.suppress(AlreadyFired):  # recorded by another scheduler
+                    await self.store.record_missed(routine, missed, why)
+                    log.warning("routine %s: %s", routine.name, why)
 
     def _schedulable(self, routine: Routine) -> Schedule | None:
         if routine.paused:
@@ -348,9 +358,10 @@ class RoutineScheduler:
     async def _record_missed(self, routine_id: int, due: datetime) -> None:
         routine = await self.store.get(routine_id)
         if routine is not None:
-            await self.store.record_missed(
-                routine, due, "missed: the machine was asleep or busy past the routine's grace"
-            )
+            with contextlib.suppress(AlreadyFired):  # recorded (or run) by another scheduler
+                await self.store.record_missed(
+                    routine, due, "missed: the machine was asleep or busy past the routine's grace"
+                )
             self._changed()
 
     async def _watch(self) -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from atlas.channels.base import Address
 from atlas.errors import AtlasError
 from atlas.routines.targets import delivered_badly
-from atlas.store.db import utc_now_iso
+from atlas.store.db import utc_now_iso, write_transaction
 from atlas.store.home_db import HomeStore
 
 if TYPE_CHECKING:
@@ -25,6 +25,22 @@ TEXT_KEPT = 2000  # characters of a run's final text kept in its record
 
 class RoutineError(AtlasError):
     """A routine that cannot be stored or found as asked."""
+
+
+class AlreadyFired(RoutineError):
+    """A scheduled slot of a routine has a run (or a missed record) already: another scheduler
+    fired it. A fire is keyed by (routine, scheduled time), so it runs once across the home."""
+
+    def __init__(self, routine: str, scheduled_for: str) -> None:
+        super().__init__(f"routine {routine!r}: its fire for {scheduled_for} has run already")
+
+
+def fire_key(trigger: str, scheduled_for: datetime | None) -> str | None:
+    """The slot a run fires for, when it must be unique: scheduled and catch-up runs and
+    missed records, never a manual run (a person may run a routine whenever they like)."""
+    if trigger == "manual" or scheduled_for is None:
+        return None
+    return scheduled_for.isoformat()
 
 
 @dataclass(frozen=True)
@@ -284,6 +300,7 @@ class RoutineStore:
     async def start_run(
         self, routine: Routine, trigger: RunTrigger, scheduled_for: datetime | None
     ) -> int:
+        """A new run's id; `AlreadyFired` when its slot has a run already."""
         row = {
             "routine_id": routine.id,
             "bot": routine.bot,
@@ -293,9 +310,28 @@ class RoutineStore:
             "started_at": utc_now_iso(),
             "status": "running",
         }
-        return await self.home_store.call(
-            lambda db: int(db["routine_runs"].insert(row).last_pk)  # type: ignore[arg-type]
-        )
+        return await self._insert_fire(routine, row, fire_key(trigger, scheduled_for))
+
+    async def _insert_fire(self, routine: Routine, row: dict[str, Any], key: str | None) -> int:
+        """Insert a run's row, refused when `key` (its slot) has one: checked and written in one
+        write transaction (BEGIN IMMEDIATE), so two processes on the file take turns."""
+
+        def insert(db: sqlite_utils.Database) -> int | None:
+            with write_transaction(db):
+                if key is not None and list(
+                    db.query(
+                        "SELECT 1 FROM routine_runs WHERE routine_id = ? AND scheduled_for = ? "
+                        "AND trigger <> 'manual' LIMIT 1",
+                        [routine.id, key],
+                    )
+                ):
+                    return None
+                return int(db["routine_runs"].insert(row).last_pk)  # type: ignore[arg-type]
+
+        run_id = await self.home_store.call(insert)
+        if run_id is None:
+            raise AlreadyFired(routine.name, key or "")
+        return run_id
 
     async def finish_run(self, run_id: int, result: RunResult) -> None:
         row = {
@@ -324,9 +360,7 @@ class RoutineStore:
             "delivery": "",
             "error": why,
         }
-        return await self.home_store.call(
-            lambda db: int(db["routine_runs"].insert(row).last_pk)  # type: ignore[arg-type]
-        )
+        return await self._insert_fire(routine, row, scheduled_for.isoformat())
 
     async def runs(self, routine_id: int, limit: int = 20) -> list[RoutineRun]:
         """A routine's runs, newest first."""

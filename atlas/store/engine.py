@@ -6,9 +6,11 @@ unchanged), or the home's PostgreSQL database (atlas/store/pg/conversations.py, 
 `[store] url`). Code written against this protocol runs on both; the parametrized tests in
 tests/unit/test_store_engines.py run the same calls and queries on each.
 
-Not yet behind the seam (docs/scaling.md): the SQLite store's `also` hook (outbox rows written
-in the answer's transaction), and most of the home's shared tables (atlas/store/home_db.py): `HomeStateEngine` covers the
-gate's log and the delegations so far.
+The SQLite store's `also` hook (outbox rows written in the answer's transaction) is not in the
+protocol: each engine takes its own (`Outgoing` on SQLite, atlas/store/pg/outbox.py
+`written_with` on PostgreSQL). Of the home's shared tables (atlas/store/home_db.py),
+`HomeStateEngine` covers the gate's log and the delegations so far; the outbox's rows and the
+routines have seams of their own (atlas/outbox/engine.py, atlas/routines/engine.py).
 """
 
 from __future__ import annotations

@@ -371,7 +371,7 @@ async def test_an_approval_cancelled_while_its_row_is_marked_is_closed(
         assert waiting is not None
         waiting.cancel()
 
-    monkeypatch.setattr("atlas.outbox.sender.mark_delivered", cancelled_while_marking)
+    monkeypatch.setattr("atlas.outbox.engine.mark_delivered", cancelled_while_marking)
     waiting = asyncio.create_task(slack.channel.ask(slack.address(), "Proceed?", ["Allow"]))
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(waiting, 5)

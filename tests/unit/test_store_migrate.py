@@ -4,14 +4,18 @@ url it cannot run on yet. Against a real (throwaway) PostgreSQL server."""
 from __future__ import annotations
 
 import hashlib
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from atlas.channels.base import Address
 from atlas.cli import main
 from atlas.errors import AtlasError, ConfigError
 from atlas.home import Home
+from atlas.outbox.rows import Outgoing, mark_maybe
 from atlas.providers.base import Message, ToolCall
+from atlas.routines.store import AlreadyFired, RoutineStore, RunResult, Target
 from atlas.start_checks import check_store_url
 from atlas.store.conversations import ConversationStore
 from atlas.store.home_db import GateRecord, HomeStore
@@ -19,6 +23,9 @@ from atlas.store.pg.conversations import PgConversationStore
 from atlas.store.pg.doctor import store_checks
 from atlas.store.pg.home_state import PgHomeState
 from atlas.store.pg.migrate import migrate_home
+from atlas.store.pg.migrate_outbox import RoutinesCopy
+from atlas.store.pg.outbox import PgOutboxRows
+from atlas.store.pg.routines import PgRoutineStore
 from atlas.store.pg.schema import SCHEMA_VERSION
 from atlas.store.pg.server import PgServer
 from atlas.store.search import MessageFilter, TextQuery
@@ -104,7 +111,8 @@ async def test_migrate_copies_every_bot_and_counts(tmp_path: Path, postgres_url:
     bots = sorted(home.bots)[:2]
     before = {name: _digest(home.bots[name].db_path) for name in bots}
 
-    copies, shared = await migrate_home(home, postgres_url, None)
+    report = await migrate_home(home, postgres_url, None)
+    copies, shared = report.bots, report.shared
 
     assert [(c.bot, c.conversations, c.messages, c.compactions) for c in copies] == [
         (bots[0], 2, 5, 1),
@@ -166,7 +174,8 @@ def test_the_command_reports_and_refuses_a_bad_url(
     assert main(["--home", str(home.root), "store", "migrate", "--to", postgres_url]) == 0
     out = capsys.readouterr().out
     assert "copied 0 bot(s) to postgresql://atlas@127.0.0.1:" in out
-    assert "not copied yet: pairing, routines, the outbox" in out
+    assert "not copied yet: pairing and the dashboard's sessions" in out
+    assert "outbox rows" not in out  # a home with no bot files has no outbox to copy
     bad = "postgresql://atlas:pw@127.0.0.1/x"
     assert main(["--home", str(home.root), "store", "migrate", "--to", bad]) == 2
     err = capsys.readouterr().err
@@ -226,3 +235,76 @@ def test_run_refuses_a_url_it_cannot_run_on_yet(tmp_path: Path) -> None:
         ConfigError, match=r"store\.url \(line \d+\): `atlas run` does not run on PostgreSQL yet"
     ):
         check_store_url(home)
+
+
+async def test_migrate_copies_the_outboxes_and_routines_and_counts(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    home = _two_bot_home(tmp_path / "home")
+    await _fill(home)
+    # Both bots' files hold the same rows: the second's ids move (the first's took theirs).
+    for bot in sorted(home.bots)[:2]:
+        async with ConversationStore(home.bots[bot].db_path) as store:
+            first = await store.conversation("telegram", "42", bot=bot)
+            outgoing = Outgoing(Address(bot, "telegram", "42"), "the answer", notes=("(a note)",))
+            answer = await store.append(first.id, Message("assistant", "the answer"), also=outgoing)
+            # The answer caught while sending: `maybe`, and the note about it keyed by its row.
+            caught = outgoing.rows[1]
+            await store.db.quick(
+                lambda db, caught=caught: mark_maybe(db, caught, "cut", "(it may not have come)")
+            )
+    routines = RoutineStore(HomeStore(home.db_path))
+    routine = await routines.create(bot, "digest", "p", "every 1h", Target("telegram", "42"))
+    slot = datetime(2026, 12, 6, 9, tzinfo=UTC)
+    run = await routines.start_run(routine, "schedule", slot)
+    await routines.finish_run(run, RunResult("ok", "delivered", conversation_id=first.id))
+    await routines.start_run(routine, "manual", None)
+    # A second fire of the slot, as an Atlas before fires were keyed could leave.
+    await routines.home_store.call(
+        lambda db: db.execute(
+            "INSERT INTO routine_runs (routine_id, bot, name, trigger, scheduled_for, "
+            "started_at, status) VALUES (?, ?, 'digest', 'schedule', ?, ?, 'ok')",
+            [routine.id, bot, slot.isoformat(), slot.isoformat()],
+        )
+    )
+    await routines.home_store.close()
+
+    report = await migrate_home(home, postgres_url, None)
+    assert [(o.bot, o.rows) for o in report.outboxes] == [
+        (name, 3) for name in sorted(home.bots)[:2]
+    ]
+    assert report.routines == RoutinesCopy(routines=1, runs=2, duplicate_fires=1)
+
+    async with PgServer(postgres_url) as server:
+        rows = PgOutboxRows(server)
+        copied = PgConversationStore(server, bot)
+        there = await copied.conversation("telegram", "42", bot=bot)
+        history = await copied.history(there.id)
+        assert [r.kind for r in await rows.open_rows(bot, before="9999")] == ["note", "notice"]
+        every = await server.pool.fetch(
+            "SELECT id, kind, state, text, message_id, key FROM outbox WHERE bot = $1 ORDER BY id",
+            bot,
+        )
+        assert [(r["kind"], r["state"], r["text"]) for r in every] == [
+            ("note", "pending", "(a note)"),
+            ("answer", "maybe", "the answer"),
+            ("notice", "pending", "(it may not have come)"),
+        ]
+        # The answer's row delivers the answer's new id; the note is keyed by its row's new id.
+        answer_there = await server.pool.fetchval(
+            "SELECT id FROM messages WHERE bot = $1 AND content = 'the answer'", bot
+        )
+        assert every[1]["message_id"] == answer_there != answer
+        assert every[2]["key"] == f"maybe:{every[1]['id']}" != f"maybe:{caught.id}"
+        assert answer is not None and history[-1].content == "(it may not have come)"
+        pg_routines = PgRoutineStore(server)
+        [moved] = await pg_routines.all()
+        assert (moved.id, moved.name, moved.target) == (routine.id, "digest", routine.target)
+        runs = await pg_routines.runs(routine.id)
+        assert [(r.trigger, r.status) for r in runs] == [("manual", "running"), ("schedule", "ok")]
+        assert runs[1].conversation_id == there.id
+        with pytest.raises(AlreadyFired):  # the slot copied is fired once on PostgreSQL too
+            await pg_routines.start_run(moved, "schedule", slot)
+        # New routines and runs continue after the copied ids.
+        later = await pg_routines.create(bot, "later", "p", "every 1h", None)
+        assert later.id > routine.id

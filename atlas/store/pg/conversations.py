@@ -8,6 +8,7 @@ its own bot's rows, as a bot's SQLite file holds only its own.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import fields
 from types import TracebackType
 from typing import Any, get_args
@@ -39,6 +40,9 @@ from atlas.store.search import (
     TextQuery,
     plain_snippet,
 )
+
+PgAlso = Callable[[asyncpg.Connection, int], Awaitable[None]]
+"""Written with a stored message, in its transaction: given the connection and its id."""
 
 _CONVERSATION_COLUMNS = (
     'id, bot, channel, chat, thread, "user", kind, title, created_at, updated_at'
@@ -159,11 +163,13 @@ class PgConversationStore:
         answers_upto: int | None = None,
         unless_user_after: int | None = None,
         created_at: str | None = None,
+        also: PgAlso | None = None,
     ) -> int | None:
         """Store a message and return its id; None when `event_id` is already stored for this
         bot, or when `unless_user_after` is given and a person's message newer than that id is
         stored. `created_at`: the time to record (a copy keeps the original's); default now.
-        (The SQLite store's `also`, outbox rows in the same transaction, comes with the outbox.)"""
+        `also(conn, message_id)` runs in the message's transaction when it is stored: the rows
+        that deliver it (atlas/store/pg/outbox.py `written_with`), as the SQLite store's `also`."""
         if kind not in get_args(MessageKind):
             raise ValueError(f"message kind {kind!r} is not one of {get_args(MessageKind)}")
         data = message.to_dict()
@@ -186,7 +192,13 @@ class PgConversationStore:
             words_text(content),
         )
         async with self.server.pool.acquire() as conn:
-            stored = await self._insert(conn, values, unless_user_after)
+            if also is None:
+                stored = await self._insert(conn, values, unless_user_after)
+            else:
+                async with conn.transaction():  # the message and its outbox rows, or neither
+                    stored = await self._insert(conn, values, unless_user_after)
+                    if stored is not None:
+                        await also(conn, stored)
             if stored is None:  # a redelivered event, a newer message, or no such conversation
                 await self._check_owner(conn, conversation_id)
             return stored

@@ -10,7 +10,8 @@ seconds, not an INSERT each. The counts are then compared bot by bot.
 Of the home's shared state (atlas.db), the gate's log and the delegations are copied, their
 conversation ids moved to the new numbering. A bot that already has conversations in the
 database is refused, not copied twice, and so is a database that already has a gate log or
-delegations. Not copied yet: pairing, routines, the outbox, the dashboard's sessions
+delegations. Then each bot's outbox rows and atlas.db's routines and runs
+(atlas/store/pg/migrate_outbox.py). Not copied yet: pairing, the dashboard's sessions
 (docs/scaling.md says what is built).
 """
 
@@ -26,6 +27,12 @@ import asyncpg
 
 from atlas.errors import AtlasError
 from atlas.store.pg.home_state import DELEGATION_COLUMNS, GATE_COLUMNS
+from atlas.store.pg.migrate_outbox import (
+    OutboxCopy,
+    RoutinesCopy,
+    copy_bot_outbox,
+    copy_routines,
+)
 from atlas.store.pg.server import PgServer
 from atlas.store.pg.text import words_text, words_vector
 
@@ -81,10 +88,10 @@ async def _new_ids(conn: asyncpg.Connection, table: str, count: int) -> list[int
 
 
 async def copy_bot(
-    conn: asyncpg.Connection, bot: str, path: Path
+    conn: asyncpg.Connection, bot: str, path: Path, message_ids_out: dict[int, int] | None = None
 ) -> tuple[BotCopy, dict[int, int]]:
     """Copy one bot's file in one transaction; the counts read back from the database, and
-    its conversations' new ids by their old ones."""
+    its conversations' new ids by their old ones (its messages' in `message_ids_out`)."""
     rows = _read_file(path)
     async with conn.transaction():
         already = await conn.fetchval("SELECT count(*) FROM conversations WHERE bot = $1", bot)
@@ -138,6 +145,8 @@ async def copy_bot(
             ],
         )
         await _copy_messages(conn, bot, rows["messages"], conversation_ids, message_ids)
+        if message_ids_out is not None:
+            message_ids_out.update(message_ids)
         await conn.copy_records_to_table(
             "compactions",
             columns=["conversation_id", "first_kept_id", "summary", "created_at"],
@@ -272,20 +281,38 @@ async def copy_home_state(
     return copied
 
 
-async def migrate_home(
-    home: Any, url: str, password: str | None
-) -> tuple[list[BotCopy], HomeCopy | None]:
+@dataclass
+class MigrateReport:
+    """Everything one migrate copied, part by part, each counted."""
+
+    bots: list[BotCopy]
+    shared: HomeCopy | None
+    outboxes: list[OutboxCopy]
+    routines: RoutinesCopy | None
+
+
+async def migrate_home(home: Any, url: str, password: str | None) -> MigrateReport:
     """Copy every bot's conversations of `home` (an atlas.home.Home), then the shared state
-    that has tables there so far, to the database at `url`."""
+    that has tables there so far, then the outboxes and routines, to the database at `url`."""
     copies = []
+    outboxes = []
     conversation_ids: dict[str, dict[int, int]] = {}
+    message_ids: dict[str, dict[int, int]] = {}
     async with PgServer(url, password) as server, server.pool.acquire() as conn:
         for name, bot in sorted(home.bots.items()):
             if not bot.db_path.exists():
                 continue  # a bot that never talked has no file, and nothing to copy
-            copy, conversation_ids[name] = await copy_bot(conn, name, bot.db_path)
+            message_ids[name] = {}
+            copy, conversation_ids[name] = await copy_bot(
+                conn, name, bot.db_path, message_ids[name]
+            )
             copies.append(copy)
-        shared = None
+        shared = routines = None
         if home.db_path.exists():
             shared = await copy_home_state(conn, home.db_path, conversation_ids)
-    return copies, shared
+        for name, bot in sorted(home.bots.items()):
+            if name in message_ids:
+                outboxes.append(await copy_bot_outbox(conn, name, bot.db_path, message_ids[name]))
+        if home.db_path.exists():
+            routines = await copy_routines(conn, home.db_path, conversation_ids)
+    return MigrateReport(copies, shared, outboxes, routines)
