@@ -337,6 +337,21 @@ kill -KILL -1 2>/dev/null
 exit $status
 """
 BRIDGE = INIT  # its former name
+# The same for a command with no network (no proxy socket): nothing to bridge, so no bash and
+# no bridge branch to parse: `/bin/sh` (dash where there is one) starts ~1 ms sooner. The same
+# arguments ($1 is always 0), the same lifeline and the same end.
+OFFLINE_INIT = """
+if [ "$2" = 1 ]; then
+  exec 4<&0
+  { while read -r _; do :; done; kill -9 -1; } <&4 4<&- &
+  exec 4<&- </dev/null
+fi
+shift 2
+"$@"
+status=$?
+kill -9 -1 2>/dev/null
+exit $status
+"""
 
 AUTO_GROUP = "auto"
 
@@ -369,7 +384,10 @@ def sandbox_argv(
     command += _proxy_options(policy)
     command += ["--chdir", str(_real(policy.cwd or policy.workspace))]
     flags = ["1" if policy.proxy_socket is not None else "0", "1" if lifeline else "0"]
-    argv = ["bash", "-c", INIT, "atlas-sandbox", *flags, *argv]
+    init = (
+        ["bash", "-c", INIT] if policy.proxy_socket is not None else ["/bin/sh", "-c", OFFLINE_INIT]
+    )
+    argv = [*init, "atlas-sandbox", *flags, *argv]
     return [*command, "--", *argv]
 
 
