@@ -131,7 +131,9 @@ def give_back(wanted: Limits, group: Group) -> bool:
     pool = _current()
     with pool.lock:
         ready = pool.ready.setdefault(wanted, [])
-        if len(ready) >= REUSED_MAX or group in ready:
+        if group in ready:
+            return True  # ready already
+        if len(ready) >= REUSED_MAX:
             return False
         ready.append(group)
     return True

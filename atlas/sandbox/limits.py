@@ -28,7 +28,7 @@ import secrets
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -89,6 +89,7 @@ class Group:
 
     folders: tuple[Path, ...]
     limits: Limits | None = field(default=None, compare=False)  # as written: reused for these
+    lease: int = field(default=0, compare=False)  # which handing out of the group this is
 
     def procs(self) -> list[str]:
         return [str(folder / "cgroup.procs") for folder in self.folders]
@@ -240,10 +241,14 @@ def create_group(limits: Limits, *, released_by_caller: bool = True) -> Group | 
     if _detect()[0] == "rlimits":
         return None
     group = group_pool.take(limits, make_group) or make_group(limits)
-    if group is not None and not released_by_caller:
+    if group is not None:
+        group = replace(group, lease=next(_leases))
         with _state:
-            for folder in group.folders:
-                _auto[folder] = time.monotonic()
+            if released_by_caller:
+                _out[group.folders] = group.lease
+            else:
+                for folder in group.folders:
+                    _auto[folder] = time.monotonic()
     return group
 
 
@@ -340,6 +345,10 @@ def _members(folder: Path) -> list[int]:
 
 
 _released: set[Path] = set()  # groups released while their processes were still exiting
+# Groups handed out to a caller who releases them: released once only, for a reused group may
+# be another command's by the time a second release came.
+_out: dict[tuple[Path, ...], int] = {}  # folders -> the lease now out
+_leases = itertools.count(1)
 
 
 def _kill(folder: Path) -> None:
@@ -380,6 +389,11 @@ def release(group: Group | None) -> None:
     wait for its sandbox's teardown."""
     if group is None:
         return
+    with _state:
+        if _out.get(group.folders) != group.lease:
+            log.warning("sandbox limits: %s released twice, or never taken", group.folders[0])
+            return
+        del _out[group.folders]
     for folder in group.folders:
         _kill(folder)
     group_pool.later(lambda: recycle(group))
@@ -482,6 +496,7 @@ def _after_fork_in_child() -> None:
     _state = threading.Lock()
     _auto.clear()
     _released.clear()
+    _out.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
