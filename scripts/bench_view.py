@@ -1,12 +1,14 @@
 """What the bot's view adds to a file-tool call (issue 32: target < 1 ms).
 
-    uv run python scripts/bench_view.py [--runs 2000]
+    uv run python scripts/bench_view.py [--runs 2000] [--tree PATH]
 
 In a temporary home (the person's home a temporary folder with a few secrets): p50 and p90 of
 what a file call now does for its path (the view looked up, the path resolved through it one
 name at a time, then checked again at open) against what it did before (`Path.resolve()`), for
 a file in the workspace, a deep one, and one the view hides; then a whole read_file call (its
-path resolved at the gate and opened through the view), for scale.
+path resolved at the gate and opened through the view), for scale. `--tree` measures another
+checkout's `atlas` package (the tree before a change: `git archive COMMIT atlas | tar -x -C
+/tmp/before`).
 """
 
 from __future__ import annotations
@@ -37,13 +39,19 @@ def timed(fn: Callable[[], object], runs: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=2000)
-    runs = parser.parse_args().runs
+    parser.add_argument("--tree", type=Path, help="a checkout whose atlas package to measure")
+    args = parser.parse_args()
+    runs = args.runs
+    if args.tree:  # its atlas first; tests.helpers stays this checkout's
+        sys.path.insert(0, str(args.tree.resolve()))
     folder = Path(tempfile.mkdtemp())
     os.environ["HOME"] = str(folder / "person")
+    import atlas
     from atlas.sandbox.view import View
     from atlas.tools.files import read_file
     from tests.helpers import make_home, run_context
 
+    print(f"atlas from {Path(atlas.__file__).parent.parent}")
     home = make_home(folder / "person" / ".atlas")
     bot = home.main_bot
     deep = bot.workspace / "src" / "pkg" / "sub" / "mod.py"

@@ -1,13 +1,17 @@
-"""Cgroups made ahead of the commands that join them, and removed after them, off their path.
+"""Cgroups made ahead of the commands that join them, and reused or removed after them, off
+their path.
 
 Making a sandbox's cgroup (a folder per v1 hierarchy, its limits written) and removing it cost a
 few milliseconds of file-system calls per command, and the sweep of leftovers as much again
 (docs/benchmarks.md, "Sandbox limits"). So a worker thread keeps POOL_SIZE groups ready for each
-set of limits in use, removes released groups and sweeps, while commands take a ready group
-(`take`) and hand it back for removal (`later`). This module knows nothing of cgroups:
-atlas/sandbox/limits.py gives it how to make a group, remove one and sweep. Containment does not change: a group is
-made with its limits already written, is joined by one command only, and whatever is still in
-it when it is released is killed at once, by the caller (atlas/sandbox/limits.py `release`).
+set of limits in use, takes released groups back (`give_back`: up to REUSED_MAX ready, the rest
+removed) and sweeps, while commands take a ready group (`take`) and hand it back (`later`).
+This module knows nothing of cgroups: atlas/sandbox/limits.py gives it how to make a group,
+recycle one and sweep. Containment does not change: a group holds its limits when it is taken,
+is joined by one command at a time, and whatever is still in it when it is released is killed
+at once, by the caller (atlas/sandbox/limits.py `release`); it is given back only once empty
+(a group with a live process is removed instead, once its processes are gone), its limits
+checked and re-written where they differ.
 
 Per process: a forked child starts with an empty pool and a worker of its own (a group made by
 its parent is never handed out twice).
@@ -29,7 +33,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-POOL_SIZE = 2  # ready groups per set of limits: a command and the next one, or two at once
+POOL_SIZE = 2  # groups made ahead per set of limits: a command and the next one, or two at once
+REUSED_MAX = 4  # ready groups kept per set of limits, released ones given back included
 SWEEP_INTERVAL_S = 2.0  # leftovers are swept at most this often
 RETRY_S = 0.05  # a released group still busy (its processes leaving) is retried this often
 
@@ -120,6 +125,20 @@ def _refill(pool: _Pool, wanted: Limits, make: Callable[[Limits], Group | None])
             pool.ready.setdefault(wanted, []).append(group)
 
 
+def give_back(wanted: Limits, group: Group) -> bool:
+    """A released group, empty and holding `wanted`'s limits, ready again; False when
+    REUSED_MAX are ready already (the caller removes it)."""
+    pool = _current()
+    with pool.lock:
+        ready = pool.ready.setdefault(wanted, [])
+        if group in ready:
+            return True  # ready already
+        if len(ready) >= REUSED_MAX:
+            return False
+        ready.append(group)
+    return True
+
+
 def later(job: Callable[[], None]) -> None:
     """Run `job` in the worker (a released group's removal)."""
     _submit(job)
@@ -138,4 +157,14 @@ def wait_idle(timeout: float = 5.0) -> bool:
     return done.wait(timeout)
 
 
-__all__ = ["POOL_SIZE", "Housekeeping", "housekeeping", "later", "ready_count", "take", "wait_idle"]
+__all__ = [
+    "POOL_SIZE",
+    "REUSED_MAX",
+    "Housekeeping",
+    "give_back",
+    "housekeeping",
+    "later",
+    "ready_count",
+    "take",
+    "wait_idle",
+]

@@ -11,8 +11,10 @@ The strongest mechanism this machine allows is found once per process:
 
 Whatever the mechanism: `bwrap --size` bounds /tmp and /dev/shm, RLIMIT_FSIZE bounds one file
 to the workspace budget, and every sandboxed process has oom_score_adj 1000 (killed first).
-A command joins its cgroup before it runs: a `sh` in front of bwrap writes its own pid into
-the cgroup, sets the rlimits, then execs bwrap (`wrapper`).
+A command joins its cgroup before it runs: a `sh` in front of bwrap writes `0` (itself) into
+each hierarchy's cgroup.procs with its builtin `echo`, sets the rlimits, then execs bwrap
+(`wrapper`): no process besides bwrap's own. A released group, once empty, is reused by a later
+command with the same limits (group_pool.py): no mkdir and rmdir per command.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import secrets
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -44,14 +46,15 @@ COMMAND_OOM_SCORE = 1000  # a contained command is the OOM killer's first choice
 DAEMON_OOM_SCORE = -900  # the daemon's own processes, where this process may lower it
 MB = 1024 * 1024
 
-# In front of bwrap: oom score, rlimits, join the cgroup (each cgroup.procs given before `--`),
-# then bwrap. dash's `ulimit -f` counts 512-byte blocks, `-p` processes.
+# In front of bwrap: oom score, rlimits, join the cgroup (each cgroup.procs given before `--`:
+# `0` is the writer itself, in v1 and v2 alike), then bwrap. dash's `ulimit -f` counts
+# 512-byte blocks, `-p` processes.
 WRAPPER = """o=$1 f=$2 p=$3; shift 3
 echo "$o" > /proc/self/oom_score_adj
 ulimit -f "$f" || exit 125
 if [ "$p" != 0 ]; then ulimit -p "$p" || exit 125; fi
 while [ "$1" != -- ]; do
-  echo $$ > "$1" || { echo "atlas: cannot join the sandbox's cgroup $1" >&2; exit 125; }
+  echo 0 > "$1" || { echo "atlas: cannot join the sandbox's cgroup $1" >&2; exit 125; }
   shift
 done
 shift
@@ -85,6 +88,8 @@ class Group:
     """One sandbox's cgroup: a folder per v1 hierarchy, or one v2 folder."""
 
     folders: tuple[Path, ...]
+    limits: Limits | None = field(default=None, compare=False)  # as written: reused for these
+    lease: int = field(default=0, compare=False)  # which handing out of the group this is
 
     def procs(self) -> list[str]:
         return [str(folder / "cgroup.procs") for folder in self.folders]
@@ -168,6 +173,8 @@ def _v1_parents(mounts: dict[str, Path], own: dict[str, str]) -> tuple[Path, ...
         if not _writable(folder):
             return None
         parent = folder / GROUPS_FOLDER
+        if parent in parents:
+            continue  # hierarchies mounted together (`pids,memory`): one folder, joined once
         try:  # writable on paper is not enough (inside another user namespace it is not)
             parent.mkdir(exist_ok=True)
             _try_a_group(parent)
@@ -234,10 +241,14 @@ def create_group(limits: Limits, *, released_by_caller: bool = True) -> Group | 
     if _detect()[0] == "rlimits":
         return None
     group = group_pool.take(limits, make_group) or make_group(limits)
-    if group is not None and not released_by_caller:
+    if group is not None:
+        group = replace(group, lease=next(_leases))
         with _state:
-            for folder in group.folders:
-                _auto[folder] = time.monotonic()
+            if released_by_caller:
+                _out[group.folders] = group.lease
+            else:
+                for folder in group.folders:
+                    _auto[folder] = time.monotonic()
     return group
 
 
@@ -248,27 +259,82 @@ def make_group(limits: Limits) -> Group | None:
         return None
     # The pid namespace too: pids repeat across namespaces (a nested sandbox's Atlas is pid 2).
     name = f"{os.getpid()}-{_pid_namespace()}-{next(_counter)}-{secrets.token_hex(3)}"
-    memory = str(limits.max_memory_mb * MB)
     folders = []
     for parent in parents:
         folder = parent / name
         folder.mkdir()
         folders.append(folder)
-        if kind == "cgroup2":
-            _write(folder / "pids.max", str(limits.max_processes))
-            _write(folder / "memory.max", memory)
-            with contextlib.suppress(FileNotFoundError):  # no swap accounting
-                _write(folder / "memory.swap.max", "0")
-            _write(folder / "cpu.weight", str(limits.cpu_weight))
-        elif (folder / "pids.max").exists():
-            _write(folder / "pids.max", str(limits.max_processes))
-        elif (folder / "memory.limit_in_bytes").exists():
-            _write(folder / "memory.limit_in_bytes", memory)
-            with contextlib.suppress(OSError):  # swap accounting may be off
-                _write(folder / "memory.memsw.limit_in_bytes", memory)
-        elif (folder / "cpu.shares").exists():
-            _write(folder / "cpu.shares", str(max(2, limits.cpu_weight * 1024 // 100)))
-    return Group(tuple(folders))
+        for file, value, optional in _limit_files(kind, folder, limits):
+            try:
+                _write(folder / file, value)
+            except OSError:
+                if not optional:
+                    raise
+    return Group(tuple(folders), limits)
+
+
+def _limit_files(kind: Mechanism, folder: Path, limits: Limits) -> list[tuple[str, str, bool]]:
+    """(file, value, optional) of the limits a group's folder holds; optional: swap accounting
+    may be off."""
+    memory = str(limits.max_memory_mb * MB)
+    if kind == "cgroup2":
+        return [
+            ("pids.max", str(limits.max_processes), False),
+            ("memory.max", memory, False),
+            ("memory.swap.max", "0", True),
+            ("cpu.weight", str(limits.cpu_weight), False),
+        ]
+    if (folder / "pids.max").exists():
+        return [("pids.max", str(limits.max_processes), False)]
+    if (folder / "memory.limit_in_bytes").exists():
+        return [
+            ("memory.limit_in_bytes", memory, False),
+            ("memory.memsw.limit_in_bytes", memory, True),
+        ]
+    if (folder / "cpu.shares").exists():
+        return [("cpu.shares", str(max(2, limits.cpu_weight * 1024 // 100)), False)]
+    return []
+
+
+def _empty(folder: Path) -> bool:
+    """No process in the folder (v1's `tasks` too: every thread), or the folder gone (False)."""
+    try:
+        if (folder / "cgroup.procs").read_text().strip():
+            return False
+        tasks = folder / "tasks"
+        return not (tasks.exists() and tasks.read_text().strip())
+    except FileNotFoundError:
+        return False
+
+
+def _rewrite_limits(group: Group, limits: Limits) -> None:
+    """Write each limit whose file holds another value (only those): a reused group holds
+    exactly `limits`."""
+    kind, _ = _detect()
+    for folder in group.folders:
+        for file, value, optional in _limit_files(kind, folder, limits):
+            try:
+                if (folder / file).read_text().strip() != value:
+                    _write(folder / file, value)
+            except OSError:
+                if not optional:
+                    raise
+
+
+def recycle(group: Group) -> None:
+    """A released group (its processes killed at release): back to the ready groups for its
+    limits once it is empty, its limits checked; removed instead while anything is still in it
+    (a group with a live process is never reused), or when enough are ready already."""
+    limits = group.limits
+    if limits is not None and all(_empty(folder) for folder in group.folders):
+        try:
+            _rewrite_limits(group, limits)
+        except OSError as exc:
+            log.info("sandbox limits: a released group is not reused (%s)", exc)
+        else:
+            if group_pool.give_back(limits, group):
+                return
+    remove_folders(group.folders)
 
 
 def _members(folder: Path) -> list[int]:
@@ -279,6 +345,10 @@ def _members(folder: Path) -> list[int]:
 
 
 _released: set[Path] = set()  # groups released while their processes were still exiting
+# Groups handed out to a caller who releases them: released once only, for a reused group may
+# be another command's by the time a second release came.
+_out: dict[tuple[Path, ...], int] = {}  # folders -> the lease now out
+_leases = itertools.count(1)
 
 
 def _kill(folder: Path) -> None:
@@ -314,14 +384,19 @@ def remove_folders(folders: tuple[Path, ...]) -> None:
 
 
 def release(group: Group | None) -> None:
-    """Kill whatever is still in the group, at once; its folders are removed by the cgroup
-    worker (group_pool.py): a command's result does not wait for its sandbox's teardown."""
+    """Kill whatever is still in the group, at once; then the cgroup worker (group_pool.py)
+    gives it back for reuse once empty, or removes it (`recycle`): a command's result does not
+    wait for its sandbox's teardown."""
     if group is None:
         return
+    with _state:
+        if _out.get(group.folders) != group.lease:
+            log.warning("sandbox limits: %s released twice, or never taken", group.folders[0])
+            return
+        del _out[group.folders]
     for folder in group.folders:
         _kill(folder)
-    folders = group.folders
-    group_pool.later(lambda: remove_folders(folders))
+    group_pool.later(lambda: recycle(group))
 
 
 def _pid_namespace() -> int:
@@ -421,6 +496,7 @@ def _after_fork_in_child() -> None:
     _state = threading.Lock()
     _auto.clear()
     _released.clear()
+    _out.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -42,7 +42,8 @@ def test_argv_hides_then_binds_back_in_order(tmp_path: Path) -> None:
     argv = sandbox_argv(["bash", "-c", "true"], policy)
     at = argv.index
     bwrap_end = len(argv) - 1 - argv[::-1].index("--")  # the limits' wrapper has its own "--"
-    assert argv[bwrap_end + 1 : bwrap_end + 3] == ["bash", "-c"]  # launcher.INIT first
+    # No proxy socket: the offline init first (sh, no bridge), then the command.
+    assert argv[bwrap_end + 1 : bwrap_end + 4] == ["/bin/sh", "-c", launcher.OFFLINE_INIT]
     assert argv[-6:] == ["atlas-sandbox", "0", "0", "bash", "-c", "true"]
     assert argv[at("--ro-bind") : at("--ro-bind") + 3] == ["--ro-bind", "/", "/"]
     for namespace in ("--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"):

@@ -3,13 +3,18 @@ offline.py); everything else, and whatever is not understood, keeps it."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from atlas.home import Home
+from atlas.sandbox import launcher
 from atlas.sandbox.commands import launch
+from atlas.sandbox.launcher import SandboxPolicy, sandbox_argv
 from atlas.sandbox.offline import could_use_network
 from atlas.sandbox.proxy import stop_proxies
 from tests.helpers import run_context
@@ -76,3 +81,45 @@ async def test_an_offline_command_starts_without_bridge_and_a_networked_one_with
             assert "HTTP_PROXY" in online.argv
     finally:
         await stop_proxies()
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_the_offline_init_has_no_bridge_and_runs_the_command_with_no_network(
+    tmp_path: Path,
+) -> None:
+    policy = SandboxPolicy(workspace=tmp_path, env={"PATH": "/usr/bin:/bin"})
+    script = (
+        "cat /proc/[0-9]*/comm; cat /proc/net/dev; "
+        "if (exec 3<>/dev/tcp/127.0.0.1/3128) 2>/dev/null; then echo CONNECTED; fi; echo ran"
+    )
+    argv = sandbox_argv(["bash", "-c", script], policy)
+    bwrap_end = len(argv) - 1 - argv[::-1].index("--")
+    assert argv[bwrap_end + 1 : bwrap_end + 4] == ["/bin/sh", "-c", launcher.OFFLINE_INIT]
+    assert "socat" not in launcher.OFFLINE_INIT
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.split()
+    assert lines[-1] == "ran" and "CONNECTED" not in lines
+    assert "socat" not in lines and {"sh", "bash"} <= set(lines)  # the init, the command
+    devices = [line.split(":")[0].strip() for line in done.stdout.splitlines() if ":" in line]
+    assert devices == ["lo"]  # its own network namespace: loopback only, no route out
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_the_offline_init_keeps_the_exit_status_and_the_lifeline(tmp_path: Path) -> None:
+    policy = SandboxPolicy(workspace=tmp_path, env={"PATH": "/usr/bin:/bin"})
+    done = subprocess.run(sandbox_argv(["bash", "-c", "exit 7"], policy), timeout=30)
+    assert done.returncode == 7
+    read, write = os.pipe()
+    argv = sandbox_argv(["bash", "-c", "sleep 300 & sleep 300"], policy, lifeline=True)
+    sandbox = subprocess.Popen(argv, stdin=read)
+    os.close(read)
+    try:
+        time.sleep(0.3)
+        assert sandbox.poll() is None  # running while the lifeline is held
+        os.close(write)  # Atlas's end closed (the job killed, or Atlas gone)
+        sandbox.wait(timeout=10)  # everything inside killed, so bwrap ends
+    finally:
+        if sandbox.poll() is None:
+            sandbox.kill()
+            sandbox.wait()

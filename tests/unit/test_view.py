@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from atlas.errors import ToolError
 from atlas.home import Home
-from atlas.sandbox.view import View, doctor_lines
+from atlas.sandbox.view import PROC_READABLE, View, doctor_lines
 from atlas.tools.files import read_file
 from tests.helpers import make_home, run_context
 
@@ -84,3 +85,72 @@ def test_doctor_shows_each_bots_view(person: Path) -> None:
     assert name == "view of atlas" and ok
     assert f"writable: {home.main_bot.workspace.resolve()}" in detail
     assert f"your home {person.resolve()} (empty but for grants)" in detail
+
+
+def sees_by_every_rule(view: View, path: Path) -> bool:
+    """The view's answer as it was computed before (atlas/sandbox/view.py): every hidden path
+    compared with the path, case-folded; then /proc; then the emptied home and its grants."""
+    text = str(path)
+    folded = text.casefold()
+    rules = {str(p).casefold().rstrip("/") or "/" for p in view.hidden}
+    if any(folded == f or folded.startswith(f + "/") or f == "/" for f in rules):
+        return False
+    if text == "/proc" or text.startswith("/proc/"):
+        return text == "/proc" or (text.count("/") == 2 and path.name in PROC_READABLE)
+    person = str(view.person)
+    if view.person_granted or not text.startswith(person + "/"):
+        return True
+    bound = [str(p) for p in (view.workspace, *view.writable, *view.readable, *view.runtime,
+                              view.atlas_home, view.vault)]  # fmt: skip
+    return any(text == b or text.startswith(b + "/") or b.startswith(text + "/") for b in bound)
+
+
+@pytest.mark.parametrize("granted", [False, True])
+def test_the_prefix_lookup_answers_as_every_rule_did(person: Path, granted: bool) -> None:
+    home = make_home(person / ".atlas")
+    if granted:  # the whole home granted: only the hidden paths stand between a tool and them
+        with (home.main_bot.root / "bot.toml").open("a") as bot_toml:
+            bot_toml.write('[sandbox]\nreadable = ["~"]\nhidden = ["~/Private", "~/notes/x"]\n')
+        home = Home(home.root)
+    view = view_of(home)
+    workspace = home.main_bot.workspace
+    workspace.mkdir(parents=True, exist_ok=True)
+    (person / ".config" / "gh").mkdir(parents=True)
+    (person / ".config" / "gh" / "hosts.yml").write_text("token")
+    (person / "Private").mkdir()
+    (workspace / "to-ssh").symlink_to(person / ".ssh")
+    (workspace / "to-home").symlink_to("../../../..")
+    (workspace / "loop").symlink_to("loop")
+    (person / "ok.txt").write_text("fine")
+    table = [
+        "/", "/etc/hostname", "/proc", "/proc/self", "/proc/self/environ", "/proc/cpuinfo",
+        "/proc/1/environ", "/run", "/run/docker.sock", "/var/run/x", "/runner", "/tmp/x",
+        str(person), f"{person}/ok.txt", f"{person}/.ssh", f"{person}/.ssh/id_rsa",
+        f"{person}/.SSH/id_rsa", f"{person}/.Ssh", f"{person}/.sshx", f"{person}/.ssh/../ok.txt",
+        f"{person}/.config", f"{person}/.config/gh/hosts.yml", f"{person}/.CONFIG/GH",
+        f"{person}/.config/ghost", f"{person}/Private/a", f"{person}/private", f"{person}/notes",
+        f"{person}/notes/x/y", f"{person}/notes/xy", f"{person}/.atlas", str(workspace),
+        f"{workspace}/a.txt", f"{workspace}/to-ssh/id_rsa", f"{workspace}/to-home/ok.txt",
+        f"{workspace}/to-home/.ssh/id_rsa", f"{workspace}/../workspace/a.txt",
+        f"{workspace}/sub/../../workspace/a.txt", f"{workspace}/./a.txt",
+    ]  # fmt: skip
+    answers = []
+    for raw in table:
+        path = Path(raw)
+        resolved = view.resolve(path)
+        assert view.sees(path) == sees_by_every_rule(view, path), raw
+        assert view.sees(resolved) == sees_by_every_rule(view, resolved), raw
+        answers.append(view.sees(resolved))
+    expected = dict(zip(table, answers, strict=True))
+    # What the rules must say, whichever way they are looked up.
+    for raw in (f"{person}/.ssh/id_rsa", f"{person}/.SSH/id_rsa", f"{workspace}/to-ssh/id_rsa",
+                f"{person}/.config/gh/hosts.yml", "/run/docker.sock", "/proc/self/environ",
+                f"{workspace}/to-home/.ssh/id_rsa", f"{person}/Private/a" if granted else "/run"):  # fmt: skip
+        assert expected[raw] is False, raw
+    for raw in ("/etc/hostname", "/proc/cpuinfo", "/runner", f"{workspace}/a.txt",
+                f"{person}/.config/ghost" if granted else f"{workspace}/./a.txt",
+                f"{person}/notes/xy" if granted else "/"):  # fmt: skip
+        assert expected[raw] is True, raw
+    assert expected[f"{person}/ok.txt"] is granted  # the emptied home, unless granted
+    with pytest.raises(ToolError):
+        view.resolve(workspace / "loop")
