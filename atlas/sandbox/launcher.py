@@ -414,6 +414,8 @@ def _proxy_options(policy: SandboxPolicy) -> list[str]:
     ]
 
 
+OWN_PID_NAMESPACE_MAX_PID = 9  # inside bwrap the init script is pid 2 (bwrap's own init is 1)
+
 # The sandbox's first process (bwrap's pid 1 aside), in front of the command. $1 = 1: socat
 # forwards 127.0.0.1:3128 to the proxy's socket; the command starts only once socat says it
 # listens (its notice, read from a pipe: no polling, no race); the rest of socat's notices are
@@ -423,7 +425,14 @@ def _proxy_options(policy: SandboxPolicy) -> list[str]:
 # bwrap's --die-with-parent took hold) everything in the sandbox is killed. When the command
 # ends, so does everything else in the sandbox: bwrap's pid 1 waits for all its children, so a
 # bridge or a leftover `server &` would otherwise keep the sandbox alive forever (issue 38).
+# `kill -1` signals every process the user may signal, so it is only ever run as one of the
+# first processes of a pid namespace of our own (bwrap's --unshare-pid: this script is pid 2):
+# started by hand outside one, as root, it would kill the whole machine (it did, once).
 INIT = f"""
+if (( $$ > {OWN_PID_NAMESPACE_MAX_PID} )); then
+  echo "atlas sandbox init: pid $$ is not in a pid namespace of its own; refusing to run" >&2
+  exit 125
+fi
 if [[ $2 == 1 ]]; then
   exec 4<&0
   {{ while read -r _; do :; done; kill -KILL -1; }} <&4 4<&- &
@@ -447,10 +456,14 @@ BRIDGE = INIT  # its former name
 # The same for a command with no network (no proxy socket): nothing to bridge, so no bash and
 # no bridge branch to parse: `/bin/sh` (dash where there is one) starts ~1 ms sooner. The same
 # arguments ($1 is always 0), the same lifeline and the same end.
-OFFLINE_INIT = """
+OFFLINE_INIT = f"""
+if [ $$ -gt {OWN_PID_NAMESPACE_MAX_PID} ]; then
+  echo "atlas sandbox init: pid $$ is not in a pid namespace of its own; refusing to run" >&2
+  exit 125
+fi
 if [ "$2" = 1 ]; then
   exec 4<&0
-  { while read -r _; do :; done; kill -9 -1; } <&4 4<&- &
+  {{ while read -r _; do :; done; kill -9 -1; }} <&4 4<&- &
   exec 4<&- </dev/null
 fi
 shift 2

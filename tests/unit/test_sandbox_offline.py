@@ -123,3 +123,27 @@ def test_the_offline_init_keeps_the_exit_status_and_the_lifeline(tmp_path: Path)
         if sandbox.poll() is None:
             sandbox.kill()
             sandbox.wait()
+
+
+@pytest.mark.parametrize(
+    ("shell", "script"), [("bash", launcher.INIT), ("/bin/sh", launcher.OFFLINE_INIT)]
+)
+def test_the_init_scripts_refuse_to_run_outside_a_pid_namespace_of_their_own(
+    tmp_path: Path, shell: str, script: str
+) -> None:
+    """Run by hand on the host (as a benchmark once did, as root), `kill -1` would signal every
+    process on the machine. `kill` is shadowed by a function that only records its call, so a
+    broken guard shows in the record, not as a dead machine."""
+    record = tmp_path / "kills"
+    shadow = f'kill() {{ echo "kill $*" >> {record}; }}\n'
+    done = subprocess.run(
+        [shell, "-c", shadow + script, "init", "0", "0", "touch", str(tmp_path / "ran")],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 125
+    assert "not in a pid namespace of its own" in done.stderr
+    assert not record.exists()
+    assert not (tmp_path / "ran").exists()
