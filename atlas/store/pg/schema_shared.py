@@ -19,4 +19,29 @@ STEPS: list[SchemaStep] = [
             "PRIMARY KEY (bot, platform, user_id))",
         ),
     ),
+    (
+        21,
+        "executor_records",
+        (
+            # The columns of atlas.db's tables of the same names (atlas/store/home_db.py):
+            # the executor tasks as rows, and the delegation record's turns and entries.
+            "CREATE TABLE executor_tasks (id TEXT PRIMARY KEY, bot TEXT, "
+            "conversation_id BIGINT, run_kind TEXT, executor TEXT, account TEXT, folder TEXT, "
+            "goal TEXT, title TEXT, route TEXT, session_id TEXT, state TEXT, detail TEXT, "
+            "last_event TEXT, result_summary TEXT, started_at TEXT, ended_at TEXT, "
+            "updated_at TEXT, reported_at TEXT)",
+            "CREATE INDEX executor_tasks_state ON executor_tasks (state)",
+            "CREATE INDEX executor_tasks_started ON executor_tasks (started_at)",
+            "CREATE TABLE executor_turns (id BIGSERIAL PRIMARY KEY, instance_id TEXT, "
+            "executor TEXT, account TEXT, folder TEXT, conversation TEXT, owner TEXT, "
+            "session_id TEXT, prompt TEXT, final_text TEXT, files_before TEXT, "
+            "files_after TEXT, usage TEXT, state TEXT, started_at TEXT, ended_at TEXT)",
+            "CREATE INDEX executor_turns_by_instance ON executor_turns (instance_id, id)",
+            "CREATE INDEX executor_turns_started ON executor_turns (started_at)",
+            "CREATE TABLE executor_entries (id BIGSERIAL PRIMARY KEY, "
+            "turn_id BIGINT NOT NULL REFERENCES executor_turns (id), kind TEXT NOT NULL, "
+            "who TEXT, text TEXT NOT NULL, at TEXT)",
+            "CREATE INDEX executor_entries_by_turn ON executor_entries (turn_id, id)",
+        ),
+    ),
 ]
