@@ -50,9 +50,11 @@ def store_main(home: Any, args: argparse.Namespace) -> int:
             f"atlas.db: {shared.gate_decisions} gate decisions, {shared.delegations} "
             "delegations copied and counted"
         )
+        if shared.records is not None:
+            print(f"atlas.db: {shared.records.describe()} copied and counted")
     print(f"copied {len(copies)} bot(s) to {redact_url(args.to)}")
     print(
-        "not copied yet: pairing, routines, the outbox and the dashboard's sessions (atlas.db); "
+        "not copied yet: routines and the outbox (atlas.db); "
         "`atlas run` still uses the home's files (docs/scaling.md)"
     )
     return 0

@@ -166,7 +166,7 @@ def test_the_command_reports_and_refuses_a_bad_url(
     assert main(["--home", str(home.root), "store", "migrate", "--to", postgres_url]) == 0
     out = capsys.readouterr().out
     assert "copied 0 bot(s) to postgresql://atlas@127.0.0.1:" in out
-    assert "not copied yet: pairing, routines, the outbox" in out
+    assert "not copied yet: routines and the outbox (atlas.db)" in out
     bad = "postgresql://atlas:pw@127.0.0.1/x"
     assert main(["--home", str(home.root), "store", "migrate", "--to", bad]) == 2
     err = capsys.readouterr().err

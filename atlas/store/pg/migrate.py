@@ -8,17 +8,18 @@ staging table and on with one INSERT that fills the search column, so a million 
 seconds, not an INSERT each. The counts are then compared bot by bot.
 
 Of the home's shared state (atlas.db), the gate's log and the delegations are copied, their
-conversation ids moved to the new numbering. A bot that already has conversations in the
-database is refused, not copied twice, and so is a database that already has a gate log or
-delegations. Not copied yet: pairing, routines, the outbox, the dashboard's sessions
-(docs/scaling.md says what is built).
+conversation ids moved to the new numbering; then pairing and the coding executors' records
+(atlas/store/pg/migrate_shared.py). A bot that already has conversations in the database is
+refused, not copied twice, and so is a database that already has a gate log, delegations,
+pairing or executors' records. Not copied yet: routines and the outbox (docs/scaling.md says
+what is built); the dashboard's sessions are signed cookies, nothing stored to copy.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ import asyncpg
 
 from atlas.errors import AtlasError
 from atlas.store.pg.home_state import DELEGATION_COLUMNS, GATE_COLUMNS
+from atlas.store.pg.migrate_shared import SharedCopy, copy_shared_records
 from atlas.store.pg.server import PgServer
 from atlas.store.pg.text import words_text, words_vector
 
@@ -51,6 +53,8 @@ class HomeCopy:
 
     gate_decisions: int
     delegations: int
+    # pairing and the executors' records (atlas/store/pg/migrate_shared.py), copied after
+    records: SharedCopy | None = None
 
 
 def _read_file(path: Path) -> dict[str, list[dict[str, Any]]]:
@@ -288,4 +292,6 @@ async def migrate_home(
         shared = None
         if home.db_path.exists():
             shared = await copy_home_state(conn, home.db_path, conversation_ids)
+            records = await copy_shared_records(conn, home.db_path, conversation_ids)
+            shared = replace(shared, records=records)
     return copies, shared
