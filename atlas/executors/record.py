@@ -5,7 +5,9 @@ A turn is one run of the harness on one prompt: its prompt, the steers sent into
 questions it asked and who answered them, its final text or error, its usage, and the files it
 changed (the folder's `git diff HEAD --stat` before and after). The entries carry an FTS5 index
 (the conversations' tokenizer: words, stems, accents ignored); `delegation_search` reads it all
-back (atlas/tools/delegation_search.py).
+back (atlas/tools/delegation_search.py). The writes go through `RecordRows`
+(atlas/executors/record_rows.py): atlas.db's SQL, or PostgreSQL's (atlas/store/pg/executors.py),
+where the search is not built yet.
 
     record = DelegationRecord(home_store, home=home)
     turn = await record.start_turn(instance_id, executor, account, folder, prompt, conversation)

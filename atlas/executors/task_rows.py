@@ -1,5 +1,6 @@
 """Delegations as rows: each executor task of Atlas's in `atlas.db` (table `executor_tasks`,
-migration 007 of atlas/store/home_db.py), so that a restart loses none of them.
+migration 007 of atlas/store/home_db.py), so that a restart loses none of them. The SQL is
+behind `RecordRows` (atlas/executors/record_rows.py), PostgreSQL's beside it.
 
 The workbench (atlas/executors/workbench.py) holds the live instances in memory; every change
 of one of Atlas's tasks that matters after a restart (started, its harness's session id, a

@@ -7,8 +7,10 @@ unchanged), or the home's PostgreSQL database (atlas/store/pg/conversations.py, 
 tests/unit/test_store_engines.py run the same calls and queries on each.
 
 Not yet behind the seam (docs/scaling.md): the SQLite store's `also` hook (outbox rows written
-in the answer's transaction), and most of the home's shared tables (atlas/store/home_db.py): `HomeStateEngine` covers the
-gate's log and the delegations so far.
+in the answer's transaction), and some of the home's shared tables (atlas/store/home_db.py):
+`HomeStateEngine` covers the gate's log and the delegations; pairing, the executors' records and
+the dashboard's reads have seams of their own (atlas/channels/pairing_store.py,
+atlas/executors/record_rows.py, atlas/dashboard/reads.py).
 """
 
 from __future__ import annotations

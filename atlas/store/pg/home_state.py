@@ -1,7 +1,8 @@
 """The parts of the home's shared state (atlas.db) that live in PostgreSQL so far: the gate's
 log and the delegations record, the same calls as HomeStore's (atlas/store/engine.py
-`HomeStateEngine`). Pairing, routines, the outbox and the dashboard's sessions keep their own
-SQL over atlas.db and are not here yet (docs/scaling.md)."""
+`HomeStateEngine`). Pairing, the executors' records and the dashboard's reads are beside it
+(pairing.py, executors.py, dashboard.py); routines and the outbox are not here yet
+(docs/scaling.md)."""
 
 from __future__ import annotations
 
