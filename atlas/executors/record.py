@@ -7,7 +7,7 @@ changed (the folder's `git diff HEAD --stat` before and after). The entries carr
 (the conversations' tokenizer: words, stems, accents ignored); `delegation_search` reads it all
 back (atlas/tools/delegation_search.py). The writes go through `RecordRows`
 (atlas/executors/record_rows.py): atlas.db's SQL, or PostgreSQL's (atlas/store/pg/executors.py),
-where the search is not built yet.
+and so do the reads below (the SQLite side; PostgreSQL's are its own).
 
     record = DelegationRecord(home_store, home=home)
     turn = await record.start_turn(instance_id, executor, account, folder, prompt, conversation)

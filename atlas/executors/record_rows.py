@@ -7,8 +7,8 @@ atlas/executors/task_rows.py `TaskRows`) and the delegation record's turns and e
 from a worker process they cross to the home's process pickled, atlas/workers/home_db.py);
 `atlas/store/pg/executors.py` keeps the same rows in PostgreSQL.
 
-Not behind the seam yet: the record's search (atlas/tools/delegation_search.py reads atlas.db's
-FTS5 index of the entries), which stays on atlas.db (docs/scaling.md).
+The record's search (atlas/tools/delegation_search.py) is behind it too: FTS5 over atlas.db's
+entries, PostgreSQL's own full-text search over its entries' `words` (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from atlas.store.db import fetch_dicts, utc_now_iso, write_transaction
 if TYPE_CHECKING:
     import sqlite_utils
 
+    from atlas.executors.record import InstanceSummary, RecordFilter
     from atlas.store.home_db import HomeStore
 
 TASKS = "executor_tasks"
@@ -67,6 +68,19 @@ class RecordRows(Protocol):
     ) -> None: ...
 
     async def instance_turns(self, instance_id: str) -> list[dict[str, Any]]: ...
+
+    # ---- reading back (delegation_search)
+    async def latest_instances(
+        self, where: RecordFilter, *, limit: int, oldest: bool = False
+    ) -> list[InstanceSummary]: ...
+
+    async def match_instances(
+        self, text: str, where: RecordFilter, *, limit: int
+    ) -> list[InstanceSummary]: ...
+
+    async def matching_entries(
+        self, text: str, instance_id: str, *, limit: int
+    ) -> list[dict[str, Any]]: ...
 
 
 def changed_files(before: str, after: str) -> list[str]:
@@ -294,6 +308,35 @@ class SqliteRecordRows:
 
     async def instance_turns(self, instance_id: str) -> list[dict[str, Any]]:
         return await self.store.call(functools.partial(instance_turns_of, instance_id=instance_id))
+
+    # The search's SQL stays beside its FTS5 index's readers in atlas/executors/record.py.
+
+    async def latest_instances(
+        self, where: RecordFilter, *, limit: int, oldest: bool = False
+    ) -> list[InstanceSummary]:
+        from atlas.executors.record import latest_instances
+
+        return await self.store.call(
+            functools.partial(latest_instances, where=where, limit=limit, oldest=oldest)
+        )
+
+    async def match_instances(
+        self, text: str, where: RecordFilter, *, limit: int
+    ) -> list[InstanceSummary]:
+        from atlas.executors.record import match_instances
+
+        return await self.store.call(
+            functools.partial(match_instances, text=text, where=where, limit=limit)
+        )
+
+    async def matching_entries(
+        self, text: str, instance_id: str, *, limit: int
+    ) -> list[dict[str, Any]]:
+        from atlas.executors.record import matching_entries
+
+        return await self.store.call(
+            functools.partial(matching_entries, text=text, instance_id=instance_id, limit=limit)
+        )
 
 
 def record_rows(store: HomeStore | RecordRows) -> RecordRows:

@@ -174,3 +174,85 @@ async def test_delegation_record_turns_and_entries(store: HomeStore | RecordRows
         "s-2",
     ]
     assert await record_rows(store).instance_turns("ex-none") == []
+
+
+# ---- reading back: delegation_search's calls ------------------------------------------------
+
+
+async def _three_instances(store: HomeStore | RecordRows) -> None:
+    record = DelegationRecord(store)
+    app = await record.start_turn(
+        "ex-a",
+        "claude-code",
+        "claude-code@work",
+        "/work/app",
+        "Add the login page",
+        "atlas:1",
+        files_before="",
+    )
+    await record.add(app, "question", "Which database?")
+    await record.add(app, "answer", "postgres, please", who="pat")
+    await record.finish_turn(app, "Deployed the login page", "", None, "done")
+    docs = await record.start_turn(
+        "ex-b",
+        "codex",
+        "codex",
+        "/work/docs",
+        "Write the setup docs",
+        "helper:2",
+        files_before="",
+    )
+    await record.finish_turn(docs, "docs written", "", None, "done")
+    await record.start_turn(
+        "ex-c",
+        "claude-code",
+        "claude-code",
+        "/home/me/café",
+        "Fix the café menu",
+        None,
+        owner="person",
+        files_before="",
+    )
+
+
+async def test_the_record_is_searched_alike(store: HomeStore | RecordRows) -> None:
+    from atlas.executors.record import RecordFilter
+
+    await _three_instances(store)
+    rows = record_rows(store)
+    everything = RecordFilter()
+
+    def ids(found: list) -> list[str]:  # type: ignore[type-arg]
+        return [item.instance_id for item in found]
+
+    assert ids(await rows.latest_instances(everything, limit=5)) == ["ex-c", "ex-b", "ex-a"]
+    assert ids(await rows.latest_instances(everything, limit=2, oldest=True)) == ["ex-a", "ex-b"]
+    assert ids(await rows.latest_instances(RecordFilter(executor="codex"), limit=5)) == ["ex-b"]
+    work = RecordFilter(executor="claude-code@work")
+    assert ids(await rows.latest_instances(work, limit=5)) == ["ex-a"]
+    assert ids(await rows.latest_instances(RecordFilter(folder="DOCS"), limit=5)) == ["ex-b"]
+    assert ids(await rows.latest_instances(RecordFilter(bot="helper"), limit=5)) == ["ex-b"]
+    assert ids(await rows.latest_instances(RecordFilter(exclude=("ex-c",)), limit=5)) == [
+        "ex-b",
+        "ex-a",
+    ]
+    [summary] = await rows.latest_instances(RecordFilter(bot="atlas"), limit=5)
+    assert (summary.instance_id, summary.turns) == ("ex-a", 1)
+
+    [login] = await rows.match_instances("login", everything, limit=5)
+    assert (login.instance_id, login.turns, login.hits) == ("ex-a", 1, 2)
+    assert login.score < 0  # lower is better, as bm25's
+    assert ids(await rows.match_instances("deploying", everything, limit=5)) == ["ex-a"]  # stem
+    assert ids(await rows.match_instances("cafe", everything, limit=5)) == ["ex-c"]  # accent
+    assert ids(await rows.match_instances("pat", everything, limit=5)) == ["ex-a"]  # who
+    assert await rows.match_instances("login docs", everything, limit=5) == []  # all words
+    assert await rows.match_instances("login", RecordFilter(bot="helper"), limit=5) == []
+    assert await rows.match_instances("&&", everything, limit=5) == []  # nothing searchable
+
+    hits = await rows.matching_entries("login", "ex-a", limit=5)
+    assert sorted(hit["kind"] for hit in hits) == ["final", "prompt"]
+    assert all("**login**" in hit["snippet"] for hit in hits)
+    assert {hit["turn"] for hit in hits} == {
+        login_turn["id"] for login_turn in (await rows.instance_turns("ex-a"))
+    }
+    assert await rows.matching_entries("login", "ex-b", limit=5) == []

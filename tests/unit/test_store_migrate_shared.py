@@ -18,7 +18,7 @@ from atlas.channels.access import (
 )
 from atlas.cli import main
 from atlas.errors import AtlasError
-from atlas.executors.record import DelegationRecord
+from atlas.executors.record import DelegationRecord, RecordFilter
 from atlas.executors.record_rows import record_rows
 from atlas.executors.task_rows import TaskRows, snapshot
 from atlas.executors.workbench import Instance
@@ -81,6 +81,7 @@ async def _fill(home: Home) -> None:
             files_before="",
         )
         await record.add(turn, "question", "Which database?")
+        await record.add(turn, "answer", "postgres", who="pat")
         await record.finish_turn(turn, "done it", " app.py | 2 +-\n", {"input_tokens": 3}, "done")
         await record.start_turn(
             "ex-mine",
@@ -113,7 +114,7 @@ async def test_pairing_and_executor_records_are_copied_and_counted(
         counts.executor_tasks,
         counts.executor_turns,
         counts.executor_entries,
-    ) == (3, 1, 2, 2, 5)
+    ) == (3, 1, 2, 2, 6)
     assert hashlib.sha256(home.db_path.read_bytes()).hexdigest() == digest  # read-only
 
     sqlite = HomeStore(home.db_path)
@@ -139,6 +140,13 @@ async def test_pairing_and_executor_records_are_copied_and_counted(
             [turn] = await pg_rows.instance_turns("ex-abc123")
             [old_turn] = await sqlite_rows.instance_turns("ex-abc123")
             assert turn == {**old_turn, "conversation": f"atlas:{second.id}"}
+            # The copied entries are searched as atlas.db's are.
+            everything = RecordFilter()
+            for words in ("database", "pat", "done it", "app.py"):
+                found = await pg_rows.match_instances(words, everything, limit=5)
+                before = await sqlite_rows.match_instances(words, everything, limit=5)
+                assert [f.instance_id for f in found] == [b.instance_id for b in before], words
+                assert [f.hits for f in found] == [b.hits for b in before], words
             [mine] = await pg_rows.instance_turns("ex-mine")
             assert mine["conversation"] is None and mine["owner"] == "person"
             # New turns number after the copied ones.
@@ -174,6 +182,6 @@ def test_the_command_reports_the_records_copied(
     out = capsys.readouterr().out
     assert (
         "atlas.db: 3 pairing codes, 1 paired users, 2 executor tasks, 2 executor turns "
-        "(5 entries) copied and counted"
+        "(6 entries) copied and counted"
     ) in out
     assert "not copied yet: routines and the outbox (atlas.db)" in out

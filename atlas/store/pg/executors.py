@@ -2,17 +2,24 @@
 record's turns and entries, the same rows and calls as atlas.db's
 (atlas/executors/record_rows.py `RecordRows`).
 
-Not here yet: the record's search (delegation_search reads atlas.db's FTS5 index).
+The record's search (delegation_search) reads each entry's `words`, filled on insert as the
+messages' are (atlas/store/pg/text.py): the same words found as atlas.db's FTS5 index finds;
+the order of equally good matches and the snippets' cuts can differ (ts_rank and ts_headline
+where SQLite has bm25 and snippet).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from atlas.executors.record import InstanceSummary, RecordFilter
 from atlas.executors.record_rows import CUT_BY_STOP, LIVE_STATES, turn_end
 from atlas.executors.workbench import INTERRUPTED
 from atlas.store.db import utc_now_iso
 from atlas.store.pg.server import PgServer
+from atlas.store.pg.text import WORDS_CONFIG, words_terms, words_text, words_tsquery, words_vector
+from atlas.store.search import fts_query
 
 TASK_COLUMNS = (
     "id",
@@ -51,6 +58,16 @@ TURN_COLUMNS = (
     "state",
     "started_at",
     "ended_at",
+)
+
+
+# Snippets marked as the conversations' are (atlas/store/pg/conversations.py).
+HEADLINE_OPTIONS = "StartSel=**, StopSel=**, MaxWords=16, MinWords=6, ShortWord=1"
+# An entry as atlas.db's rows give it (not its `words`).
+ENTRY_SELECT = "e.id, e.turn_id, e.kind, e.who, e.text, e.at"
+INSERT_ENTRY = (
+    "INSERT INTO executor_entries (turn_id, kind, who, text, at, words) "
+    f"VALUES ($1, $2, $3, $4, $5, {words_vector('$6')})"
 )
 
 
@@ -205,7 +222,8 @@ class PgRecordRows:
                 )
             ]
             entries = await conn.fetch(
-                "SELECT * FROM executor_entries WHERE turn_id = ANY($1::bigint[]) ORDER BY id",
+                f"SELECT {ENTRY_SELECT} FROM executor_entries AS e "
+                "WHERE e.turn_id = ANY($1::bigint[]) ORDER BY e.id",
                 [turn["id"] for turn in turns],
             )
         for turn in turns:
@@ -215,11 +233,91 @@ class PgRecordRows:
     @staticmethod
     async def _entry(conn: Any, turn_id: int, kind: str, text: str, who: str | None) -> None:
         await conn.execute(
-            "INSERT INTO executor_entries (turn_id, kind, who, text, at) "
-            "VALUES ($1, $2, $3, $4, $5)",
-            turn_id,
-            kind,
-            who,
-            text,
-            utc_now_iso(),
+            INSERT_ENTRY, turn_id, kind, who, text, utc_now_iso(), entry_words(text, who)
         )
+
+    # ---- reading back (delegation_search) ---------------------------------------------------
+
+    async def latest_instances(
+        self, where: RecordFilter, *, limit: int, oldest: bool = False
+    ) -> list[InstanceSummary]:
+        condition, params = _where(where)
+        order = "first_at, instance_id" if oldest else "last_at DESC, instance_id"
+        rows = await self.server.pool.fetch(
+            "SELECT t.instance_id, COUNT(*) AS turns, MIN(t.started_at) AS first_at, "
+            "MAX(COALESCE(t.ended_at, t.started_at)) AS last_at FROM executor_turns AS t "
+            f"WHERE {condition} GROUP BY t.instance_id ORDER BY {order} "
+            f"LIMIT {int(limit)}",
+            *params,
+        )
+        return [InstanceSummary(**dict(row)) for row in rows]
+
+    async def match_instances(
+        self, text: str, where: RecordFilter, *, limit: int
+    ) -> list[InstanceSummary]:
+        """As atlas.db's: every word required, the instances with the best sum of their
+        matching entries' scores first (here -ts_rank, lower is better, as bm25's)."""
+        terms = _terms(text)
+        if not terms:
+            return []
+        condition, params = _where(where)
+        tsquery, values = words_tsquery(terms, len(params) + 1)
+        params.extend(values)
+        rows = await self.server.pool.fetch(
+            "SELECT t.instance_id, COUNT(DISTINCT t.id) AS turns, MIN(t.started_at) AS first_at, "
+            "MAX(COALESCE(t.ended_at, t.started_at)) AS last_at, "
+            "SUM(-ts_rank(e.words, q))::float8 AS score, COUNT(*) AS hits "
+            "FROM executor_entries AS e JOIN executor_turns AS t ON t.id = e.turn_id, "
+            f"(SELECT {tsquery}) AS found(q) WHERE e.words @@ q AND {condition} "
+            f"GROUP BY t.instance_id ORDER BY score, last_at DESC LIMIT {int(limit)}",
+            *params,
+        )
+        return [InstanceSummary(**dict(row)) for row in rows]
+
+    async def matching_entries(
+        self, text: str, instance_id: str, *, limit: int
+    ) -> list[dict[str, Any]]:
+        """An instance's entries matching the words, best first, each with a marked snippet."""
+        terms = _terms(text)
+        if not terms:
+            return []
+        tsquery, values = words_tsquery(terms, 2)
+        rows = await self.server.pool.fetch(
+            f"SELECT {ENTRY_SELECT}, t.id AS turn, "
+            f"ts_headline('{WORDS_CONFIG}', e.text, q, '{HEADLINE_OPTIONS}') AS snippet "
+            "FROM executor_entries AS e JOIN executor_turns AS t ON t.id = e.turn_id, "
+            f"(SELECT {tsquery}) AS found(q) WHERE e.words @@ q AND t.instance_id = $1 "
+            f"ORDER BY ts_rank(e.words, q) DESC, e.id LIMIT {int(limit)}",
+            instance_id,
+            *values,
+        )
+        return [dict(row) for row in rows]
+
+
+def entry_words(text: str, who: str | None) -> str:
+    """An entry's searchable words (its text and who), split as FTS5's unicode61 splits them."""
+    return words_text(f"{text} {who or ''}")
+
+
+def _terms(text: str) -> list[str]:
+    """The person's words as atlas.db's `fts_query` keeps them: none when nothing is left."""
+    return words_terms(text) if fts_query(text) is not None else []
+
+
+_NAMED = re.compile(r":(\w+)")
+_LIKE = re.compile(r"\bLIKE\b")
+
+
+def _where(where: RecordFilter) -> tuple[str, list[Any]]:
+    """The filter's conditions (atlas.db's, written with :names) for PostgreSQL: numbered
+    parameters, and ILIKE for SQLite's LIKE, which ignores the case of ASCII letters."""
+    named: dict[str, Any] = {}
+    conditions = " AND ".join(where.sql(named))
+    values: list[Any] = []
+
+    def number(match: re.Match[str]) -> str:
+        values.append(named[match[1]])
+        return f"${len(values)}"
+
+    sql = _LIKE.sub("ILIKE", _NAMED.sub(number, conditions))
+    return ("TRUE" if sql == "1" else sql), values

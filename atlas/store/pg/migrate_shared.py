@@ -7,7 +7,7 @@ Copied in one transaction, read-only on atlas.db, then counted table by table:
 - `executor_tasks`, their conversation id moved to its bot's new numbering;
 - `executor_turns` and `executor_entries` with their own ids kept (an entry points at its turn;
   the database holds none of them before, so nothing collides) and the sequences moved past
-  them; a turn's `conversation` ("bot:id") moved likewise.
+  them; a turn's `conversation` ("bot:id") moved likewise; each entry's search words computed.
 A conversation id the bot's file no longer has becomes NULL for a task and `bot:0` for a turn
 (no conversation has id 0, and the turn stays its bot's), rather than pointing at another's.
 A database that already holds any of these rows is refused, not copied into twice.
@@ -23,8 +23,9 @@ from typing import Any
 import asyncpg
 
 from atlas.errors import AtlasError
-from atlas.store.pg.executors import TASK_COLUMNS, TURN_COLUMNS
+from atlas.store.pg.executors import TASK_COLUMNS, TURN_COLUMNS, entry_words
 from atlas.store.pg.pairing import CODE_COLUMNS, PAIRED_COLUMNS
+from atlas.store.pg.text import words_vector
 
 ENTRY_COLUMNS = ("id", "turn_id", "kind", "who", "text", "at")
 TABLES: dict[str, tuple[str, ...]] = {
@@ -107,11 +108,23 @@ async def copy_shared_records(
                     "a database that has none of its shared state"
                 )
         for table, columns in TABLES.items():
+            if table == "executor_entries":
+                continue  # below: each with its search column
             await conn.copy_records_to_table(
                 table,
                 columns=list(columns),
                 records=[tuple(moved(row, table, name) for name in columns) for row in rows[table]],
             )
+        # An entry's `words` are computed on the way in (atlas/store/pg/text.py): a home's
+        # record holds thousands of entries, not the millions of messages that need COPY.
+        await conn.executemany(
+            f"INSERT INTO executor_entries ({', '.join(ENTRY_COLUMNS)}, words) "
+            f"VALUES ($1, $2, $3, $4, $5, $6, {words_vector('$7')})",
+            [
+                (*(row[name] for name in ENTRY_COLUMNS), entry_words(row["text"], row["who"]))
+                for row in rows["executor_entries"]
+            ],
+        )
         for table in ("executor_turns", "executor_entries"):  # new rows number after these
             await conn.execute(
                 f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "

@@ -38,10 +38,13 @@ STEPS: list[SchemaStep] = [
             "files_after TEXT, usage TEXT, state TEXT, started_at TEXT, ended_at TEXT)",
             "CREATE INDEX executor_turns_by_instance ON executor_turns (instance_id, id)",
             "CREATE INDEX executor_turns_started ON executor_turns (started_at)",
+            # `words`: the entry's text and who, searched as atlas.db's FTS5 index of them is
+            # (split as unicode61, Porter stems, accents removed: the messages' `words`).
             "CREATE TABLE executor_entries (id BIGSERIAL PRIMARY KEY, "
             "turn_id BIGINT NOT NULL REFERENCES executor_turns (id), kind TEXT NOT NULL, "
-            "who TEXT, text TEXT NOT NULL, at TEXT)",
+            "who TEXT, text TEXT NOT NULL, at TEXT, words TSVECTOR NOT NULL)",
             "CREATE INDEX executor_entries_by_turn ON executor_entries (turn_id, id)",
+            "CREATE INDEX executor_entries_words ON executor_entries USING gin (words)",
         ),
     ),
 ]
