@@ -51,6 +51,8 @@ def store_main(home: Any, args: argparse.Namespace) -> int:
             f"atlas.db: {shared.gate_decisions} gate decisions, {shared.delegations} "
             "delegations copied and counted"
         )
+        if shared.records is not None:
+            print(f"atlas.db: {shared.records.describe()} copied and counted")
     for outbox in report.outboxes:
         print(f"{outbox.bot}: {outbox.rows} outbox rows copied and counted")
     if report.routines is not None:
@@ -66,7 +68,7 @@ def store_main(home: Any, args: argparse.Namespace) -> int:
         )
     print(f"copied {len(copies)} bot(s) to {redact_url(args.to)}")
     print(
-        "not copied yet: pairing and the dashboard's sessions (atlas.db); "
+        "not copied: the chat generations of /new (atlas.db); "
         "`atlas run` still uses the home's files (docs/scaling.md)"
     )
     return 0

@@ -90,8 +90,9 @@ class Rig:
 
 
 @asynccontextmanager
-async def dashboard_rig(home_path: Path) -> AsyncIterator[Rig]:
-    """The app over a new home at `home_path`, served on loopback; closed on leaving."""
+async def dashboard_rig(home_path: Path, *, reads: Any = None) -> AsyncIterator[Rig]:
+    """The app over a new home at `home_path`, served on loopback; closed on leaving. `reads`:
+    the home's shared state read from another engine than atlas.db (a DashboardReads)."""
     home = make_home(home_path)
     audit = HomeStore(home.db_path)
     signer = Signer.for_home(home.root)
@@ -103,6 +104,7 @@ async def dashboard_rig(home_path: Path) -> AsyncIterator[Rig]:
         signer,
         channel_health=lambda: holder["rig"].health,
         conversation_states=lambda: holder["rig"].states,
+        reads=reads,
     )
     client = TestClient(TestServer(build_app(dashboard), host="127.0.0.1"))
     await client.start_server()

@@ -7,7 +7,9 @@ way to spam its owner. In a group the code is never posted for everyone: it goes
 privately; when that cannot be done (on Telegram a bot may not write first to someone who never
 started it), the code is withdrawn and the group is told, at most once an hour per person, to
 write to the bot directly. Everything lives in the home's atlas.db, so the CLI and the running
-daemon share it with no signal between them.
+daemon share it with no signal between them. The SQL is behind a seam
+(atlas/channels/pairing_store.py): atlas.db by default, PostgreSQL (atlas/store/pg/pairing.py)
+for a home on several machines.
 """
 
 from __future__ import annotations
@@ -16,15 +18,13 @@ import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    import sqlite_utils  # loaded through atlas.store, which keeps pandas out
-
-
-from atlas.errors import AtlasError
-from atlas.store.db import write_transaction
+from atlas.channels.pairing_store import PairingEngine, pairing_engine, status_of
 from atlas.store.home_db import HomeStore
+
+# atlas.db's HomeStore (the embedded default), or a PairingEngine (atlas/channels/pairing_store.py)
+Store = HomeStore | PairingEngine
 
 CODE_LENGTH = 8
 CODE_LIFETIME = timedelta(hours=1)
@@ -46,10 +46,6 @@ class Pairing:
 
     @classmethod
     def from_row(cls, row: dict[str, Any], now: datetime) -> Pairing:
-        expires = datetime.fromisoformat(row["expires_at"])
-        status = row["status"]
-        if status == "pending" and expires <= now:
-            status = "expired"
         return cls(
             code=row["code"],
             bot=row["bot"],
@@ -58,8 +54,8 @@ class Pairing:
             user_name=row["user_name"] or "",
             chat=row["chat"] or "",
             created_at=datetime.fromisoformat(row["created_at"]),
-            expires_at=expires,
-            status=status,
+            expires_at=datetime.fromisoformat(row["expires_at"]),
+            status=status_of(row, now),
         )
 
     def describe(self) -> str:
@@ -79,19 +75,12 @@ def normalise_code(code: str) -> str:
     return code.strip().upper().replace("-", "").replace(" ", "")
 
 
-async def is_paired(store: HomeStore, bot: str, platform: str, user_id: str) -> bool:
-    def find(db: sqlite_utils.Database) -> bool:
-        rows = db.query(
-            "SELECT 1 FROM paired_users WHERE bot = ? AND platform = ? AND user_id = ?",
-            [bot, platform, user_id],
-        )
-        return next(iter(rows), None) is not None
-
-    return await store.quick(find)
+async def is_paired(store: Store, bot: str, platform: str, user_id: str) -> bool:
+    return await pairing_engine(store).paired(bot, platform, user_id)
 
 
 async def request_pairing(
-    store: HomeStore,
+    store: Store,
     bot: str,
     platform: str,
     user_id: str,
@@ -103,120 +92,60 @@ async def request_pairing(
     """A new pending code for this stranger, or None when they must get no reply: a code of
     theirs is still pending, or they were denied."""
     moment = _now(now)
-
-    def create(db: sqlite_utils.Database) -> dict[str, Any] | None:
-        rows = db.query(
-            "SELECT status, expires_at FROM pairing_codes "
-            "WHERE bot = ? AND platform = ? AND user_id = ?",
-            [bot, platform, user_id],
-        )
-        for row in rows:
-            if row["status"] == "denied":
-                return None
-            if row["status"] == "pending" and datetime.fromisoformat(row["expires_at"]) > moment:
-                return None
-        row = {
-            "code": new_code(),
-            "bot": bot,
-            "platform": platform,
-            "user_id": user_id,
-            "user_name": user_name,
-            "chat": chat,
-            "created_at": moment.isoformat(),
-            "expires_at": (moment + CODE_LIFETIME).isoformat(),
-            "status": "pending",
-            "decided_at": "",
-        }
-        db["pairing_codes"].insert(row)
-        return row
-
-    row = await store.call(create)
-    return Pairing.from_row(row, moment) if row else None
+    row = {
+        "code": new_code(),
+        "bot": bot,
+        "platform": platform,
+        "user_id": user_id,
+        "user_name": user_name,
+        "chat": chat,
+        "created_at": moment.isoformat(),
+        "expires_at": (moment + CODE_LIFETIME).isoformat(),
+        "status": "pending",
+        "decided_at": "",
+    }
+    stored = await pairing_engine(store).request_code(row, moment)
+    return Pairing.from_row(stored, moment) if stored else None
 
 
-async def withdraw_pairing(store: HomeStore, code: str) -> None:
+async def withdraw_pairing(store: Store, code: str) -> None:
     """Forget a pending code that never reached its person, so that they get a new one."""
-
-    def delete(db: sqlite_utils.Database) -> None:
-        db.execute(
-            "DELETE FROM pairing_codes WHERE code = ? AND status = 'pending'",
-            [normalise_code(code)],
-        )
-
-    await store.call(delete)
+    await pairing_engine(store).withdraw_code(normalise_code(code))
 
 
-async def _decide(store: HomeStore, code: str, verdict: str, now: datetime | None) -> Pairing:
+async def _decide(store: Store, code: str, verdict: str, now: datetime | None) -> Pairing:
     moment = _now(now)
-    wanted = normalise_code(code)
-
-    def decide(db: sqlite_utils.Database) -> dict[str, Any]:
-        # One transaction from the read to the last write: the connection commits each lone
-        # statement itself, and two decisions on one code must not both find it pending.
-        with write_transaction(db):
-            rows = list(db.query("SELECT * FROM pairing_codes WHERE code = ?", [wanted]))
-            if not rows:
-                raise AtlasError(
-                    f"no pairing code {wanted!r}; `atlas pairing list` shows pending ones"
-                )
-            pairing = Pairing.from_row(rows[0], moment)
-            if pairing.status != "pending":
-                raise AtlasError(f"pairing code {wanted} is {pairing.status}, not pending")
-            db.execute(
-                "UPDATE pairing_codes SET status = ?, decided_at = ? WHERE code = ?",
-                [verdict, moment.isoformat(), wanted],
-            )
-            if verdict == "approved":
-                db["paired_users"].upsert(
-                    {
-                        "bot": pairing.bot,
-                        "platform": pairing.platform,
-                        "user_id": pairing.user_id,
-                        "user_name": pairing.user_name,
-                        "code": wanted,
-                        "approved_at": moment.isoformat(),
-                    },
-                    pk=("bot", "platform", "user_id"),
-                )
-            return {**rows[0], "status": verdict}
-
-    return Pairing.from_row(await store.call(decide), moment)
+    decided = await pairing_engine(store).decide_code(normalise_code(code), verdict, moment)
+    return Pairing.from_row(decided, moment)
 
 
-async def approve_pairing(store: HomeStore, code: str, *, now: datetime | None = None) -> Pairing:
+async def approve_pairing(store: Store, code: str, *, now: datetime | None = None) -> Pairing:
     """Let the code's person talk to the bot from now on. AtlasError if unknown or not pending."""
     return await _decide(store, code, "approved", now)
 
 
-async def deny_pairing(store: HomeStore, code: str, *, now: datetime | None = None) -> Pairing:
+async def deny_pairing(store: Store, code: str, *, now: datetime | None = None) -> Pairing:
     """Refuse the code's person: they get no further reply and no new code."""
     return await _decide(store, code, "denied", now)
 
 
 async def list_pairings(
-    store: HomeStore, *, everything: bool = False, now: datetime | None = None
+    store: Store, *, everything: bool = False, now: datetime | None = None
 ) -> list[Pairing]:
     """Pending codes, newest first; with `everything`, decided and expired ones too."""
     moment = _now(now)
-
-    def select(db: sqlite_utils.Database) -> list[dict[str, Any]]:
-        return list(db.query("SELECT * FROM pairing_codes ORDER BY created_at DESC"))
-
-    pairings = [Pairing.from_row(row, moment) for row in await store.call(select)]
+    pairings = [Pairing.from_row(row, moment) for row in await pairing_engine(store).codes()]
     return pairings if everything else [p for p in pairings if p.status == "pending"]
 
 
-async def paired_users(store: HomeStore) -> list[dict[str, Any]]:
-    def select(db: sqlite_utils.Database) -> list[dict[str, Any]]:
-        return list(db.query("SELECT * FROM paired_users ORDER BY approved_at"))
-
-    return await store.call(select)
+async def paired_users(store: Store) -> list[dict[str, Any]]:
+    return await pairing_engine(store).paired_users()
 
 
 class Access:
     """One bot's gatekeeper on one platform."""
 
-    def __init__(self, store: HomeStore, bot: str, platform: str, allowed: Iterable[str]) -> None:
+    def __init__(self, store: Store, bot: str, platform: str, allowed: Iterable[str]) -> None:
         self.store = store
         self.bot = bot
         self.platform = platform

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from atlas.dashboard.auth import Session, Signer
 from atlas.dashboard.hub import EventHub, Pushed
+from atlas.dashboard.reads import DashboardReads, SqliteDashboardReads
 from atlas.dashboard.usage_cache import UsageCache
 from atlas.pending_asks import PendingAsks
 
@@ -56,8 +57,13 @@ class Dashboard:
     # The Chat page's events as the browsers get them (pages/chat.py's chat_events, set by
     # build_app).
     render_chat: Callable[[Dashboard, Address, ChatEvent], list[Pushed]] | None = None
+    # What the pages read of the home's shared state (atlas/dashboard/reads.py): atlas.db's
+    # (`audit`) unless another engine's is handed in (PostgreSQL's, atlas/store/pg/dashboard.py).
+    reads: DashboardReads | None = None
 
     def __post_init__(self) -> None:
+        if self.reads is None:
+            self.reads = SqliteDashboardReads(self.audit)
         self.asks.listen(lambda: self.events.publish("waiting"))
 
     def attach(self, dispatcher: Dispatcher) -> None:
@@ -108,6 +114,13 @@ class Dashboard:
         if not bot.db_path.exists():
             return None
         return await self.open_store(bot)
+
+    @property
+    def home_reads(self) -> DashboardReads:
+        """The reads of the home's shared state (set at creation: atlas.db's by default)."""
+        if self.reads is None:
+            self.reads = SqliteDashboardReads(self.audit)
+        return self.reads
 
     @property
     def zone(self) -> ZoneInfo:

@@ -1,5 +1,6 @@
 """The dashboard's reads of a bot's `conversations.db` and of `atlas.db`, as functions of the
-sqlite-utils database run on each store's thread (`Database.call`).
+sqlite-utils database run on each store's thread (`Database.call`). Its reads of atlas.db go
+through atlas/dashboard/reads.py (`DashboardReads`), where PostgreSQL's stand beside them.
 
 Messages have no index on time, but their ids grow with it (every message is appended), so the
 first message of a period is found by a binary search over ids, and a query over today reads
@@ -271,19 +272,28 @@ class DecisionFilter:
     tool: str = ""
     text: str = ""  # found in the summary, rule or reason
 
-    def sql(self) -> tuple[str, list[Any]]:
-        conditions, params = [], []
+    def sql(self, *, postgres: bool = False) -> tuple[str, list[Any]]:
+        """The WHERE condition and its values: SQLite's (`?`), or PostgreSQL's (`$1`...,
+        ILIKE: SQLite's LIKE ignores the case of ASCII letters, PostgreSQL's does not)."""
+        conditions: list[str] = []
+        params: list[Any] = []
+
+        def mark() -> str:
+            return f"${len(params)}" if postgres else "?"
+
         for column in ("bot", "verdict", "answered_by", "tool"):
             if value := getattr(self, column):
-                conditions.append(f"{column} = ?")  # column names are ours, not input
                 params.append(value)
+                conditions.append(f"{column} = {mark()}")  # column names are ours, not input
         if self.text:
             like = "%" + self.text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-            conditions.append(
-                "(summary LIKE ? ESCAPE '\\' OR rule LIKE ? ESCAPE '\\' OR reason LIKE ? ESCAPE '\\')"
-            )
-            params += [like + "%"] * 3
-        return " AND ".join(conditions) or "1", params
+            operator = "ILIKE" if postgres else "LIKE"
+            matches = []
+            for column in ("summary", "rule", "reason"):
+                params.append(like + "%")
+                matches.append(f"{column} {operator} {mark()} ESCAPE '\\'")
+            conditions.append(f"({' OR '.join(matches)})")
+        return " AND ".join(conditions) or ("TRUE" if postgres else "1"), params
 
 
 def gate_decisions(

@@ -5,7 +5,9 @@ A turn is one run of the harness on one prompt: its prompt, the steers sent into
 questions it asked and who answered them, its final text or error, its usage, and the files it
 changed (the folder's `git diff HEAD --stat` before and after). The entries carry an FTS5 index
 (the conversations' tokenizer: words, stems, accents ignored); `delegation_search` reads it all
-back (atlas/tools/delegation_search.py).
+back (atlas/tools/delegation_search.py). The writes go through `RecordRows`
+(atlas/executors/record_rows.py): atlas.db's SQL, or PostgreSQL's (atlas/store/pg/executors.py),
+and so do the reads below (the SQLite side; PostgreSQL's are its own).
 
     record = DelegationRecord(home_store, home=home)
     turn = await record.start_turn(instance_id, executor, account, folder, prompt, conversation)
@@ -20,8 +22,6 @@ instance there.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
 
-from atlas.store.db import utc_now_iso, write_transaction
+from atlas.executors.record_rows import (
+    RecordRows,
+    changed_files,
+    instance_turns_of,
+    record_rows,
+)
+from atlas.store.db import utc_now_iso
 from atlas.store.search import fts_query
 
 if TYPE_CHECKING:
@@ -39,36 +45,16 @@ if TYPE_CHECKING:
 
 ENTRY_KINDS = ("prompt", "steer", "question", "answer", "final", "error", "files")
 SESSION = "session"  # add(turn, "session", id): the harness named its session
-_STAT_LINE = re.compile(r"^\s*(.+?)\s+\|\s+(.*)$")
-
-
-def changed_files(before: str, after: str) -> list[str]:
-    """The files whose `git diff --stat` line (or `(new)` mark) differs between two stats: what
-    one turn changed, when the folder was not clean before it."""
-
-    def lines(stat: str) -> dict[str, str]:
-        found = {}
-        for line in stat.splitlines():
-            if match := _STAT_LINE.match(line):
-                found[match[1].strip()] = match[2].strip()
-            elif line.strip().endswith("(new)"):
-                found[line.strip()[: -len("(new)")].strip()] = "new"
-        return found
-
-    old, new = lines(before), lines(after)
-    return [name for name, value in new.items() if old.get(name) != value] + [
-        name
-        for name in old
-        if name not in new  # changed back, or committed, by the turn
-    ]
+__all__ = ["DelegationRecord", "changed_files"]  # changed_files: atlas/executors/record_rows.py
 
 
 class DelegationRecord:
     """Writes the record; `home` lets it take the folder's diff stat before a turn (in the
     sandbox, as the handoff packet does); `follow(workbench)` reads session ids off it."""
 
-    def __init__(self, store: HomeStore, *, home: Home | None = None) -> None:
+    def __init__(self, store: HomeStore | RecordRows, *, home: Home | None = None) -> None:
         self.store = store
+        self.rows = record_rows(store)  # atlas.db's SQL, or another engine's
         self.home = home
         self._session_of: Callable[[str], str | None] | None = None
         self._instances: dict[int, str] = {}  # turn -> instance, for the session id
@@ -114,15 +100,7 @@ class DelegationRecord:
             "started_at": utc_now_iso(),
         }
 
-        def insert(db: sqlite_utils.Database) -> int:
-            with write_transaction(db):
-                if not row["session_id"]:
-                    row["session_id"] = _last_session(db, instance_id)
-                turn = int(db["executor_turns"].insert(row).last_pk)  # type: ignore[arg-type]
-                _entry(db, turn, "prompt", prompt, None)
-            return turn
-
-        turn_id = await self.store.quick(insert)
+        turn_id = await self.rows.start_turn(row)
         self._instances[turn_id] = instance_id
         return turn_id
 
@@ -130,13 +108,11 @@ class DelegationRecord:
         """One thing that happened in a turn: steer, question, answer (who answered), final,
         error; or `session` with the harness's session id."""
         if kind == SESSION:
-            await self.store.quick(
-                lambda db: db["executor_turns"].update(turn_id, {"session_id": text})
-            )
+            await self.rows.set_turn_session(turn_id, text)
             return
         if kind not in ENTRY_KINDS:
             raise ValueError(f"delegation record: unknown entry kind {kind!r} ({ENTRY_KINDS})")
-        await self.store.quick(lambda db: _entry(db, turn_id, kind, text, who))
+        await self.rows.add_entry(turn_id, kind, text, who)
 
     async def finish_turn(
         self,
@@ -152,31 +128,7 @@ class DelegationRecord:
         folder's diff stat after it, its usage and how it ended."""
         session_id = session_id or self._live_session(self._instances.pop(turn_id, ""))
 
-        def finish(db: sqlite_utils.Database) -> None:
-            with write_transaction(db):
-                turn = db["executor_turns"].get(turn_id)
-                changes: dict[str, Any] = {
-                    "final_text": final_text,
-                    "files_after": files_changed,
-                    "usage": json.dumps(usage) if usage else None,
-                    "state": state,
-                    "ended_at": utc_now_iso(),
-                }
-                if session_id and not turn.get("session_id"):
-                    changes["session_id"] = session_id
-                db["executor_turns"].update(turn_id, changes)
-                told = db.execute(
-                    "SELECT 1 FROM executor_entries WHERE turn_id = ? AND kind IN "
-                    "('final', 'error') AND text = ?",
-                    [turn_id, final_text],
-                ).fetchone()
-                if final_text and not told:
-                    _entry(db, turn_id, "final" if state == "done" else "error", final_text, None)
-                changed = changed_files(turn.get("files_before") or "", files_changed or "")
-                if changed:
-                    _entry(db, turn_id, "files", "changed: " + ", ".join(changed), None)
-
-        await self.store.quick(finish)
+        await self.rows.finish_turn(turn_id, final_text, files_changed, usage, state, session_id)
 
     def _live_session(self, instance_id: str) -> str | None:
         return self._session_of(instance_id) if self._session_of and instance_id else None
@@ -187,20 +139,6 @@ class DelegationRecord:
         from atlas.executors.handoff import diff_stat
 
         return await diff_stat(self.home, Path(folder))
-
-
-def _entry(db: sqlite_utils.Database, turn_id: int, kind: str, text: str, who: str | None) -> None:
-    row = {"turn_id": turn_id, "kind": kind, "who": who, "text": text, "at": utc_now_iso()}
-    db["executor_entries"].insert(row)
-
-
-def _last_session(db: sqlite_utils.Database, instance_id: str) -> str | None:
-    found = db.execute(
-        "SELECT session_id FROM executor_turns WHERE instance_id = ? AND session_id IS NOT NULL "
-        "ORDER BY id DESC LIMIT 1",
-        [instance_id],
-    ).fetchone()
-    return found[0] if found else None
 
 
 # ---- reading back (delegation_search) ---------------------------------------------------------
@@ -319,11 +257,4 @@ def matching_entries(
 
 def instance_turns(db: sqlite_utils.Database, instance_id: str) -> list[dict[str, Any]]:
     """Every turn of an instance in order, each with its `entries` in order."""
-    turns = list(
-        db.query("SELECT * FROM executor_turns WHERE instance_id = ? ORDER BY id", [instance_id])
-    )
-    for turn in turns:
-        turn["entries"] = list(
-            db.query("SELECT * FROM executor_entries WHERE turn_id = ? ORDER BY id", [turn["id"]])
-        )
-    return turns
+    return instance_turns_of(db, instance_id)

@@ -1,5 +1,6 @@
 """Delegations as rows: each executor task of Atlas's in `atlas.db` (table `executor_tasks`,
-migration 007 of atlas/store/home_db.py), so that a restart loses none of them.
+migration 007 of atlas/store/home_db.py), so that a restart loses none of them. The SQL is
+behind `RecordRows` (atlas/executors/record_rows.py), PostgreSQL's beside it.
 
 The workbench (atlas/executors/workbench.py) holds the live instances in memory; every change
 of one of Atlas's tasks that matters after a restart (started, its harness's session id, a
@@ -23,24 +24,21 @@ record (atlas/executors/record.py) keeps what they did.
 
 from __future__ import annotations
 
-import functools
 import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import sqlite_utils
-
-from atlas.executors.workbench import ENDED_STATES, INTERRUPTED, Instance, InstanceControl
-from atlas.store.db import fetch_dicts, utc_now_iso, write_transaction
+from atlas.executors.record_rows import CUT_BY_STOP, LIVE_STATES, TASKS, RecordRows, record_rows
+from atlas.executors.workbench import ENDED_STATES, Instance, InstanceControl
+from atlas.store.db import utc_now_iso
 
 if TYPE_CHECKING:
     from atlas.store.home_db import HomeStore
 
-TABLE = "executor_tasks"
+TABLE = TASKS
 SUMMARY_CHARS = 2000  # the result kept in the row; the whole answer went into the notice
-CUT_BY_STOP = "Atlas stopped while it ran"
-LIVE_STATES = ("running", "asking")
+__all__ = ["CUT_BY_STOP", "LIVE_STATES", "TaskRows", "instance_of", "route_of", "snapshot"]
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -106,88 +104,35 @@ def route_of(row: dict[str, Any]) -> list[str] | None:
     return list(json.loads(raw)) if raw else None
 
 
-# Module functions with their data (functools.partial): from a worker process they cross to
-# the home's process pickled (atlas/workers/home_db.py).
-
-
-def _upsert(db: sqlite_utils.Database, row: dict[str, Any]) -> None:
-    db[TABLE].upsert(row, pk="id")
-
-
-def _select_one(db: sqlite_utils.Database, task_id: str) -> dict[str, Any] | None:
-    rows = fetch_dicts(db, f"SELECT * FROM {TABLE} WHERE id = ?", [task_id])
-    return rows[0] if rows else None
-
-
-def _select_latest(db: sqlite_utils.Database, limit: int) -> list[dict[str, Any]]:
-    return fetch_dicts(db, f"SELECT * FROM {TABLE} ORDER BY started_at DESC, id LIMIT ?", [limit])
-
-
-def _interrupt_live(db: sqlite_utils.Database, now: str) -> list[str]:
-    """Rows a killed process left running or asking are interrupted; so are their record's
-    open turns. Returns their ids."""
-    marks = ", ".join("?" for _ in LIVE_STATES)
-    with write_transaction(db):
-        ids = [
-            row[0]
-            for row in db.execute(f"SELECT id FROM {TABLE} WHERE state IN ({marks})", LIVE_STATES)
-        ]
-        db.execute(
-            f"UPDATE {TABLE} SET state = ?, detail = ?, ended_at = ?, updated_at = ?, "
-            f"reported_at = NULL WHERE state IN ({marks})",
-            [INTERRUPTED, f"interrupted: {CUT_BY_STOP}", now, now, *LIVE_STATES],
-        )
-        if ids and db["executor_turns"].exists():
-            marks_ids = ", ".join("?" for _ in ids)
-            db.execute(
-                "UPDATE executor_turns SET state = ?, ended_at = ? WHERE state = 'running' "
-                f"AND instance_id IN ({marks_ids})",
-                [INTERRUPTED, now, *ids],
-            )
-    return ids
-
-
-def _select_unreported(db: sqlite_utils.Database) -> list[dict[str, Any]]:
-    return fetch_dicts(
-        db,
-        f"SELECT * FROM {TABLE} WHERE state = ? AND reported_at IS NULL ORDER BY started_at",
-        [INTERRUPTED],
-    )
-
-
-def _mark_reported(db: sqlite_utils.Database, task_id: str, now: str) -> None:
-    db.execute(f"UPDATE {TABLE} SET reported_at = ? WHERE id = ?", [now, task_id])
-
-
 class TaskRows:
-    """The `executor_tasks` table of a home's atlas.db (a HomeStore, or a worker's remote one)."""
+    """The `executor_tasks` table: of a home's atlas.db (a HomeStore, or a worker's remote
+    one), or of any RecordRows engine (atlas/executors/record_rows.py; PostgreSQL's too)."""
 
-    def __init__(self, store: HomeStore) -> None:
+    def __init__(self, store: HomeStore | RecordRows) -> None:
         self.store = store
+        self.rows = record_rows(store)
 
     async def save(self, row: dict[str, Any]) -> None:
         """Write a task's snapshot (see `snapshot`), replacing its earlier one."""
-        await self.store.quick(functools.partial(_upsert, row=row))
+        await self.rows.save_task(row)
 
     async def get(self, task_id: str) -> dict[str, Any] | None:
-        return await self.store.quick(functools.partial(_select_one, task_id=task_id.strip()))
+        return await self.rows.task(task_id.strip())
 
     async def latest(self, limit: int) -> list[dict[str, Any]]:
         """The latest tasks, newest first."""
-        return await self.store.call(functools.partial(_select_latest, limit=limit))
+        return await self.rows.latest_tasks(limit)
 
     async def interrupt_live(self) -> list[str]:
         """At start: tasks a killed process left running are interrupted. Their ids."""
-        return await self.store.quick(functools.partial(_interrupt_live, now=utc_now_iso()))
+        return await self.rows.interrupt_live_tasks(utc_now_iso())
 
     async def unreported(self) -> list[dict[str, Any]]:
         """Interrupted tasks whose conversation has not been told yet, oldest first."""
-        return await self.store.call(_select_unreported)
+        return await self.rows.unreported_tasks()
 
     async def mark_reported(self, task_id: str) -> None:
-        await self.store.quick(
-            functools.partial(_mark_reported, task_id=task_id, now=utc_now_iso())
-        )
+        await self.rows.mark_task_reported(task_id, utc_now_iso())
 
 
 def is_ended(row: dict[str, Any]) -> bool:

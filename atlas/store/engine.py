@@ -9,8 +9,10 @@ tests/unit/test_store_engines.py run the same calls and queries on each.
 The SQLite store's `also` hook (outbox rows written in the answer's transaction) is not in the
 protocol: each engine takes its own (`Outgoing` on SQLite, atlas/store/pg/outbox.py
 `written_with` on PostgreSQL). Of the home's shared tables (atlas/store/home_db.py),
-`HomeStateEngine` covers the gate's log and the delegations so far; the outbox's rows and the
-routines have seams of their own (atlas/outbox/engine.py, atlas/routines/engine.py).
+`HomeStateEngine` covers the gate's log and the delegations; the outbox's rows, the routines,
+pairing, the executors' records and the dashboard's reads have seams of their own
+(atlas/outbox/engine.py, atlas/routines/engine.py, atlas/channels/pairing_store.py,
+atlas/executors/record_rows.py, atlas/dashboard/reads.py).
 """
 
 from __future__ import annotations

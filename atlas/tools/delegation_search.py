@@ -1,5 +1,6 @@
 """delegation_search: what the executor instances did, from the delegation record in atlas.db
-(atlas/executors/record.py) and the harnesses' own session logs, with FTS5 and no model.
+(atlas/executors/record.py; read through RecordRows, atlas/executors/record_rows.py, which has a
+PostgreSQL side too) and the harnesses' own session logs, with FTS5 and no model.
 
 The same four shapes as conversation_search: discovery (query), read (instance_id), scroll
 (instance_id with around, in the harness's session) and browse (nothing). Everything an
@@ -19,14 +20,8 @@ from pydantic import Field
 
 from atlas.errors import ToolError
 from atlas.executors.base import ExecutorError, SessionLog
-from atlas.executors.record import (
-    InstanceSummary,
-    RecordFilter,
-    instance_turns,
-    latest_instances,
-    match_instances,
-    matching_entries,
-)
+from atlas.executors.record import InstanceSummary, RecordFilter
+from atlas.executors.record_rows import RecordRows, record_rows
 from atlas.executors.registry import ExecutorSet
 from atlas.executors.session_gone import parse_started, why_missing
 from atlas.store.home_db import HomeStore
@@ -124,7 +119,7 @@ async def delegation_search(
 
 async def _answer(
     run: RunContext,
-    store: HomeStore,
+    store: HomeStore | RecordRows,
     where: RecordFilter,
     view: View,
     query: str | None,
@@ -139,7 +134,7 @@ async def _answer(
         if text is None:
             return await _browse(store, where, view, limit)
         return await _discover(store, where, view, text, limit)
-    turns = await store.call(lambda db: instance_turns(db, instance_id.strip()))
+    turns = await record_rows(store).instance_turns(instance_id.strip())
     if not turns or (
         where.bot and not (turns[0]["conversation"] or "").startswith(f"{where.bot}:")
     ):
@@ -196,14 +191,17 @@ async def _session(
     return log, harness, ""
 
 
-async def _turns_of(store: HomeStore, found: list[InstanceSummary]) -> list[list[dict[str, Any]]]:
-    return [
-        await store.call(lambda db, i=item.instance_id: instance_turns(db, i)) for item in found
-    ]
+async def _turns_of(
+    store: HomeStore | RecordRows, found: list[InstanceSummary]
+) -> list[list[dict[str, Any]]]:
+    rows = record_rows(store)
+    return [await rows.instance_turns(item.instance_id) for item in found]
 
 
-async def _browse(store: HomeStore, where: RecordFilter, view: View, limit: int) -> str:
-    found = await store.call(lambda db: latest_instances(db, where, limit=limit))
+async def _browse(
+    store: HomeStore | RecordRows, where: RecordFilter, view: View, limit: int
+) -> str:
+    found = await record_rows(store).latest_instances(where, limit=limit)
     if not found:
         ranged = where.after or where.before or where.executor or where.folder
         return "No delegation" + (" matches those filters." if ranged else " is recorded yet.")
@@ -214,9 +212,9 @@ async def _browse(store: HomeStore, where: RecordFilter, view: View, limit: int)
 
 
 async def _discover(
-    store: HomeStore, where: RecordFilter, view: View, text: str, limit: int
+    store: HomeStore | RecordRows, where: RecordFilter, view: View, text: str, limit: int
 ) -> str:
-    found = await store.call(lambda db: match_instances(db, text, where, limit=limit))
+    found = await record_rows(store).match_instances(text, where, limit=limit)
     if not found:
         return (
             f"No delegation matches {text!r}"
@@ -231,9 +229,7 @@ async def _discover(
             lines = [instance_header(turns, view, about + " — in full:")]
             lines += record_view(turns, view, min(int(view.budget * BEST_SHARE), rest))
         else:
-            hits = await store.call(
-                lambda db, i=item.instance_id: matching_entries(db, text, i, limit=HIT_POOL)
-            )
+            hits = await record_rows(store).matching_entries(text, item.instance_id, limit=HIT_POOL)
             lines = [instance_header(turns, view, about + ":"), *hit_lines(turns, hits, item.hits)]
         block = "\n".join(lines)
         if len(block) > rest:

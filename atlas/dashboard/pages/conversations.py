@@ -12,7 +12,7 @@ from itertools import zip_longest
 from aiohttp import web
 
 from atlas.dashboard.context import Dashboard, dashboard_of
-from atlas.dashboard.names import conversation_name, people
+from atlas.dashboard.names import conversation_name
 from atlas.dashboard.page import Page
 from atlas.dashboard.queries import (
     CONVERSATIONS_PER_PAGE,
@@ -111,7 +111,7 @@ async def search(dashboard: Dashboard, text: str, bots: list[Bot]) -> list[Found
 
 
 async def _people(dashboard: Dashboard, bot: str) -> dict[tuple[str, str], str]:
-    return await dashboard.audit.quick(lambda db: people(db, bot))
+    return await dashboard.home_reads.people(bot)
 
 
 def _waiting(dashboard: Dashboard, bot: str) -> set[int]:

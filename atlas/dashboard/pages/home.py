@@ -13,7 +13,7 @@ from aiohttp import web
 
 from atlas.dashboard.context import Dashboard, dashboard_of
 from atlas.dashboard.page import Page
-from atlas.dashboard.queries import DayStats, pending_pairings, stats_since
+from atlas.dashboard.queries import DayStats, stats_since
 from atlas.dashboard.render import render
 from atlas.home import Bot
 from atlas.store.db import utc_now_iso
@@ -116,7 +116,7 @@ async def waiting(dashboard: Dashboard) -> Waiting:
         for ask in dashboard.asks.open()
         if ask.share and ask.kind == "approval"
     ]
-    pairings = await dashboard.audit.quick(lambda db: pending_pairings(db, utc_now_iso()))
+    pairings = await dashboard.home_reads.pending_pairings(utc_now_iso())
     return Waiting(approvals, pairings)
 
 

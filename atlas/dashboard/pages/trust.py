@@ -10,7 +10,7 @@ from aiohttp import web
 from atlas.dashboard.context import dashboard_of
 from atlas.dashboard.modes import MODES, set_bot_mode, set_conversation_mode
 from atlas.dashboard.page import Page
-from atlas.dashboard.queries import DECISIONS_PER_PAGE, DecisionFilter, gate_decisions
+from atlas.dashboard.queries import DECISIONS_PER_PAGE, DecisionFilter
 from atlas.dashboard.render import render, see_other
 from atlas.errors import AtlasError
 from atlas.workers.dashboard_ops import Workers
@@ -32,8 +32,8 @@ async def trust_page(request: web.Request) -> web.Response:
     )
     before = query.get("before", "")
     before_id = int(before) if before.isdigit() else None
-    rows = await dashboard.audit.call(
-        lambda db: gate_decisions(db, where, before_id=before_id, limit=DECISIONS_PER_PAGE)
+    rows = await dashboard.home_reads.gate_decisions(
+        where, before_id=before_id, limit=DECISIONS_PER_PAGE
     )
     overrides = [
         (bot, conversation, state.mode)

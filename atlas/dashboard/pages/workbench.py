@@ -7,9 +7,6 @@ rule is for a bot acting on the person's sessions), and each act is recorded in 
 
 from __future__ import annotations
 
-from typing import Any
-
-import sqlite_utils
 from aiohttp import web
 
 from atlas.agents.services import HomeServices
@@ -32,23 +29,6 @@ def services_of(dashboard: Dashboard) -> HomeServices | None:
     return services if isinstance(services, HomeServices) else None
 
 
-def _ended_subagents(offset: int) -> Any:
-    def select(db: sqlite_utils.Database) -> list[dict[str, Any]]:
-        if "delegations" not in db.table_names():
-            return []
-        return list(
-            db.query(
-                "SELECT id, bot, parent_conversation_id, goal, status, reason, rounds, "
-                "input_tokens, output_tokens, created_at, ended_at FROM delegations "
-                "WHERE status IN ('done', 'failed', 'stopped') "
-                "ORDER BY created_at DESC, id LIMIT ? OFFSET ?",
-                [ENDED_PER_PAGE + 1, offset],
-            )
-        )
-
-    return select
-
-
 async def workbench_page(request: web.Request) -> web.Response:
     dashboard = dashboard_of(request)
     services = services_of(dashboard)
@@ -64,7 +44,9 @@ async def workbench_page(request: web.Request) -> web.Response:
         running += subagents
     text = request.query.get("page", "1")
     page = max(1, int(text)) if text.isdigit() else 1
-    ended = await dashboard.audit.call(_ended_subagents((page - 1) * ENDED_PER_PAGE))
+    ended = await dashboard.home_reads.ended_subagents(
+        offset=(page - 1) * ENDED_PER_PAGE, limit=ENDED_PER_PAGE + 1
+    )
     return render(
         request,
         "workbench.html",

@@ -1,7 +1,7 @@
 """The parts of the home's shared state (atlas.db) that live in PostgreSQL so far: the gate's
 log and the delegations record, the same calls as HomeStore's (atlas/store/engine.py
-`HomeStateEngine`). Routines and the outbox have their own modules (routines.py, outbox.py);
-pairing and the dashboard's sessions keep their own SQL over atlas.db and are not here yet
+`HomeStateEngine`). Routines, the outbox, pairing, the executors' records and the dashboard's
+reads are beside it (routines.py, outbox.py, pairing.py, executors.py, dashboard.py)
 (docs/scaling.md)."""
 
 from __future__ import annotations

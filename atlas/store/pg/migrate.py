@@ -8,18 +8,19 @@ staging table and on with one INSERT that fills the search column, so a million 
 seconds, not an INSERT each. The counts are then compared bot by bot.
 
 Of the home's shared state (atlas.db), the gate's log and the delegations are copied, their
-conversation ids moved to the new numbering. A bot that already has conversations in the
-database is refused, not copied twice, and so is a database that already has a gate log or
-delegations. Then each bot's outbox rows and atlas.db's routines and runs
-(atlas/store/pg/migrate_outbox.py). Not copied yet: pairing, the dashboard's sessions
-(docs/scaling.md says what is built).
+conversation ids moved to the new numbering; then pairing and the coding executors' records
+(atlas/store/pg/migrate_shared.py); then each bot's outbox rows and atlas.db's routines and runs
+(atlas/store/pg/migrate_outbox.py). A bot that already has conversations in the database is
+refused, not copied twice, and so is a database that already has any of these shared rows. Not
+copied: the chat generations of `/new` (docs/scaling.md says what is built); the dashboard's
+sessions are signed cookies, nothing stored to copy.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from atlas.store.pg.migrate_outbox import (
     copy_bot_outbox,
     copy_routines,
 )
+from atlas.store.pg.migrate_shared import SharedCopy, copy_shared_records
 from atlas.store.pg.server import PgServer
 from atlas.store.pg.text import words_text, words_vector
 
@@ -58,6 +60,8 @@ class HomeCopy:
 
     gate_decisions: int
     delegations: int
+    # pairing and the executors' records (atlas/store/pg/migrate_shared.py), copied after
+    records: SharedCopy | None = None
 
 
 def _read_file(path: Path) -> dict[str, list[dict[str, Any]]]:
@@ -310,6 +314,8 @@ async def migrate_home(home: Any, url: str, password: str | None) -> MigrateRepo
         shared = routines = None
         if home.db_path.exists():
             shared = await copy_home_state(conn, home.db_path, conversation_ids)
+            records = await copy_shared_records(conn, home.db_path, conversation_ids)
+            shared = replace(shared, records=records)
         for name, bot in sorted(home.bots.items()):
             if name in message_ids:
                 outboxes.append(await copy_bot_outbox(conn, name, bot.db_path, message_ids[name]))
