@@ -83,7 +83,12 @@ async def _call(callback: Callable[..., Awaitable[None] | None] | None, *args: o
 
 
 class ClusterNode:
-    """One node of a home: holds leases on its share of `bots` while it runs."""
+    """One node of a home: holds leases on its share of `bots` while it runs.
+
+    Every node of a home is given the same `bots` (the home's settings): the shares are
+    computed from the live nodes alone, so a node given fewer bots would leave its share
+    untaken and the others would keep releasing theirs to it.
+    """
 
     def __init__(
         self,
@@ -185,6 +190,8 @@ class ClusterNode:
                 return
             except _DATABASE_TROUBLE as exc:
                 log.warning("node %s: round failed (%s); the watchdog decides", self.name, exc)
+            except Exception:  # a bug must not end the rounds: the next one may succeed
+                log.exception("node %s: round failed; the watchdog decides", self.name)
             await asyncio.sleep(max(0.0, self.timing.heartbeat - (time.monotonic() - started)))
 
     async def _watch(self) -> None:
