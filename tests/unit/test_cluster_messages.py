@@ -86,3 +86,29 @@ async def test_a_node_without_the_lease_cannot_take_and_a_failed_handler_unclaim
     taken = await messages.take("helper", lease.fence)
     assert [(m.kind, m.body) for m in taken] == [("routine", {"run": 7})]
     assert await messages.take("helper", lease.fence) == []
+
+
+async def test_a_message_waiting_when_the_bot_changes_hands_goes_to_the_new_owner(
+    server: PgServer,
+) -> None:
+    """The notice came while nobody held the bot: the new owner's sweep finds the row."""
+    await NodeMessages(server, "a").send("helper", "chat", {"text": "anyone?"})
+    got: list[NodeMessage] = []
+    arrived = asyncio.Event()
+
+    def deliver(conn: asyncpg.Connection, messages: list[NodeMessage]) -> None:
+        got.extend(messages)
+        arrived.set()
+
+    owner = ClusterNode(server, "c", ["helper"], FAST, run_scheduler=False)
+    inbox = Inbox(
+        NodeMessages(server, "c"), owner.fence, lambda: owner.held, deliver, sweep_seconds=0.3
+    )
+    await inbox.start()  # before the node holds anything: the start's wake finds nothing
+    await owner.start()
+    try:
+        await asyncio.wait_for(arrived.wait(), 3)
+        assert [(m.body["text"], m.from_node) for m in got] == [("anyone?", "a")]
+    finally:
+        await inbox.stop()
+        await owner.stop()
