@@ -86,12 +86,11 @@ async def bot_views(dashboard: Dashboard) -> list[BotView]:
 
 async def due_routines(dashboard: Dashboard) -> list[DueRoutine]:
     from atlas.routines.schedule import ScheduleError, next_fire_times, parse_schedule
-    from atlas.routines.store import RoutineStore
 
     zone = dashboard.home.settings.timezone
     now = dashboard.now()
     due = []
-    for routine in await RoutineStore(dashboard.audit).all():
+    for routine in await dashboard.routine_store().all():
         if routine.paused:
             continue
         try:
