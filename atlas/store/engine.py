@@ -79,6 +79,10 @@ class ConversationEngine(Protocol):
 
     async def history(self, conversation_id: int) -> list[Message]: ...
 
+    async def history_and_compaction(
+        self, conversation_id: int
+    ) -> tuple[list[Message], Compaction | None]: ...
+
     async def search(
         self, query: str, *, limit: int = 20, conversation_id: int | None = None
     ) -> list[SearchHit]: ...

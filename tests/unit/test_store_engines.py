@@ -131,6 +131,23 @@ async def test_compactions(engine: ConversationEngine) -> None:
     assert await engine.last_compaction(conversation_id) == (9, "new summary")
 
 
+async def test_a_turns_history_after_a_compaction_is_the_first_message_and_those_kept(
+    engine: ConversationEngine,
+) -> None:
+    """What the tool loop reads each turn (`history_and_compaction`): the same on both."""
+    conversation_id = await _chat(engine)
+    ids = [await _say(engine, conversation_id, f"message {n}") for n in range(5)]
+    messages, compaction = await engine.history_and_compaction(conversation_id)
+    assert [m.content for m in messages] == [f"message {n}" for n in range(5)]
+    assert compaction is None
+    await engine.record_compaction(conversation_id, ids[3], "the summary")
+    await _say(engine, conversation_id, "after it", role="assistant")
+    messages, compaction = await engine.history_and_compaction(conversation_id)
+    assert [m.content for m in messages] == ["message 0", "message 3", "message 4", "after it"]
+    assert [m.id for m in messages][:3] == [ids[0], ids[3], ids[4]]
+    assert compaction == (ids[3], "the summary")
+
+
 # ---- search: the same queries, the same answers -----------------------------------------------
 
 

@@ -290,6 +290,41 @@ class PgConversationStore:
         )
         return [message_from_row(tuple(row)) for row in rows]  # type: ignore[arg-type]
 
+    async def history_and_compaction(
+        self, conversation_id: int
+    ) -> tuple[list[Message], Compaction | None]:
+        """The latest compaction and the messages a turn needs, as the SQLite store's: after
+        a compaction only the first message and those it kept (from `first_kept_id` on), not
+        the whole conversation. Both read in one snapshot."""
+        columns = "id, role, content, tool_calls, tool_call_id, name, images, answers_upto"
+        async with (
+            self.server.pool.acquire() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
+            found = await conn.fetchrow(
+                "SELECT first_kept_id, summary FROM compactions WHERE conversation_id = $1 "
+                "ORDER BY id DESC LIMIT 1",
+                conversation_id,
+            )
+            if found is None:
+                rows = await conn.fetch(
+                    f"SELECT {columns} FROM messages WHERE conversation_id = $1 AND bot = $2 "
+                    "ORDER BY id",
+                    conversation_id,
+                    self.bot,
+                )
+            else:
+                rows = await conn.fetch(
+                    f"SELECT {columns} FROM messages WHERE conversation_id = $1 AND bot = $2 "
+                    "AND (id >= $3 OR id = (SELECT MIN(id) FROM messages "
+                    "WHERE conversation_id = $1)) ORDER BY id",
+                    conversation_id,
+                    self.bot,
+                    found[0],
+                )
+        messages = [message_from_row(tuple(row)) for row in rows]  # type: ignore[arg-type]
+        return messages, ((found[0], found[1]) if found else None)
+
     async def search(
         self, query: str, *, limit: int = 20, conversation_id: int | None = None
     ) -> list[SearchHit]:
