@@ -184,3 +184,26 @@ def test_workers_are_one_process_on_postgresql(
     assert "workers: 1, not 3: a home whose store is PostgreSQL runs in one process" in (
         record.getMessage()
     )
+
+
+async def test_the_dashboard_says_what_it_does_not_read_from_postgresql(tmp_path: Path) -> None:
+    """Its conversation pages' own SQL has no PostgreSQL side yet: on such a home they say so,
+    and never read a conversations.db left from before the move."""
+    from atlas.providers.base import Message
+    from tests.dashboard_rig import dashboard_rig
+    from tests.helpers import open_store_for_tests
+
+    async with dashboard_rig(tmp_path / "home") as rig:
+        store = await open_store_for_tests(rig.home.bot("atlas"))  # the file before the move
+        conversation = await store.conversation("telegram", "41", bot="atlas")
+        await store.append(conversation.id, Message("user", "hello from the old file"))
+        await rig.log_in()
+        before = await (await rig.client.get("/conversations?bot=atlas")).text()
+        assert "Telegram 41" in before and "in PostgreSQL" not in before
+        rig.dashboard.home = with_url(rig.home, "postgresql://atlas@127.0.0.1:5432/atlas")
+        for page in ("/", "/conversations?bot=atlas", "/usage"):
+            answer = await rig.client.get(page)
+            assert answer.status == 200, page
+            html = await answer.text()
+            assert "This home&#39;s conversations are in PostgreSQL" in html, page
+            assert "Telegram 41" not in html, page
