@@ -64,23 +64,10 @@ def render(request: web.Request, template: str, status: int = 200, **values: Any
         "csrf": dashboard.signer.csrf_token(session) if session else "",
         "zone": dashboard.home.settings.timezone,
         "when": lambda value: _when(value, zone),
-        "store_note": store_note(dashboard),
         **values,
     }
     html = environment().get_template(template).render(page)
     return web.Response(text=masked(html, dashboard), status=status, content_type="text/html")
-
-
-def store_note(dashboard: Dashboard) -> str:
-    """On a home whose store is PostgreSQL, what the pages do not show yet (their own SQL over
-    each bot's conversations.db has no PostgreSQL side: docs/scaling.md); else nothing."""
-    if dashboard.home.settings.store.url is None:
-        return ""
-    return (
-        "This home's conversations are in PostgreSQL: the Conversations pages, the Chat "
-        "page's earlier messages, the Usage page and today's figures do not read them yet "
-        "(docs/scaling.md). The gate's log, pairing, routines and the Waiting page do."
-    )
 
 
 def masked(html: str, dashboard: Dashboard) -> str:

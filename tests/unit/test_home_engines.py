@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -186,24 +187,24 @@ def test_workers_are_one_process_on_postgresql(
     )
 
 
-async def test_the_dashboard_says_what_it_does_not_read_from_postgresql(tmp_path: Path) -> None:
-    """Its conversation pages' own SQL has no PostgreSQL side yet: on such a home they say so,
-    and never read a conversations.db left from before the move."""
-    from atlas.providers.base import Message
+async def test_the_dashboard_reads_a_postgresql_homes_bots_without_their_files(
+    tmp_path: Path,
+) -> None:
+    """Every bot's conversations are in the database: no file says who talked; the pages ask
+    the runtime's store (its PostgreSQL side), never a file (tests/unit/test_dashboard_postgres.py
+    renders them from PostgreSQL)."""
     from tests.dashboard_rig import dashboard_rig
-    from tests.helpers import open_store_for_tests
 
-    async with dashboard_rig(tmp_path / "home") as rig:
-        store = await open_store_for_tests(rig.home.bot("atlas"))  # the file before the move
-        conversation = await store.conversation("telegram", "41", bot="atlas")
-        await store.append(conversation.id, Message("user", "hello from the old file"))
-        await rig.log_in()
-        before = await (await rig.client.get("/conversations?bot=atlas")).text()
-        assert "Telegram 41" in before and "in PostgreSQL" not in before
+    asked: list[str] = []
+
+    async def open_store(bot: Any) -> str:
+        asked.append(bot.name)
+        return f"the store of {bot.name}"
+
+    async with dashboard_rig(tmp_path / "home", open_store=open_store) as rig:
+        bot = rig.home.bot("atlas")
+        assert not bot.db_path.exists()
+        assert await rig.dashboard.store(bot) is None  # SQLite: never talked, no file
         rig.dashboard.home = with_url(rig.home, "postgresql://atlas@127.0.0.1:5432/atlas")
-        for page in ("/", "/conversations?bot=atlas", "/usage"):
-            answer = await rig.client.get(page)
-            assert answer.status == 200, page
-            html = await answer.text()
-            assert "This home&#39;s conversations are in PostgreSQL" in html, page
-            assert "Telegram 41" not in html, page
+        assert await rig.dashboard.store(bot) == "the store of atlas"
+        assert asked == ["atlas"] and not bot.db_path.exists()
