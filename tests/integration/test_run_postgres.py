@@ -275,7 +275,8 @@ async def test_atlas_chat_and_the_clis_use_the_homes_postgresql_database(
     tmp_path: Path, fakes: Fakes, postgres_url: str
 ) -> None:
     """`atlas chat` answers from PostgreSQL and stores there; `atlas trust log` and `atlas
-    search` read it back from there; the bots' files stay untouched."""
+    search` read it back from there, `atlas routines` keeps routines there; the home's SQLite
+    files stay untouched."""
     home = tmp_path / "home"
     fakes.write_home(home, conversations=1)
     with_store_url(home, postgres_url)
@@ -304,3 +305,15 @@ async def test_atlas_chat_and_the_clis_use_the_homes_postgresql_database(
     assert log.returncode == 0 and "read_file ALLOW" in log.stdout, log.stdout + log.stderr
     found = await asyncio.to_thread(atlas, "search", "note")
     assert found.returncode == 0 and "T0-1-1" in found.stdout, found.stdout + found.stderr
+    later = datetime.now(UTC) + timedelta(days=1)
+    (home / "routines" / "report.toml").write_text(routine_due(later))
+    reload = await asyncio.to_thread(atlas, "routines", "reload")
+    assert reload.returncode == 0 and "created: report" in reload.stdout, reload.stdout
+    listed = await asyncio.to_thread(atlas, "routines", "list")
+    assert listed.returncode == 0 and "report" in listed.stdout, listed.stdout + listed.stderr
+    db = await asyncpg.connect(postgres_url)
+    try:
+        assert await db.fetchval("SELECT name FROM routines") == "report"
+    finally:
+        await db.close()
+    assert sqlite_rows(home, "routines") == 0
