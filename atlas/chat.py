@@ -19,6 +19,7 @@ from atlas.preload import start_loading_sdks
 from atlas.providers.base import ToolCall
 from atlas.runtime import Runtime
 from atlas.services import start_core, stop_turns
+from atlas.store.home_engines import HomeEngines
 from atlas.tools.catalog import default_registry
 from atlas.tools.registry import RunContext
 from atlas.trust.gate import Deny, settle
@@ -46,7 +47,9 @@ async def chat(
     typed = ConsoleInput(await stdin_reader())  # the one reader of stdin (console_input.py)
     console = ConsoleChannel(typed)
     console.streams = stream
-    dispatcher = await start_core(home, {"console": console})
+    # atlas.db and the bots' files, or the home's PostgreSQL database (`[store] url`).
+    engines = await HomeEngines.open(home)
+    dispatcher = await start_core(home, {"console": console}, engines=engines)
     chat_id = chat_name or "terminal-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     address = Address(bot.name, "console", chat_id, user=getpass.getuser())
     # /stop typed while a reply runs (streams) stops it, as Ctrl-C does; typed while nothing
@@ -114,7 +117,7 @@ async def run_one_tool(home: Home, bot_name: str | None, name: str, json_args: s
     # when the tool is not a built-in one: `atlas tool read_file` stays instant.
     mcp = McpManager(home)
     built_in = default_registry()
-    runtime = Runtime(home, mcp=mcp, registry=built_in)
+    runtime = Runtime(home, mcp=mcp, registry=built_in, engines=await HomeEngines.open(home))
     console = ConsoleChannel(await stdin_reader())
     address = Address(bot.name, "console", "atlas-tool")
     try:

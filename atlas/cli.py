@@ -162,7 +162,7 @@ def cmd_tools(args: argparse.Namespace) -> int:
 def cmd_pairing(args: argparse.Namespace) -> int:
     from atlas.channels.pairing_cli import run_pairing
 
-    return run_pairing(_load_home(args).db_path, args)
+    return run_pairing(_load_home(args), args)
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ from atlas.process import freeze_long_lived_objects
 from atlas.start_checks import check_before_start
 from atlas.store.integrity import remember_clean_stop
 from atlas.workers.link import Link
-from atlas.workers.plan import Placement, worker_count
+from atlas.workers.plan import Placement, one_process_on_postgres, worker_count
 from atlas.workers.pool import WorkerPool
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def prepare(home: Home, *, fork: bool = False) -> Start:
     listen = dashboard_listen(home)  # beyond loopback without allow_remote: stops here too
     # The bots spread over worker processes ([daemon] workers); this process serves share 0
     # and the home's shared duties (atlas/workers/).
-    start = Start(listen, Placement.of(home, worker_count(home)))
+    start = Start(listen, Placement.of(home, one_process_on_postgres(home, worker_count(home))))
     if fork and start.placement.count > 1:
         from atlas.workers.fork import can_fork, fork_workers
 
@@ -105,6 +105,7 @@ async def serve(
     # now, and the channels wait for it below: the first answer does not pay for them.
     here = [home.bot(name) for name in sorted(placement.served_by(0))]  # the home's share
     sdks = None if start.forked else start_loading_sdks(home, here)
+    engines = None
     try:
         # The rest of the daemon loads only now: spawned workers load theirs meanwhile (forked
         # ones have them already), so their start-up overlaps this process's imports.
@@ -113,24 +114,30 @@ async def serve(
         from atlas.dashboard.chat_channel import WEB_CHANNEL, BrowserChannel
         from atlas.recovery import resume_interrupted_turns
         from atlas.services import home_services, start_core, stop_turns
-        from atlas.store.home_db import HomeStore
+        from atlas.store.home_engines import HomeEngines
         from atlas.workers.asks import dispatchers_asks, serve_asks
         from atlas.workers.forwarded_channel import stand_ins
         from atlas.workers.home_db import serve_home_db
         from atlas.workers.routines import serve_routines
         from atlas.workers.routing import HOME_SHARE, Elsewhere, RoutedRuns
 
+        # The home's engines, from `[store] url` (atlas/store/home_engines.py): atlas.db (its
+        # one writer, for the workers too) and the bots' files, or the PostgreSQL server,
+        # reached here or the start stops naming the url and what failed.
+        engines = await HomeEngines.open(home)
+        audit = engines.audit
         home.served = placement.served_by(HOME_SHARE)
         home.owned = frozenset(placement.shares[HOME_SHARE])
-        audit = HomeStore(home.db_path)  # the one writer of atlas.db, for the workers too
         channels: dict[str, Channel] = {}
         elsewhere = Elsewhere(placement, HOME_SHARE, lambda share: _pool(pool).link(share))
         if pool is not None:
             await pool.connect()
-        dispatcher = await start_core(home, channels, audit=audit)
+        dispatcher = await start_core(home, channels, engines=engines)
     except BaseException:
         if pool is not None:
             await pool.stop()
+        if engines is not None:
+            await engines.close()
         raise
     if pool is not None:
         elsewhere.serve(dispatcher)
@@ -178,7 +185,7 @@ async def serve(
         from atlas.executors.record import DelegationRecord
         from atlas.routines.scheduler import RoutineScheduler
 
-        routines = RoutineScheduler(home, runtime.audit, runs)
+        routines = RoutineScheduler(home, runtime.audit, runs, store=runtime.engines.routines)
         home_services(dispatcher).serve_routines(routines)  # cronjob_manage's, once started
         log.info("routine files: %s", (await routines.start()).summary())
         if listen is not None:  # the web dashboard (docs/dashboard.md), over this runtime
@@ -192,7 +199,7 @@ async def serve(
             dispatcher.channels,
             lambda bot: runtime.store(home.bot(bot)),
             lambda: services.workbench,  # the home's, delegate's tasks on it too
-            DelegationRecord(runtime.audit, home=home),  # the person's turns, recorded
+            DelegationRecord(runtime.engines.records, home=home),  # the person's turns
             dispatcher.asks,  # their prompts wait on the dashboard's Waiting page too
         )
         freeze_long_lived_objects()

@@ -97,8 +97,12 @@ class Dispatcher:
         self.runtime = runtime
         self.channels = channels
         self._lanes: dict[Address, Lane] = {}
-        # Every message out goes through it (atlas/outbox/): rows in each bot's store.
-        self.outbox = Outbox(channels, self._database)
+        # Every message out goes through it (atlas/outbox/): rows in each bot's store, or in
+        # the home's PostgreSQL database, claimed with this process's lease epoch (0: one node).
+        engines = runtime.engines
+        self.outbox = Outbox(
+            channels, self._database, rows=engines.outbox_rows, epoch=engines.epoch
+        )
         self._limit = asyncio.Semaphore(runtime.home.settings.limits.concurrent_turns)
         review = runtime.home.settings.review
         self._quiet = (

@@ -31,3 +31,14 @@ class ProviderError(AtlasError):
 
 class ToolError(AtlasError):
     """A tool refused or failed; the message goes to the model as `Error: …`."""
+
+
+class NotOnPostgres(AtlasError):
+    """Something of atlas.db's own SQL was reached on a home whose store is PostgreSQL: refused,
+    never written to the home's SQLite files (docs/scaling.md lists what is not there yet)."""
+
+    def __init__(self, what: str, where: str) -> None:
+        super().__init__(
+            f"{what} is not on PostgreSQL yet (this home's store is {where}); docs/scaling.md "
+            "lists what is not. Nothing was written to the home's SQLite files."
+        )

@@ -116,7 +116,12 @@ async def find_unfinished(
 ) -> list[Unfinished]:
     """Conversations of `bot` active since `since` whose last message is not a final answer,
     or is one whose turn had not seen every message before it."""
-    rows = await store.db.call(lambda db: list(db.query(_LAST_MESSAGES, [bot, _iso(since)])))
+    from atlas.store.conversations import ConversationStore as SqliteStore  # loaded already
+
+    if isinstance(store, SqliteStore):
+        rows = await store.db.call(lambda db: list(db.query(_LAST_MESSAGES, [bot, _iso(since)])))
+    else:  # the home's PostgreSQL database (atlas/store/pg/conversations.py): the same rows
+        rows = await store.last_messages(_iso(since))  # type: ignore[attr-defined]
     found = []
     for row in rows:
         final = _is_final_answer(row["role"], row["tool_calls"])

@@ -11,7 +11,9 @@ from atlas.home import Bot, Home
 from atlas.mcp.manager import McpManager
 from atlas.providers.base import ModelClient
 from atlas.store.conversations import ConversationStore
+from atlas.store.engine import ConversationEngine
 from atlas.store.home_db import HomeStore
+from atlas.store.home_engines import HomeEngines
 from atlas.tools.catalog import default_registry
 from atlas.tools.registry import ConversationState, ToolRegistry
 from atlas.trust.gate import BaseGate
@@ -32,7 +34,11 @@ class Runtime:
         registry: ToolRegistry | None = None,
         mcp: McpManager | None = None,
         audit: HomeStore | None = None,
+        engines: HomeEngines | None = None,
     ) -> None:
+        """`engines`: the home's engines (atlas/store/home_engines.py), opened by the daemon
+        from `[store] url`; by default atlas.db (`audit`, else the home's file) and a
+        conversations.db per bot. The runtime closes them with itself."""
         self._owned_router: ModelRouter | None = None
         if model is None:
             from atlas.providers.router import ModelRouter
@@ -40,12 +46,14 @@ class Runtime:
             model = self._owned_router = ModelRouter(home.settings)
         self.home = home
         self.model = model
-        # atlas.db; a worker process's runs its work in the home's process (atlas/workers/).
-        self.audit = HomeStore(home.db_path) if audit is None else audit
+        # atlas.db (a worker process's runs its work in the home's process: atlas/workers/),
+        # or the home's PostgreSQL database: every engine of the home's state comes from here.
+        self.engines = engines if engines is not None else HomeEngines(home, audit=audit)
+        self.audit = self.engines.audit
         self.gate = RuleGate(home, Guardian(model), self.audit) if gate is None else gate
         self._base_registry = default_registry() if registry is None else registry
         self.mcp = mcp
-        self._stores: dict[str, ConversationStore] = {}
+        self._stores: dict[str, ConversationEngine] = {}
         self._store_lock = asyncio.Lock()
         self._states: dict[tuple[str, int], ConversationState] = {}
 
@@ -57,14 +65,15 @@ class Runtime:
         return self.mcp.registry_over(self._base_registry)
 
     async def store(self, bot: Bot) -> ConversationStore:
-        """The bot's conversation store, opened on first use."""
+        """The bot's conversation store, opened on first use: its conversations.db, or its
+        share of the home's PostgreSQL database (the same calls: atlas/store/engine.py)."""
         async with self._store_lock:
             if bot.name not in self._stores:
                 bot.ensure_folders()
-                store = ConversationStore(bot.db_path)
+                store = self.engines.conversations(bot)
                 await store.open()
                 self._stores[bot.name] = store
-            return self._stores[bot.name]
+            return self._stores[bot.name]  # type: ignore[return-value]
 
     def state(self, bot: Bot, conversation_id: int) -> ConversationState:
         key = (bot.name, conversation_id)
@@ -92,6 +101,6 @@ class Runtime:
         for store in self._stores.values():
             await store.close()
         self._stores.clear()
-        await self.audit.close()
+        await self.engines.close()
         if self._owned_router is not None:  # a model handed in is closed by whoever made it
             await self._owned_router.close()

@@ -8,7 +8,8 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from atlas.home import Home
-from atlas.store.conversations import ConversationStore, MessageFilter
+from atlas.store.conversations import MessageFilter
+from atlas.store.home_engines import HomeEngines
 from atlas.tools.conversations import (
     BotStore,
     Found,
@@ -70,11 +71,12 @@ async def search_main(home: Home, query: str, bot_name: str | None, as_json: boo
         return 2
     bots = [home.bot(bot_name)] if bot_name else list(home.bots.values())
     stores: list[BotStore] = []
+    engines = await HomeEngines.open(home)  # the bots' files, or the home's PostgreSQL database
     try:
         for bot in bots:
-            if not bot.db_path.exists():
+            if not engines.on_postgres and not bot.db_path.exists():
                 continue  # never talked: opening the store would create it
-            store = ConversationStore(bot.db_path)
+            store = engines.conversations(bot)
             await store.open()
             stores.append(BotStore(bot.name, store, qualify=len(bots) > 1))
         search = Search(
@@ -87,6 +89,7 @@ async def search_main(home: Home, query: str, bot_name: str | None, as_json: boo
     finally:
         for where in stores:
             await where.store.close()
+        await engines.close()
     if as_json:
         print(json.dumps(_as_json(query, index, found), ensure_ascii=False, indent=2))
     elif found:

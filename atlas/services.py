@@ -15,6 +15,7 @@ from atlas.providers.base import ModelClient
 from atlas.runtime import Runtime
 from atlas.secrets import redact_logs
 from atlas.store.home_db import HomeStore
+from atlas.store.home_engines import HomeEngines
 
 log = logging.getLogger(__name__)
 
@@ -25,12 +26,14 @@ async def start_core(
     *,
     model: ModelClient | None = None,
     audit: HomeStore | None = None,
+    engines: HomeEngines | None = None,
 ) -> Dispatcher:
     """Runtime + dispatcher + agents channel, MCP servers started. A malformed mcp.json fails
-    here, before anything runs."""
+    here, before anything runs. `engines`: the home's (atlas/store/home_engines.py), else
+    atlas.db (`audit`) and the bots' files."""
     redact_logs(home)
     mcp = McpManager(home)
-    runtime = Runtime(home, model=model, mcp=mcp, audit=audit)
+    runtime = Runtime(home, model=model, mcp=mcp, audit=audit, engines=engines)
     channels[AGENTS_CHANNEL] = AgentChannel(home.settings.agents.reply_seconds)
     dispatcher = Dispatcher(runtime, channels)
     provide_services(dispatcher)  # what delegate, message_agent, cronjob_manage... reach

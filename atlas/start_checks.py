@@ -48,24 +48,14 @@ def check_tool_names(bot: Bot, known: list[str] | None = None) -> None:
     )
 
 
-def check_store_url(home: Home) -> None:
-    """`[store] url` names a PostgreSQL database, which the daemon cannot run on yet: refused
-    rather than quietly serving from the home's SQLite files (docs/scaling.md)."""
-    if home.settings.store.url is not None:
-        line = find_line(read_toml(home.config_path)[1], ("store", "url"))
-        raise ConfigError(
-            f"{home.config_path}: store.url{f' (line {line})' if line else ''}: `atlas run` does "
-            "not run on PostgreSQL yet; `atlas store migrate` and `atlas doctor` use it "
-            "(docs/scaling.md). Remove the url to run on the home's SQLite files."
-        )
-
-
 def check_before_start(home: Home) -> None:
-    """Everything a daemon needs right before it starts; the first problem is raised."""
+    """Everything a daemon needs right before it starts; the first problem is raised. A
+    `[store] url` was checked when the settings loaded (a postgresql:// address, no password
+    in it); the server is reached when the daemon opens the home's engines, first thing
+    (atlas/store/home_engines.py), and an unreachable one stops it there."""
     from atlas.channels.settings import check_channels  # late: channels import the runtime
 
     check_databases(home)
-    check_store_url(home)
     known = known_tool_names()
     for bot in home.bots.values():
         check_tool_names(bot, known)

@@ -22,6 +22,7 @@ from atlas.executors.tasks import ExecutorTasks
 from atlas.executors.workbench import Workbench
 from atlas.home import Bot
 from atlas.store.home_db import HomeStore
+from atlas.store.home_engines import HomeEngines
 from atlas.tools.registry import RunContext, ToolRegistry
 from atlas.workers.routines import RemoteRoutines
 from atlas.workers.routing import Elsewhere, agents_address
@@ -52,6 +53,11 @@ class HomeServices:
     def home_store(self) -> HomeStore:
         """The runtime's atlas.db: in a worker, a RemoteHomeStore (the home's process runs it)."""
         return self.dispatcher.runtime.audit
+
+    @property
+    def engines(self) -> HomeEngines:
+        """The runtime's engines: atlas.db's (in a worker, over the link), or PostgreSQL's."""
+        return self.dispatcher.runtime.engines
 
     @property
     def subagents(self) -> SubagentManager:
@@ -131,7 +137,7 @@ def delegation_record(dispatcher: Dispatcher, workbench: Workbench) -> Delegatio
     THE ONE CALL SITE of the record for executor tasks: every turn, steer, question, answer and
     end goes through the object made here (ExecutorTasks._record)."""
     runtime = dispatcher.runtime
-    record = DelegationRecord(runtime.audit, home=runtime.home)
+    record = DelegationRecord(runtime.engines.records, home=runtime.home)
     record.follow(workbench)
     return record
 

@@ -8,7 +8,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import sqlite_utils  # loaded through atlas.store, which keeps pandas out
@@ -21,30 +21,66 @@ MB = 1024 * 1024
 NEW_CONVERSATION = "Started a new conversation. The earlier one is kept and searchable."
 
 
-class ChatGenerations:
-    """How often `/new` restarted each conversation of one channel, kept in atlas.db so the
-    chat key `<chat>#<generation>` survives a restart (and the old conversation stays stored)."""
+@runtime_checkable
+class GenerationRows(Protocol):
+    """Where `/new` generations are kept: atlas.db (`SqliteGenerations`), or the home's
+    PostgreSQL database (atlas/store/pg/generations.py)."""
 
-    def __init__(self, store: HomeStore, channel: str) -> None:
+    async def generation(self, channel: str, chat: str, thread: str, user: str) -> int: ...
+
+    async def set_generation(
+        self, channel: str, chat: str, thread: str, user: str, generation: int
+    ) -> None: ...
+
+
+class SqliteGenerations:
+    """The generations in atlas.db's `chat_generations` (a HomeStore, or a worker's remote one)."""
+
+    def __init__(self, store: HomeStore) -> None:
         self.store = store
+
+    async def generation(self, channel: str, chat: str, thread: str, user: str) -> int:
+        def find(db: sqlite_utils.Database) -> int:  # may run in another process: no `self`
+            rows = db.query(
+                "SELECT generation FROM chat_generations "
+                "WHERE channel = ? AND chat = ? AND thread = ? AND user = ?",
+                [channel, chat, thread, user],
+            )
+            row = next(iter(rows), None)
+            return int(row["generation"]) if row else 0
+
+        return await self.store.quick(find)
+
+    async def set_generation(
+        self, channel: str, chat: str, thread: str, user: str, generation: int
+    ) -> None:
+        row: dict[str, Any] = {
+            "channel": channel,
+            "chat": chat,
+            "thread": thread,
+            "user": user,
+            "generation": generation,
+        }
+        pk = ("channel", "chat", "thread", "user")
+        await self.store.quick(lambda db: db["chat_generations"].upsert(row, pk=pk))
+
+
+class ChatGenerations:
+    """How often `/new` restarted each conversation of one channel, kept in the home's store
+    (atlas.db, or PostgreSQL) so the chat key `<chat>#<generation>` survives a restart (and the
+    old conversation stays stored)."""
+
+    def __init__(self, store: HomeStore | GenerationRows, channel: str) -> None:
+        self.rows: GenerationRows = (
+            store if isinstance(store, GenerationRows) else SqliteGenerations(store)
+        )
         self.channel = channel
         self._known: dict[tuple[str, str, str], int] = {}
 
     async def current(self, chat: str, thread: str = "", user: str = "") -> int:
         key = (chat, thread, user)
         if key not in self._known:
-            channel = self.channel  # the function may run in another process: no `self` in it
-
-            def find(db: sqlite_utils.Database) -> int:
-                rows = db.query(
-                    "SELECT generation FROM chat_generations "
-                    "WHERE channel = ? AND chat = ? AND thread = ? AND user = ?",
-                    [channel, chat, thread, user],
-                )
-                row = next(iter(rows), None)
-                return int(row["generation"]) if row else 0
-
-            self._known[key] = await self.store.quick(find)
+            self._known[key] = await self.rows.generation(self.channel, chat, thread, user)
         return self._known[key]
 
     async def chat_key(self, chat: str, thread: str = "", user: str = "") -> str:
@@ -55,15 +91,7 @@ class ChatGenerations:
     async def bump(self, chat: str, thread: str = "", user: str = "") -> int:
         """Start the next generation: the next message here begins a fresh conversation."""
         generation = await self.current(chat, thread, user) + 1
-        row = {
-            "channel": self.channel,
-            "chat": chat,
-            "thread": thread,
-            "user": user,
-            "generation": generation,
-        }
-        pk = ("channel", "chat", "thread", "user")
-        await self.store.quick(lambda db: db["chat_generations"].upsert(row, pk=pk))
+        await self.rows.set_generation(self.channel, chat, thread, user, generation)
         self._known[(chat, thread, user)] = generation
         return generation
 
@@ -141,6 +169,8 @@ __all__ = [
     "NEW_CONVERSATION",
     "BackgroundTasks",
     "ChatGenerations",
+    "GenerationRows",
+    "SqliteGenerations",
     "platform_chat",
     "sort_files",
     "unsendable",

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from atlas.channels.pairing_store import PairingEngine
+    from atlas.home import Home
     from atlas.store.home_db import HomeStore
 
 
@@ -25,9 +26,11 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # t
     return pairing
 
 
-async def pairing_main(store: HomeStore, args: argparse.Namespace) -> int:
-    """Run one `atlas pairing` action against the home's atlas.db; print what happened."""
+async def pairing_main(store: HomeStore | PairingEngine, args: argparse.Namespace) -> int:
+    """Run one `atlas pairing` action against the home's atlas.db (closed after) or another
+    engine's pairing (the home's PostgreSQL database); print what happened."""
     from atlas.channels.access import approve_pairing, deny_pairing, list_pairings
+    from atlas.channels.pairing_store import PairingEngine
 
     try:
         if args.pairing_command == "approve":
@@ -44,14 +47,23 @@ async def pairing_main(store: HomeStore, args: argparse.Namespace) -> int:
                 print(pairing.describe())
         return 0
     finally:
-        await store.close()
+        if not isinstance(store, PairingEngine):  # atlas.db's HomeStore, opened for this call
+            await store.close()
 
 
-def run_pairing(home_db: Path, args: argparse.Namespace) -> int:
-    """Synchronous entry for atlas/cli.py: `home_db` is the home's atlas.db path."""
-    from atlas.store.home_db import HomeStore
+async def _pairing_of(home: Home, args: argparse.Namespace) -> int:
+    from atlas.store.home_engines import HomeEngines
 
-    return asyncio.run(pairing_main(HomeStore(home_db), args))
+    engines = await HomeEngines.open(home)  # atlas.db, or the home's PostgreSQL database
+    try:
+        return await pairing_main(engines.pairing, args)
+    finally:
+        await engines.close()
+
+
+def run_pairing(home: Home, args: argparse.Namespace) -> int:
+    """Synchronous entry for atlas/cli.py: the home's pairing, where `[store] url` keeps it."""
+    return asyncio.run(_pairing_of(home, args))
 
 
 __all__ = ["add_parser", "pairing_main", "run_pairing"]

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from atlas.dashboard.chat_channel import BrowserChannel, ChatEvent
     from atlas.dispatch import Dispatcher
     from atlas.home import Bot, Home
+    from atlas.routines.engine import RoutineEngine
     from atlas.store.conversations import ConversationStore
     from atlas.store.home_db import HomeStore
     from atlas.tools.registry import ConversationState
@@ -60,11 +61,21 @@ class Dashboard:
     # What the pages read of the home's shared state (atlas/dashboard/reads.py): atlas.db's
     # (`audit`) unless another engine's is handed in (PostgreSQL's, atlas/store/pg/dashboard.py).
     reads: DashboardReads | None = None
+    # The routines' store when no scheduler runs (`routine_store`): atlas.db's by default.
+    routines: RoutineEngine | None = None
 
     def __post_init__(self) -> None:
         if self.reads is None:
             self.reads = SqliteDashboardReads(self.audit)
         self.asks.listen(lambda: self.events.publish("waiting"))
+
+    def routine_store(self) -> RoutineEngine:
+        """The routines, read without the scheduler: the engine handed in, else atlas.db's."""
+        if self.routines is None:
+            from atlas.routines.store import RoutineStore
+
+            self.routines = RoutineStore(self.audit)
+        return self.routines
 
     def attach(self, dispatcher: Dispatcher) -> None:
         """Serve the running dispatcher's questions (and, on every change, the `waiting`
@@ -110,8 +121,10 @@ class Dashboard:
             health.listen(lambda _name, _health: self.events.publish("home"))
 
     async def store(self, bot: Bot) -> ConversationStore | None:
-        """The bot's store; None for a bot that never talked (opening would create its file)."""
-        if not bot.db_path.exists():
+        """The bot's store; None for a bot that never talked (opening would create its file).
+        On a home whose store is PostgreSQL, its share of the database, never a
+        conversations.db left from before `atlas store migrate`."""
+        if self.home.settings.store.url is None and not bot.db_path.exists():
             return None
         return await self.open_store(bot)
 

@@ -115,6 +115,8 @@ async def start_dashboard(
         signer,
         channel_health=channel_health,
         conversation_states=runtime.conversation_states,
+        reads=runtime.engines.reads,  # atlas.db's, or the home's PostgreSQL database's
+        routines=runtime.engines.routines,
     )
     if dispatcher is not None:  # the questions its turns wait on: the Waiting page
         dashboard.attach(dispatcher)

@@ -93,7 +93,7 @@ async def restore_executor_tasks(dispatcher: Dispatcher) -> str:
     workbench = home_services(dispatcher).workbench
     try:
         report = await restore_delegations(
-            dispatcher, workbench, TaskRows(dispatcher.runtime.audit)
+            dispatcher, workbench, TaskRows(dispatcher.runtime.engines.records)
         )
     except (AtlasError, sqlite3.Error) as exc:
         log.exception("executor tasks of the last process could not be restored")

@@ -108,12 +108,11 @@ def _home_zone(root: Path | None) -> str:
 
 
 async def _with_store(home: Home, args: argparse.Namespace) -> int:
-    from atlas.routines.store import RoutineStore
-    from atlas.store.home_db import HomeStore
+    from atlas.store.home_engines import HomeEngines
 
-    home_store = HomeStore(home.db_path)
+    engines = await HomeEngines.open(home)  # atlas.db, or the home's PostgreSQL database
     try:
-        store = RoutineStore(home_store)
+        store = engines.routines
         action = args.routines_action
         if action == "list":
             return await print_list(home, store, args.bot, args.json)
@@ -135,7 +134,7 @@ async def _with_store(home: Home, args: argparse.Namespace) -> int:
             return 0
         return await run_in_terminal(home, store, routine)
     finally:
-        await home_store.close()
+        await engines.close()
 
 
 async def _find(store: RoutineStore, key: str, bot: str | None) -> Routine:
@@ -304,7 +303,10 @@ async def run_in_terminal(
     if await store.running(routine.id):
         raise AtlasError(f"routine {routine.name!r} is running already; wait for it to finish")
     own_runtime = runtime is None
-    runtime = runtime or Runtime(home)
+    if runtime is None:
+        from atlas.store.home_engines import HomeEngines
+
+        runtime = Runtime(home, engines=await HomeEngines.open(home))
     dispatcher = Dispatcher(runtime, {"terminal": _PrintChannel(out)})
     here = replace(routine, target=Target("terminal", "cli"))
     tz = _zone(home.settings.timezone)

@@ -56,6 +56,8 @@ class ConversationEngine(Protocol):
 
     async def get_conversation(self, conversation_id: int) -> Conversation | None: ...
 
+    async def thread_known(self, channel: str, chat: str, thread: str) -> bool: ...
+
     async def append(
         self,
         conversation_id: int,
@@ -78,6 +80,10 @@ class ConversationEngine(Protocol):
     async def last_compaction(self, conversation_id: int) -> Compaction | None: ...
 
     async def history(self, conversation_id: int) -> list[Message]: ...
+
+    async def history_and_compaction(
+        self, conversation_id: int
+    ) -> tuple[list[Message], Compaction | None]: ...
 
     async def search(
         self, query: str, *, limit: int = 20, conversation_id: int | None = None

@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import Field
 
-from atlas.errors import ToolError
+from atlas.errors import NotOnPostgres, ToolError
 from atlas.executors.base import ExecutorError, SessionLog
 from atlas.executors.record_rows import RecordRows, record_rows
 from atlas.executors.record_search import InstanceSummary, RecordFilter
@@ -100,8 +100,18 @@ async def delegation_search(
     )
     if run.services is not None:  # the process's atlas.db: a worker's runs in the home's process
         answer = await _answer(
-            run, run.services.home_store, where, view, query, instance_id, around, window, limit
+            run,
+            run.services.engines.records,
+            where,
+            view,
+            query,
+            instance_id,
+            around,
+            window,
+            limit,
         )
+    elif run.home.settings.store.url is not None:  # never the SQLite file of a PostgreSQL home
+        raise NotOnPostgres("delegation_search without a running home", run.home.settings.store.url)
     elif not run.home.db_path.exists():
         return "No delegation is recorded yet."
     else:  # no dispatcher around this call (a test, a direct call): the file, for this call

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 from pydantic import Field
 
 from atlas.config import NAME_PATTERN
-from atlas.errors import ConfigError, ToolError
+from atlas.errors import ConfigError, NotOnPostgres, ToolError
 from atlas.routines.schedule import (
     ScheduleError,
     next_fire_times,
@@ -48,8 +48,10 @@ async def _routine_store(run: RunContext) -> AsyncIterator[RoutineStore]:
         yield scheduler.store
         return
     if run.services is not None:
-        yield RoutineStore(run.services.home_store)
+        yield run.services.engines.routines  # type: ignore[misc]  # atlas.db's, or PostgreSQL's
         return
+    if run.home.settings.store.url is not None:  # never the SQLite file of a PostgreSQL home
+        raise NotOnPostgres("cronjob_manage without a running home", run.home.settings.store.url)
     home_store = HomeStore(run.home.db_path)
     try:
         yield RoutineStore(home_store)

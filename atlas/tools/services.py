@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from atlas.home import Bot
     from atlas.routines.store import Routine, RoutineStore
     from atlas.store.home_db import HomeStore
+    from atlas.store.home_engines import HomeEngines
     from atlas.tools.registry import Notifier, RunContext, ToolRegistry
 
 # What a tool may say when a service needs a running dispatcher and there is none.
@@ -132,6 +133,12 @@ class AgentServices(Protocol):
         """atlas.db, open for the life of the process (do not close it). In a worker process
         each call runs in the home's process, the file's one writer: a tool never opens the
         file itself where services exist."""
+        ...
+
+    @property
+    def engines(self) -> HomeEngines:
+        """The home's engines (atlas/store/home_engines.py): its routines, the executors'
+        records and the rest, on atlas.db or on the home's PostgreSQL database."""
         ...
 
     @property

@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 
 from atlas.home import Home
-from atlas.store.home_db import HomeStore
+from atlas.store.home_engines import HomeEngines
 
 
 async def print_log(home: Home, *, limit: int, as_json: bool) -> int:
-    store = HomeStore(home.db_path)
+    engines = await HomeEngines.open(home)  # atlas.db, or the home's PostgreSQL database
     try:
-        rows = await store.recent_decisions(limit)
+        rows = await engines.audit.recent_decisions(limit)
     finally:
-        await store.close()
+        await engines.close()
     if not rows:
         print("no gate decisions recorded yet")
     for row in reversed(rows):  # oldest first, like a log

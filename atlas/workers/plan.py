@@ -9,6 +9,7 @@ other bots go round the shares starting at 1, which leaves share 0 no more bots 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import zlib
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from atlas.channels.base import Address
 from atlas.errors import ConfigError
 from atlas.home import Home
+
+log = logging.getLogger(__name__)
 
 WORKERS_ENV = "ATLAS_WORKERS"  # overrides [daemon] workers (a service manager's core limit)
 
@@ -27,6 +30,24 @@ def worker_count(home: Home, *, cores: int | None = None) -> int:
     if any(bot.settings.spread for bot in home.bots.values()):
         return max(1, wanted)  # a spread bot has work for every worker
     return max(1, min(wanted, len(home.bots)))
+
+
+def one_process_on_postgres(home: Home, count: int, *, say: bool = True) -> int:
+    """1 for a home whose store is PostgreSQL (`[store] url`), logged (with `say`) when more
+    were wanted:
+    worker processes reach atlas.db through the home's process (a pickle link, for SQLite),
+    and a home on PostgreSQL runs in one process for now (docs/scaling.md). `count` otherwise."""
+    if home.settings.store.url is None or count <= 1:
+        return count
+    if not say:
+        return 1
+    log.warning(
+        "workers: 1, not %d: a home whose store is PostgreSQL runs in one process for now "
+        "([daemon] workers, $%s and the cores are not used; docs/scaling.md)",
+        count,
+        WORKERS_ENV,
+    )
+    return 1
 
 
 def _from_env() -> int | None:

@@ -11,12 +11,12 @@ import pytest
 
 from atlas.channels.base import Address
 from atlas.cli import main
-from atlas.errors import AtlasError, ConfigError
+from atlas.errors import AtlasError
 from atlas.home import Home
 from atlas.outbox.rows import Outgoing, mark_maybe
 from atlas.providers.base import Message, ToolCall
 from atlas.routines.store import AlreadyFired, RoutineStore, RunResult, Target
-from atlas.start_checks import check_store_url
+from atlas.start_checks import check_before_start
 from atlas.store.conversations import ConversationStore
 from atlas.store.home_db import GateRecord, HomeStore
 from atlas.store.pg.conversations import PgConversationStore
@@ -174,7 +174,7 @@ def test_the_command_reports_and_refuses_a_bad_url(
     assert main(["--home", str(home.root), "store", "migrate", "--to", postgres_url]) == 0
     out = capsys.readouterr().out
     assert "copied 0 bot(s) to postgresql://atlas@127.0.0.1:" in out
-    assert "not copied: the chat generations of /new (atlas.db)" in out
+    assert "then `atlas run` (docs/scaling.md)" in out and "not copied" not in out
     assert "outbox rows" not in out  # a home with no bot files has no outbox to copy
     bad = "postgresql://atlas:pw@127.0.0.1/x"
     assert main(["--home", str(home.root), "store", "migrate", "--to", bad]) == 2
@@ -227,14 +227,11 @@ async def test_doctor_names_an_unreachable_server(tmp_path: Path, postgres_url: 
     assert "$ATLAS_STORE_PASSWORD" in fix
 
 
-def test_run_refuses_a_url_it_cannot_run_on_yet(tmp_path: Path) -> None:
-    home = make_home(tmp_path / "home")
-    check_store_url(home)  # no url: runs as always
-    home = _with_url(home, "postgresql://atlas@127.0.0.1:5432/atlas")
-    with pytest.raises(
-        ConfigError, match=r"store\.url \(line \d+\): `atlas run` does not run on PostgreSQL yet"
-    ):
-        check_store_url(home)
+def test_run_checks_a_home_with_a_url_as_any_other(tmp_path: Path) -> None:
+    """`atlas run` no longer refuses `[store] url` (it serves the home from PostgreSQL: the
+    server is reached when it opens the home's engines, tests/integration/test_run_postgres.py)."""
+    home = _with_url(make_home(tmp_path / "home"), "postgresql://atlas@127.0.0.1:5432/atlas")
+    check_before_start(home)
 
 
 async def test_migrate_copies_the_outboxes_and_routines_and_counts(

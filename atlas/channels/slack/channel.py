@@ -115,8 +115,9 @@ class SlackChannel(SlackInbound):
         self.settings = settings
         self.dispatcher = dispatcher
         self.name = f"{PLATFORM}:{bot.name}"
-        self.access = Access(dispatcher.runtime.audit, bot.name, PLATFORM, settings.allowed_users)
-        self.generations = ChatGenerations(dispatcher.runtime.audit, self.name)
+        engines = dispatcher.runtime.engines
+        self.access = Access(engines.pairing, bot.name, PLATFORM, settings.allowed_users)
+        self.generations = ChatGenerations(engines.generations, self.name)
         self._bot_token = bot_token
         self._app_token = app_token
         self._signing_secret = signing_secret

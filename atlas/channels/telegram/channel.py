@@ -101,8 +101,8 @@ class TelegramChannel(TelegramInbound):
         self.webhook_secret = webhook_secret
         self.name = channel_name(PLATFORM, bot.name)
         runtime = dispatcher.runtime
-        self.access = Access(runtime.audit, bot.name, PLATFORM, settings.allowed_users)
-        self.generations = ChatGenerations(runtime.audit, self.name)
+        self.access = Access(runtime.engines.pairing, bot.name, PLATFORM, settings.allowed_users)
+        self.generations = ChatGenerations(runtime.engines.generations, self.name)
         limits = runtime.home.settings.limits
         self.retrying = Retrying(
             base_delay=limits.retry_base_delay, max_delay=limits.retry_max_delay

@@ -59,7 +59,7 @@ def _running(scheduler: Routines | None, routine: Routine) -> bool:
 
 def store_of(dashboard: Dashboard) -> RoutineStore:
     scheduler = scheduler_of(dashboard)
-    return scheduler.store if scheduler is not None else RoutineStore(dashboard.audit)
+    return scheduler.store if scheduler is not None else dashboard.routine_store()  # type: ignore[return-value]
 
 
 def in_words(schedule: str) -> str:

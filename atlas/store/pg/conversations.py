@@ -11,11 +11,12 @@ import json
 from collections.abc import Awaitable, Callable
 from dataclasses import fields
 from types import TracebackType
-from typing import Any, get_args
+from typing import Any, NoReturn, get_args
 
 import asyncpg
 
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, NotOnPostgres
+from atlas.outbox.rows import Outgoing
 from atlas.providers.base import Message, Usage
 from atlas.store.conversation_schema import Conversation, ConversationKind, MessageKind
 from atlas.store.db import utc_now_iso
@@ -84,6 +85,12 @@ class PgConversationStore:
     def path(self) -> str:
         """Where the conversations live, for messages (a SQLite store's is its file)."""
         return f"{self.server.where} (bot {self.bot})"
+
+    @property
+    def db(self) -> NoReturn:
+        """The SQLite store's database, for its own SQL: not on PostgreSQL (a clear error
+        where a caller not behind the seam yet reaches for it)."""
+        raise NotOnPostgres(f"bot {self.bot}'s conversations.db SQL", self.server.where)
 
     async def open(self) -> None:
         await self.server.open()
@@ -163,13 +170,14 @@ class PgConversationStore:
         answers_upto: int | None = None,
         unless_user_after: int | None = None,
         created_at: str | None = None,
-        also: PgAlso | None = None,
+        also: PgAlso | Outgoing | None = None,
     ) -> int | None:
         """Store a message and return its id; None when `event_id` is already stored for this
         bot, or when `unless_user_after` is given and a person's message newer than that id is
         stored. `created_at`: the time to record (a copy keeps the original's); default now.
         `also(conn, message_id)` runs in the message's transaction when it is stored: the rows
-        that deliver it (atlas/store/pg/outbox.py `written_with`), as the SQLite store's `also`."""
+        that deliver it (atlas/store/pg/outbox.py `written_with`), as the SQLite store's `also`;
+        an `Outgoing` (what the tool loop hands either engine) is written by `written_with`."""
         if kind not in get_args(MessageKind):
             raise ValueError(f"message kind {kind!r} is not one of {get_args(MessageKind)}")
         data = message.to_dict()
@@ -191,6 +199,10 @@ class PgConversationStore:
             created_at or utc_now_iso(),
             words_text(content),
         )
+        if isinstance(also, Outgoing):
+            from atlas.store.pg.outbox import written_with
+
+            also = written_with(also)
         async with self.server.pool.acquire() as conn:
             if also is None:
                 stored = await self._insert(conn, values, unless_user_after)
@@ -233,6 +245,13 @@ class PgConversationStore:
                 f"{self.path}: conversation {conversation_id} belongs to bot {owner!r}"
             )
 
+    async def last_messages(self, since: str) -> list[dict[str, Any]]:
+        """For a start's recovery (atlas/recovery.py): each person-facing conversation of this
+        bot updated since `since`, with its last message and its latest user message: the
+        columns of the SQLite query there, the same rows."""
+        rows = await self.server.pool.fetch(_LAST_MESSAGES, self.bot, since)
+        return [dict(row) for row in rows]
+
     async def newest_user_message_id(self, conversation_id: int) -> int | None:
         return await self.server.pool.fetchval(
             "SELECT MAX(id) FROM messages WHERE conversation_id = $1 AND role = 'user' "
@@ -270,6 +289,55 @@ class PgConversationStore:
             self.bot,
         )
         return [message_from_row(tuple(row)) for row in rows]  # type: ignore[arg-type]
+
+    async def thread_known(self, channel: str, chat: str, thread: str) -> bool:
+        """Whether a conversation of this bot is stored for this thread of the chat (any
+        `/new` generation of it: `chat` or `chat#N`), as the SQLite store's."""
+        found = await self.server.pool.fetchval(
+            "SELECT 1 FROM conversations WHERE bot = $1 AND channel = $2 AND thread = $3 "
+            "AND (chat = $4 OR chat LIKE $5) LIMIT 1",
+            self.bot,
+            channel,
+            thread,
+            chat,
+            chat.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "#%",
+        )
+        return found is not None
+
+    async def history_and_compaction(
+        self, conversation_id: int
+    ) -> tuple[list[Message], Compaction | None]:
+        """The latest compaction and the messages a turn needs, as the SQLite store's: after
+        a compaction only the first message and those it kept (from `first_kept_id` on), not
+        the whole conversation. Both read in one snapshot."""
+        columns = "id, role, content, tool_calls, tool_call_id, name, images, answers_upto"
+        async with (
+            self.server.pool.acquire() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
+            found = await conn.fetchrow(
+                "SELECT first_kept_id, summary FROM compactions WHERE conversation_id = $1 "
+                "ORDER BY id DESC LIMIT 1",
+                conversation_id,
+            )
+            if found is None:
+                rows = await conn.fetch(
+                    f"SELECT {columns} FROM messages WHERE conversation_id = $1 AND bot = $2 "
+                    "ORDER BY id",
+                    conversation_id,
+                    self.bot,
+                )
+            else:
+                rows = await conn.fetch(
+                    f"SELECT {columns} FROM messages WHERE conversation_id = $1 AND bot = $2 "
+                    "AND (id >= $3 OR id = (SELECT MIN(id) FROM messages "
+                    "WHERE conversation_id = $1)) ORDER BY id",
+                    conversation_id,
+                    self.bot,
+                    found[0],
+                )
+        messages = [message_from_row(tuple(row)) for row in rows]  # type: ignore[arg-type]
+        return messages, ((found[0], found[1]) if found else None)
 
     async def search(
         self, query: str, *, limit: int = 20, conversation_id: int | None = None
@@ -467,6 +535,22 @@ class PgConversationStore:
             self.bot,
         )
         return Usage(**{name: int(row[name]) for name in names})
+
+
+# The last message of each person-facing conversation of a bot, and its latest user message
+# (atlas/recovery.py's query on SQLite).
+_LAST_MESSAGES = """
+SELECT c.id, c.channel, c.chat, c.thread, c."user" AS user,
+       m.id AS last_id, m.role, m.tool_calls, m.created_at, m.content, m.answers_upto,
+       (SELECT MAX(u.id) FROM messages u
+         WHERE u.conversation_id = c.id AND u.role = 'user') AS last_user_id,
+       (SELECT u.content FROM messages u
+         WHERE u.conversation_id = c.id AND u.role = 'user'
+         ORDER BY u.id DESC LIMIT 1) AS last_user
+FROM conversations c
+JOIN messages m ON m.id = (SELECT MAX(id) FROM messages WHERE conversation_id = c.id)
+WHERE c.kind = 'conversation' AND c.bot = $1 AND c.updated_at >= $2
+"""
 
 
 def _add(params: list[Any], value: Any) -> int:

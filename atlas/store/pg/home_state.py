@@ -6,8 +6,10 @@ reads are beside it (routines.py, outbox.py, pairing.py, executors.py, dashboard
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
+from atlas.errors import NotOnPostgres
 from atlas.store.db import utc_now_iso
 from atlas.store.home_db import GateRecord
 from atlas.store.pg.server import PgServer
@@ -115,3 +117,19 @@ class PgHomeState:
             limit,
         )
         return [dict(row) for row in rows]
+
+
+class PgHomeAudit(PgHomeState):
+    """`PgHomeState` where a running home keeps atlas.db's HomeStore (the runtime's `audit`):
+    atlas.db's own SQL (`call`, `quick`), not on PostgreSQL yet, refuses with `NotOnPostgres`
+    naming what asked for it, rather than opening the SQLite file."""
+
+    @property
+    def path(self) -> str:
+        return self.server.where
+
+    async def call(self, fn: Callable[..., Any]) -> NoReturn:
+        raise NotOnPostgres(f"atlas.db's SQL ({getattr(fn, '__qualname__', fn)})", self.path)
+
+    async def quick(self, fn: Callable[..., Any]) -> NoReturn:
+        raise NotOnPostgres(f"atlas.db's SQL ({getattr(fn, '__qualname__', fn)})", self.path)

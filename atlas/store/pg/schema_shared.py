@@ -1,4 +1,5 @@
-"""PostgreSQL schema steps 20-29: pairing, executors' records and the dashboard's reads."""
+"""PostgreSQL schema steps 20-29: pairing, executors' records, the dashboard's reads and the
+chats' `/new` generations."""
 
 from __future__ import annotations
 
@@ -45,6 +46,16 @@ STEPS: list[SchemaStep] = [
             "who TEXT, text TEXT NOT NULL, at TEXT, words TSVECTOR NOT NULL)",
             "CREATE INDEX executor_entries_by_turn ON executor_entries (turn_id, id)",
             "CREATE INDEX executor_entries_words ON executor_entries USING gin (words)",
+        ),
+    ),
+    (
+        22,
+        "chat_generations",
+        (
+            # atlas.db's table of the same name: how often `/new` restarted a chat.
+            "CREATE TABLE chat_generations (channel TEXT NOT NULL, chat TEXT NOT NULL, "
+            'thread TEXT NOT NULL, "user" TEXT NOT NULL, generation BIGINT NOT NULL, '
+            'PRIMARY KEY (channel, chat, thread, "user"))',
         ),
     ),
 ]
