@@ -31,6 +31,7 @@ from atlas.store.pg.text import (
     words_vector,
 )
 from atlas.store.search import (
+    CANDIDATES,
     ConversationMatch,
     ConversationSummary,
     MessageFilter,
@@ -39,6 +40,7 @@ from atlas.store.search import (
     StoredMessage,
     TextQuery,
     plain_snippet,
+    rank_candidates,
 )
 
 PgAlso = Callable[[asyncpg.Connection, int], Awaitable[None]]
@@ -324,43 +326,41 @@ class PgConversationStore:
         return conditions
 
     async def match_conversations(
-        self, query: TextQuery, where: MessageFilter, *, sort: SearchSort, limit: int
+        self,
+        query: TextQuery,
+        where: MessageFilter,
+        *,
+        sort: SearchSort,
+        limit: int,
+        candidates: int = CANDIDATES,
     ) -> list[ConversationMatch]:
-        """Conversations holding messages that match, best (or newest, or oldest) first."""
+        """Conversations holding messages that match, best (or newest, or oldest) first, from
+        the `candidates` newest matching messages (oldest, sorted oldest first), grouped as
+        the SQLite store groups them (`rank_candidates`): the same conversations on both."""
         params: list[Any] = []
         conditions, score, _ = self._text_match(query, params)
         conditions += self._filter(where, params)
-        order = {
-            "relevance": "score, hits DESC, last_id DESC",
-            "newest": "last_id DESC",
-            "oldest": "first_id",
-        }[sort]
+        direction = "" if sort == "oldest" else " DESC"
+        # Scored outside the window: ts_rank reads only the candidates, never every match.
         sql = (
-            f"SELECT m.conversation_id, MIN({score}) AS score, COUNT(*) AS hits, "
-            "MIN(m.created_at) AS first_at, MAX(m.created_at) AS last_at, "
-            "MIN(m.id) AS first_id, MAX(m.id) AS last_id "
-            f"FROM messages AS m WHERE {' AND '.join(conditions)} "
-            f"GROUP BY m.conversation_id ORDER BY {order} LIMIT {int(limit)}"
+            f"SELECT m.id, m.conversation_id, m.created_at, {score} AS score FROM ("
+            "SELECT m.id, m.conversation_id, m.created_at, m.words FROM messages AS m "
+            f"WHERE {' AND '.join(conditions)} ORDER BY m.id{direction} "
+            f"LIMIT {int(candidates)}) AS m"
         )
         async with self.server.pool.acquire() as conn:
             rows = await conn.fetch(sql, *params)
+            ranked = rank_candidates(
+                [tuple(row) for row in rows], sort=sort, limit=limit, candidates=candidates
+            )
             found = {
                 row["id"]: _conversation(row)
                 for row in await conn.fetch(
                     f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE id = ANY($1)",
-                    [row["conversation_id"] for row in rows],
+                    [group.conversation_id for group in ranked],
                 )
             }
-        return [
-            ConversationMatch(
-                found[row["conversation_id"]],
-                float(row["score"]),
-                row["hits"],
-                row["first_at"],
-                row["last_at"],
-            )
-            for row in rows
-        ]
+        return [group.match(found[group.conversation_id]) for group in ranked]
 
     async def matching_messages(
         self, query: TextQuery, where: MessageFilter, *, limit: int, chars: int = 2000
