@@ -296,17 +296,24 @@ class PgConversationStore:
         rows = await self.server.pool.fetch(sql, *params)
         return [SearchHit(**dict(row)) for row in rows]
 
-    def _text_match(self, query: TextQuery, params: list[Any]) -> tuple[list[str], str, str]:
+    async def _text_match(
+        self, conn: asyncpg.Connection, query: TextQuery, params: list[Any]
+    ) -> tuple[list[str], str, str]:
         """WHERE conditions, a score (lower is better, as bm25's) and a snippet expression
         for a text query; the values are appended to `params`."""
         if query.index == "words":
             terms = words_terms(" ".join(query.terms))
-            tsquery, values = words_tsquery(terms, len(params) + 1)
-            params.extend(values)
+            tsquery, values = words_tsquery(terms, 1)
+            # The tsquery made once, then given as a value: written out in the query,
+            # atlas_lexemes (an SQL function) ran again for every row a plan read (390 ms of a
+            # common word's 1 M-message scan, docs/benchmarks.md), and the planner still sees
+            # the words it estimates from.
+            made = await conn.fetchval(f"SELECT ({tsquery})::text", *values)
+            at = _add(params, made)
             return (
-                [f"m.words @@ ({tsquery})"],
-                f"-ts_rank(m.words, {tsquery})",
-                f"ts_headline('{WORDS_CONFIG}', m.content, {tsquery}, '{_HEADLINE_OPTIONS}')",
+                [f"m.words @@ ${at}::tsquery"],
+                f"-ts_rank(m.words, ${at}::tsquery)",
+                f"ts_headline('{WORDS_CONFIG}', m.content, ${at}::tsquery, '{_HEADLINE_OPTIONS}')",
             )
         conditions = []
         for term in substring_terms(query):
@@ -338,17 +345,17 @@ class PgConversationStore:
         the `candidates` newest matching messages (oldest, sorted oldest first), grouped as
         the SQLite store groups them (`rank_candidates`): the same conversations on both."""
         params: list[Any] = []
-        conditions, score, _ = self._text_match(query, params)
-        conditions += self._filter(where, params)
         direction = "" if sort == "oldest" else " DESC"
-        # Scored outside the window: ts_rank reads only the candidates, never every match.
-        sql = (
-            f"SELECT m.id, m.conversation_id, m.created_at, {score} AS score FROM ("
-            "SELECT m.id, m.conversation_id, m.created_at, m.words FROM messages AS m "
-            f"WHERE {' AND '.join(conditions)} ORDER BY m.id{direction} "
-            f"LIMIT {int(candidates)}) AS m"
-        )
         async with self.server.pool.acquire() as conn:
+            conditions, score, _ = await self._text_match(conn, query, params)
+            conditions += self._filter(where, params)
+            # Scored outside the window: ts_rank reads only the candidates, never every match.
+            sql = (
+                f"SELECT m.id, m.conversation_id, m.created_at, {score} AS score FROM ("
+                "SELECT m.id, m.conversation_id, m.created_at, m.words FROM messages AS m "
+                f"WHERE {' AND '.join(conditions)} ORDER BY m.id{direction} "
+                f"LIMIT {int(candidates)}) AS m"
+            )
             rows = await conn.fetch(sql, *params)
             ranked = rank_candidates(
                 [tuple(row) for row in rows], sort=sort, limit=limit, candidates=candidates
@@ -369,17 +376,18 @@ class PgConversationStore:
         if where.conversation_id is None:
             raise ValueError("matching_messages needs where.conversation_id")
         params: list[Any] = []
-        conditions, score, snippet = self._text_match(query, params)
-        conditions += self._filter(where, params)
-        chars_at = _add(params, chars)
-        # No score for substrings (a constant may not lead an ORDER BY): oldest first.
-        order = "m.id" if score == _NO_SCORE else f"{score}, m.id"
-        sql = (
-            f"SELECT {_message_columns(chars_at)}, "
-            f"{snippet} AS snippet FROM messages AS m WHERE {' AND '.join(conditions)} "
-            f"ORDER BY {order} LIMIT {int(limit)}"
-        )
-        rows = await self.server.pool.fetch(sql, *params)
+        async with self.server.pool.acquire() as conn:
+            conditions, score, snippet = await self._text_match(conn, query, params)
+            conditions += self._filter(where, params)
+            chars_at = _add(params, chars)
+            # No score for substrings (a constant may not lead an ORDER BY): oldest first.
+            order = "m.id" if score == _NO_SCORE else f"{score}, m.id"
+            sql = (
+                f"SELECT {_message_columns(chars_at)}, "
+                f"{snippet} AS snippet FROM messages AS m WHERE {' AND '.join(conditions)} "
+                f"ORDER BY {order} LIMIT {int(limit)}"
+            )
+            rows = await conn.fetch(sql, *params)
         return [_stored_message(row, query) for row in rows]
 
     async def read_messages(
