@@ -305,9 +305,9 @@ class PgConversationStore:
             terms = words_terms(" ".join(query.terms))
             tsquery, values = words_tsquery(terms, 1)
             # The tsquery made once, then given as a value: written out in the query,
-            # atlas_lexemes (an SQL function) ran again for every row a plan read (390 ms of a
-            # common word's 1 M-message scan, docs/benchmarks.md), and the planner still sees
-            # the words it estimates from.
+            # atlas_lexemes (an SQL function) ran again for every row a plan read (a common
+            # word's walk over 1 M messages: 391 ms, 16 ms so; docs/benchmarks.md). The planner
+            # still sees the words, to estimate from.
             made = await conn.fetchval(f"SELECT ({tsquery})::text", *values)
             at = _add(params, made)
             return (
