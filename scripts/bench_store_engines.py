@@ -8,17 +8,21 @@ queries on both (`match_conversations` for the conversations, then `matching_mes
 best one, as the search tool does) and prints p50 per engine and whether both found the same
 conversations with as many matching messages each (ranking aside: bm25 and ts_rank order
 equally good matches differently). Without --url it starts a throwaway server (tests/postgres_cluster.py).
+Progress goes to stderr with the seconds each phase took (fill, SQLite's indexes, copy);
+`--explain` prints PostgreSQL's plan (EXPLAIN ANALYZE) of each query's two statements.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -66,21 +70,80 @@ async def _p50(engine: ConversationEngine, text: str) -> float:
     return statistics.median([await _search(engine, text) for _ in range(RUNS)])
 
 
-async def bench(messages: int, url: str, folder: Path) -> dict[str, Any]:
+def _progress(what: str, began: float) -> float:
+    """Say on stderr how long a phase took; its length in seconds, one decimal."""
+    seconds = round(time.perf_counter() - began, 1)
+    print(f"{time.strftime('%H:%M:%S')} {what}: {seconds} s", file=sys.stderr, flush=True)
+    return seconds
+
+
+class _Recording:
+    """A pool or connection that notes each query it fetches, then runs it."""
+
+    def __init__(self, inner: Any, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+        self._inner, self._statements = inner, statements
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def fetch(self, sql: str, *args: Any) -> Any:
+        self._statements.append((sql, args))
+        return await self._inner.fetch(sql, *args)
+
+    @contextlib.asynccontextmanager
+    async def acquire(self) -> AsyncIterator[_Recording]:
+        async with self._inner.acquire() as conn:
+            yield _Recording(conn, self._statements)
+
+
+async def _explain(server: PgServer, pg: PgConversationStore, text: str) -> None:
+    """EXPLAIN ANALYZE of the statements the search tool's two steps run, on stderr."""
+    statements: list[tuple[str, tuple[Any, ...]]] = []
+    pool = server.pool
+    server._pool = _Recording(pool, statements)  # type: ignore[assignment]
+    try:
+        await _search(pg, text)
+    finally:
+        server._pool = pool
+    for sql, args in statements:
+        if "conversations WHERE id = ANY" in sql:
+            continue  # the found conversations' rows, by primary key
+        rows = await pool.fetch(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", *args)
+        plan = "\n".join(row[0] for row in rows)
+        print(f"--- {text}:\n{sql}\n{plan}", file=sys.stderr, flush=True)
+
+
+async def bench(messages: int, url: str, folder: Path, explain: bool) -> dict[str, Any]:
     path = folder / "conversations.db"
-    async with ConversationStore(path) as store:
-        await _fill(store, _messages(messages, random.Random(SEED)))
-        await store.db.call(index_pending_messages)
     results: dict[str, Any] = {"messages": messages}
+    async with ConversationStore(path) as store:
+        began = time.perf_counter()
+        rows = _messages(messages, random.Random(SEED))
+        results["make_seconds"] = _progress("messages made", began)
+        began = time.perf_counter()
+        await _fill(store, rows)
+        results["fill_seconds"] = _progress("SQLite filled (indexed behind the writes)", began)
+        del rows
+        began = time.perf_counter()
+        await store.db.call(index_pending_messages)
+        results["sqlite_index_seconds"] = _progress(
+            "the rest of SQLite's FTS5 indexes filled", began
+        )
     async with PgServer(url) as server:
         async with server.pool.acquire() as conn:
             began = time.perf_counter()
             await copy_bot(conn, "bench", path)
-            results["copy_seconds"] = round(time.perf_counter() - began, 1)
-            await conn.execute("ANALYZE")
+            results["copy_seconds"] = _progress("copied to PostgreSQL", began)
+            # As autovacuum soon would: the GIN indexes' pending entries merged (else every
+            # search reads the pending list, 3 MB after the copy), the planner's statistics.
+            began = time.perf_counter()
+            await conn.execute("VACUUM ANALYZE")
+            results["vacuum_seconds"] = _progress("VACUUM ANALYZE", began)
         pg = PgConversationStore(server, "bench")
         async with ConversationStore(path) as sqlite:
             for text in QUERIES:
+                if explain:
+                    await _explain(server, pg, text)
                 # A fresh database numbers the copied conversations as the file did.
                 on_sqlite, on_pg = await _every_match(sqlite, text), await _every_match(pg, text)
                 results[text] = {
@@ -90,6 +153,7 @@ async def bench(messages: int, url: str, folder: Path) -> dict[str, Any]:
                     "conversations_postgres": len(on_pg),
                     "same_matches": on_sqlite == on_pg,
                 }
+                print(f"{time.strftime('%H:%M:%S')} {text}: {results[text]}", file=sys.stderr)
     return results
 
 
@@ -97,6 +161,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--url", help="an empty PostgreSQL database (default: a throwaway one)")
+    parser.add_argument(
+        "--explain", action="store_true", help="print PostgreSQL's plans (EXPLAIN ANALYZE)"
+    )
     args = parser.parse_args()
     cluster = None
     url = args.url
@@ -110,7 +177,7 @@ def main() -> None:
         url = cluster.url()
     try:
         with tempfile.TemporaryDirectory() as folder:
-            results = asyncio.run(bench(args.messages, url, Path(folder)))
+            results = asyncio.run(bench(args.messages, url, Path(folder), args.explain))
     finally:
         if cluster is not None:
             cluster.stop()

@@ -342,11 +342,23 @@ class ConversationStore:
         )
 
     async def match_conversations(
-        self, query: TextQuery, where: MessageFilter, *, sort: SearchSort, limit: int
+        self,
+        query: TextQuery,
+        where: MessageFilter,
+        *,
+        sort: SearchSort,
+        limit: int,
+        candidates: int = queries.CANDIDATES,
     ) -> list[ConversationMatch]:
-        """Conversations holding messages that match, best (or newest, or oldest) first."""
+        """Conversations holding messages that match, best (or newest, or oldest) first, from
+        the `candidates` newest matching messages (oldest, sorted oldest first)."""
         return await self._indexed(
-            queries.match_conversations, query=query, where=where, sort=sort, limit=limit
+            queries.match_conversations,
+            query=query,
+            where=where,
+            sort=sort,
+            limit=limit,
+            candidates=candidates,
         )
 
     async def matching_messages(

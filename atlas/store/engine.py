@@ -24,6 +24,7 @@ from atlas.store.conversation_schema import Conversation, ConversationKind, Mess
 from atlas.store.history_cache import Compaction
 from atlas.store.home_db import GateRecord
 from atlas.store.search import (
+    CANDIDATES,
     ConversationMatch,
     ConversationSummary,
     MessageFilter,
@@ -90,7 +91,13 @@ class ConversationEngine(Protocol):
     ) -> list[SearchHit]: ...
 
     async def match_conversations(
-        self, query: TextQuery, where: MessageFilter, *, sort: SearchSort, limit: int
+        self,
+        query: TextQuery,
+        where: MessageFilter,
+        *,
+        sort: SearchSort,
+        limit: int,
+        candidates: int = CANDIDATES,
     ) -> list[ConversationMatch]: ...
 
     async def matching_messages(

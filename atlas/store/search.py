@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -277,6 +278,34 @@ def match_conversations(
         f"WHERE {' AND '.join(conditions)} ORDER BY {order_by}{direction} LIMIT :candidates"
     )
     rows = db.conn.execute(sql, params).fetchall()
+    ranked = rank_candidates(rows, sort=sort, limit=limit, candidates=candidates)
+    found = _conversations(db, [group.conversation_id for group in ranked])
+    return [group.match(found[group.conversation_id]) for group in ranked]
+
+
+@dataclass(frozen=True)
+class RankedConversation:
+    """A conversation's share of the candidates: its best score, how many, first/last time."""
+
+    conversation_id: int
+    score: float
+    hits: int
+    first_at: str
+    last_at: str
+    bounded_at: str | None
+
+    def match(self, conversation: Conversation) -> ConversationMatch:
+        return ConversationMatch(
+            conversation, self.score, self.hits, self.first_at, self.last_at, self.bounded_at
+        )
+
+
+def rank_candidates(
+    rows: Sequence[Sequence[Any]], *, sort: SearchSort, limit: int, candidates: int
+) -> list[RankedConversation]:
+    """The candidate messages (id, conversation id, created_at, score; in the order taken,
+    at most `candidates`) grouped by conversation, the best `limit` first. Both engines rank
+    this way (atlas/store/pg/conversations.py), so they find the same conversations."""
     bounded_at = rows[-1][2] if len(rows) >= candidates else None
     groups: dict[int, list[Any]] = {}  # conversation -> score, hits, first/last at, first/last id
     for message_id, conversation_id, created_at, score in rows:
@@ -293,11 +322,11 @@ def match_conversations(
         "newest": lambda item: -item[1][5],
         "oldest": lambda item: item[1][4],
     }[sort]
-    best = sorted(groups.items(), key=key)[:limit]
-    found = _conversations(db, [conversation_id for conversation_id, _ in best])
     return [
-        ConversationMatch(found[conversation_id], score, hits, first_at, last_at, bounded_at)
-        for conversation_id, (score, hits, first_at, last_at, _, _) in best
+        RankedConversation(conversation_id, float(score), hits, first_at, last_at, bounded_at)
+        for conversation_id, (score, hits, first_at, last_at, _, _) in sorted(
+            groups.items(), key=key
+        )[:limit]
     ]
 
 

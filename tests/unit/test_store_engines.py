@@ -16,7 +16,7 @@ from atlas.store.conversations import ConversationStore
 from atlas.store.engine import ConversationEngine
 from atlas.store.pg.conversations import PgConversationStore
 from atlas.store.pg.server import PgServer
-from atlas.store.search import MessageFilter, TextQuery, has_cjk
+from atlas.store.search import ConversationMatch, MessageFilter, TextQuery, has_cjk
 
 BOT = "atlas"
 
@@ -338,6 +338,43 @@ async def test_match_conversations_filters_and_sorts(engine: ConversationEngine)
     )
     assert [m.content for m in messages] == ["the budget", "budget rev"]
     assert messages[0].length == len("the budget again, budget budget")
+
+
+@pytest.mark.parametrize(("text", "index"), [("deployment", "words"), ("ploym", "trigram")])
+async def test_a_common_word_ranks_only_the_newest_candidates(
+    engine: ConversationEngine, text: str, index: str
+) -> None:
+    """Only the `candidates` newest matching messages are ranked (the oldest, sorted oldest
+    first), on both engines alike: the same conversations, and where the window stopped."""
+    chats = [await _chat(engine, f"chat{n}") for n in range(3)]
+    for chat in chats:
+        for n in range(4):
+            await _say(engine, chat, f"the deployment number {n}")
+    await _say(engine, chats[0], "nothing to find here")
+    query = TextQuery.build(text, index)  # type: ignore[arg-type]
+    assert query is not None
+
+    async def found(sort: str, candidates: int) -> list[ConversationMatch]:
+        return await engine.match_conversations(
+            query,
+            MessageFilter(),
+            sort=sort,  # type: ignore[arg-type]
+            limit=10,
+            candidates=candidates,
+        )
+
+    # Twelve matches; the newest five are the last chat's four and one of the second's.
+    newest = await found("newest", 5)
+    assert [(m.conversation.id, m.hits) for m in newest] == [(chats[2], 4), (chats[1], 1)]
+    assert {m.bounded_at for m in newest} == {newest[1].first_at}
+    relevance = await found("relevance", 5)
+    assert sorted((m.conversation.id, m.hits) for m in relevance) == [(chats[1], 1), (chats[2], 4)]
+    oldest = await found("oldest", 5)
+    assert [(m.conversation.id, m.hits) for m in oldest] == [(chats[0], 4), (chats[1], 1)]
+    assert {m.bounded_at for m in oldest} == {oldest[1].last_at}
+    everything = await found("newest", 13)
+    assert [(m.conversation.id, m.hits) for m in everything] == [(c, 4) for c in reversed(chats)]
+    assert {m.bounded_at for m in everything} == {None}
 
 
 # ---- browsing: reading a conversation, one message, summaries ----------------------------------

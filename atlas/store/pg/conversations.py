@@ -32,6 +32,7 @@ from atlas.store.pg.text import (
     words_vector,
 )
 from atlas.store.search import (
+    CANDIDATES,
     ConversationMatch,
     ConversationSummary,
     MessageFilter,
@@ -40,6 +41,7 @@ from atlas.store.search import (
     StoredMessage,
     TextQuery,
     plain_snippet,
+    rank_candidates,
 )
 
 PgAlso = Callable[[asyncpg.Connection, int], Awaitable[None]]
@@ -362,17 +364,24 @@ class PgConversationStore:
         rows = await self.server.pool.fetch(sql, *params)
         return [SearchHit(**dict(row)) for row in rows]
 
-    def _text_match(self, query: TextQuery, params: list[Any]) -> tuple[list[str], str, str]:
+    async def _text_match(
+        self, conn: asyncpg.Connection, query: TextQuery, params: list[Any]
+    ) -> tuple[list[str], str, str]:
         """WHERE conditions, a score (lower is better, as bm25's) and a snippet expression
         for a text query; the values are appended to `params`."""
         if query.index == "words":
             terms = words_terms(" ".join(query.terms))
-            tsquery, values = words_tsquery(terms, len(params) + 1)
-            params.extend(values)
+            tsquery, values = words_tsquery(terms, 1)
+            # The tsquery made once, then given as a value: written out in the query,
+            # atlas_lexemes (an SQL function) ran again for every row a plan read (a common
+            # word's walk over 1 M messages: 391 ms, 16 ms so; docs/benchmarks.md). The planner
+            # still sees the words, to estimate from.
+            made = await conn.fetchval(f"SELECT ({tsquery})::text", *values)
+            at = _add(params, made)
             return (
-                [f"m.words @@ ({tsquery})"],
-                f"-ts_rank(m.words, {tsquery})",
-                f"ts_headline('{WORDS_CONFIG}', m.content, {tsquery}, '{_HEADLINE_OPTIONS}')",
+                [f"m.words @@ ${at}::tsquery"],
+                f"-ts_rank(m.words, ${at}::tsquery)",
+                f"ts_headline('{WORDS_CONFIG}', m.content, ${at}::tsquery, '{_HEADLINE_OPTIONS}')",
             )
         conditions = []
         for term in substring_terms(query):
@@ -392,43 +401,41 @@ class PgConversationStore:
         return conditions
 
     async def match_conversations(
-        self, query: TextQuery, where: MessageFilter, *, sort: SearchSort, limit: int
+        self,
+        query: TextQuery,
+        where: MessageFilter,
+        *,
+        sort: SearchSort,
+        limit: int,
+        candidates: int = CANDIDATES,
     ) -> list[ConversationMatch]:
-        """Conversations holding messages that match, best (or newest, or oldest) first."""
+        """Conversations holding messages that match, best (or newest, or oldest) first, from
+        the `candidates` newest matching messages (oldest, sorted oldest first), grouped as
+        the SQLite store groups them (`rank_candidates`): the same conversations on both."""
         params: list[Any] = []
-        conditions, score, _ = self._text_match(query, params)
-        conditions += self._filter(where, params)
-        order = {
-            "relevance": "score, hits DESC, last_id DESC",
-            "newest": "last_id DESC",
-            "oldest": "first_id",
-        }[sort]
-        sql = (
-            f"SELECT m.conversation_id, MIN({score}) AS score, COUNT(*) AS hits, "
-            "MIN(m.created_at) AS first_at, MAX(m.created_at) AS last_at, "
-            "MIN(m.id) AS first_id, MAX(m.id) AS last_id "
-            f"FROM messages AS m WHERE {' AND '.join(conditions)} "
-            f"GROUP BY m.conversation_id ORDER BY {order} LIMIT {int(limit)}"
-        )
+        direction = "" if sort == "oldest" else " DESC"
         async with self.server.pool.acquire() as conn:
+            conditions, score, _ = await self._text_match(conn, query, params)
+            conditions += self._filter(where, params)
+            # Scored outside the window: ts_rank reads only the candidates, never every match.
+            sql = (
+                f"SELECT m.id, m.conversation_id, m.created_at, {score} AS score FROM ("
+                "SELECT m.id, m.conversation_id, m.created_at, m.words FROM messages AS m "
+                f"WHERE {' AND '.join(conditions)} ORDER BY m.id{direction} "
+                f"LIMIT {int(candidates)}) AS m"
+            )
             rows = await conn.fetch(sql, *params)
+            ranked = rank_candidates(
+                [tuple(row) for row in rows], sort=sort, limit=limit, candidates=candidates
+            )
             found = {
                 row["id"]: _conversation(row)
                 for row in await conn.fetch(
                     f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE id = ANY($1)",
-                    [row["conversation_id"] for row in rows],
+                    [group.conversation_id for group in ranked],
                 )
             }
-        return [
-            ConversationMatch(
-                found[row["conversation_id"]],
-                float(row["score"]),
-                row["hits"],
-                row["first_at"],
-                row["last_at"],
-            )
-            for row in rows
-        ]
+        return [group.match(found[group.conversation_id]) for group in ranked]
 
     async def matching_messages(
         self, query: TextQuery, where: MessageFilter, *, limit: int, chars: int = 2000
@@ -437,17 +444,18 @@ class PgConversationStore:
         if where.conversation_id is None:
             raise ValueError("matching_messages needs where.conversation_id")
         params: list[Any] = []
-        conditions, score, snippet = self._text_match(query, params)
-        conditions += self._filter(where, params)
-        chars_at = _add(params, chars)
-        # No score for substrings (a constant may not lead an ORDER BY): oldest first.
-        order = "m.id" if score == _NO_SCORE else f"{score}, m.id"
-        sql = (
-            f"SELECT {_message_columns(chars_at)}, "
-            f"{snippet} AS snippet FROM messages AS m WHERE {' AND '.join(conditions)} "
-            f"ORDER BY {order} LIMIT {int(limit)}"
-        )
-        rows = await self.server.pool.fetch(sql, *params)
+        async with self.server.pool.acquire() as conn:
+            conditions, score, snippet = await self._text_match(conn, query, params)
+            conditions += self._filter(where, params)
+            chars_at = _add(params, chars)
+            # No score for substrings (a constant may not lead an ORDER BY): oldest first.
+            order = "m.id" if score == _NO_SCORE else f"{score}, m.id"
+            sql = (
+                f"SELECT {_message_columns(chars_at)}, "
+                f"{snippet} AS snippet FROM messages AS m WHERE {' AND '.join(conditions)} "
+                f"ORDER BY {order} LIMIT {int(limit)}"
+            )
+            rows = await conn.fetch(sql, *params)
         return [_stored_message(row, query) for row in rows]
 
     async def read_messages(

@@ -4,8 +4,9 @@ Each bot's `conversations.db` is read (read-only: the file is never changed) and
 transaction per bot: its conversations, messages and compactions, with new ids (one database
 holds every bot, so a file's ids would collide) and the ids that point at messages
 (`answers_upto`, a compaction's `first_kept_id`) moved with them. Rows go through COPY into a
-staging table and on with one INSERT that fills the search column, so a million messages take
-seconds, not an INSERT each. The counts are then compared bot by bot.
+staging table and on with one INSERT that fills the search column, not an INSERT each: a
+million messages took about three minutes here, half of it the trigram index
+(docs/benchmarks.md). The counts are then compared bot by bot.
 
 Of the home's shared state (atlas.db), the gate's log and the delegations are copied, their
 conversation ids moved to the new numbering; then pairing and the coding executors' records
