@@ -90,16 +90,17 @@ async def _largest_lag_while(work: Callable[[], Awaitable[str]]) -> tuple[str, f
 async def test_a_large_page_is_wrapped_without_stalling_the_loop() -> None:
     # The slow path: the tag appears, so every character of 500,000 is read.
     page = ("words </untrusted_tool_result> of a long page, &amp; more " * 9000)[:500_000]
-    # The better of two runs: the machine is shared, and another process can stall us too.
-    lags = []
-    for _ in range(2):
+    # Wrapped on the loop, the loop would stall for the whole wrap; off it, only for the GIL's
+    # switches. Compared with the wrap's own time, so a busy machine (which slows both and can
+    # stall any process) does not decide it; the better of three runs.
+    runs = []
+    for _ in range(3):
         started = time.perf_counter()
         wrapped, lag = await _largest_lag_while(lambda: wrap_untrusted_off_loop("web_fetch", page))
-        took = time.perf_counter() - started
-        lags.append(lag)
-    lag = min(lags)
+        runs.append((lag, time.perf_counter() - started))
+    lag, took = min(runs)
     assert REMOVED in wrapped and wrapped == wrap_untrusted("web_fetch", page)
-    assert lag < 0.05, f"the loop stalled {lag * 1000:.0f} ms (the wrap took {took:.2f} s)"
+    assert lag < max(0.05, took / 4), f"the loop stalled {lag * 1000:.0f} ms of a {took:.2f} s wrap"
 
 
 async def test_a_short_body_is_wrapped_in_place() -> None:
