@@ -178,6 +178,106 @@ def _armed(given: str | None, now: str) -> str:
     return min(given, now) if given else now
 
 
+def new_routine_row(
+    bot: str,
+    name: str,
+    prompt: str,
+    schedule: str,
+    target: Target | None,
+    *,
+    paused: bool,
+    grace_seconds: int | None,
+    source: str,
+    source_digest: str,
+    armed_at: str | None,
+    precheck: str,
+) -> dict[str, Any]:
+    """A new routine's row, the same on both engines."""
+    now = utc_now_iso()
+    return {
+        "bot": bot,
+        "name": name,
+        "prompt": prompt,
+        "schedule": schedule,
+        **_target_columns(target),
+        "paused": int(paused),
+        "grace_seconds": grace_seconds,
+        "source": source,
+        "source_digest": source_digest,
+        "armed_at": _armed(armed_at, now),
+        "created_at": now,
+        "updated_at": now,
+        "precheck": precheck,
+    }
+
+
+def name_taken(bot: str, name: str) -> RoutineError:
+    return RoutineError(
+        f"bot {bot!r} already has a routine named {name!r}; pick another name or update that one"
+    )
+
+
+def changed_columns(current: Routine, changes: dict[str, Any], armed_at: str | None) -> None:
+    """`changes` as columns, in place: a Target split, `paused` as 0/1, `updated_at` set; a new
+    schedule or a resume re-arms the routine: slots before now (or before `armed_at`, when the
+    user changed it earlier) are not missed runs."""
+    if "target" in changes:
+        changes.update(_target_columns(changes.pop("target")))
+    if "paused" in changes:
+        changes["paused"] = int(changes["paused"])
+    now = utc_now_iso()
+    changes["updated_at"] = now
+    resumed = current.paused and changes.get("paused") == 0
+    if changes.get("schedule", current.schedule) != current.schedule or resumed:
+        changes["armed_at"] = _armed(armed_at, now)
+
+
+def start_row(
+    routine: Routine, trigger: RunTrigger, scheduled_for: datetime | None
+) -> dict[str, Any]:
+    """A run's row as it starts."""
+    return {
+        "routine_id": routine.id,
+        "bot": routine.bot,
+        "name": routine.name,
+        "trigger": trigger,
+        "scheduled_for": scheduled_for.isoformat() if scheduled_for else None,
+        "started_at": utc_now_iso(),
+        "status": "running",
+    }
+
+
+def missed_row(routine: Routine, scheduled_for: datetime, why: str) -> dict[str, Any]:
+    """The row of a slot that was missed (it starts and ends at once)."""
+    now = utc_now_iso()
+    return {
+        "routine_id": routine.id,
+        "bot": routine.bot,
+        "name": routine.name,
+        "trigger": "schedule",
+        "scheduled_for": scheduled_for.isoformat(),
+        "started_at": now,
+        "ended_at": now,
+        "status": "missed",
+        "delivery": "",
+        "error": why,
+    }
+
+
+def finished_columns(result: RunResult) -> dict[str, Any]:
+    """What a run's end writes into its row."""
+    return {
+        "ended_at": utc_now_iso(),
+        "status": result.status,
+        "delivery": result.delivery,
+        "error": result.error,
+        "text": result.text[:TEXT_KEPT],
+        "input_tokens": result.input_tokens,
+        "output_tokens": result.output_tokens,
+        "conversation_id": result.conversation_id,
+    }
+
+
 class RoutineStore:
     """Reads and writes routines through the home's store (its one writer thread)."""
 
@@ -201,22 +301,19 @@ class RoutineStore:
     ) -> Routine:
         """`armed_at`: when the user set it up, if before now (a file written while Atlas was
         down: slots after that are missed runs, per the downtime rule)."""
-        now = utc_now_iso()
-        row = {
-            "bot": bot,
-            "name": name,
-            "prompt": prompt,
-            "schedule": schedule,
-            **_target_columns(target),
-            "paused": int(paused),
-            "grace_seconds": grace_seconds,
-            "source": source,
-            "source_digest": source_digest,
-            "armed_at": _armed(armed_at, now),
-            "created_at": now,
-            "updated_at": now,
-            "precheck": precheck,
-        }
+        row = new_routine_row(
+            bot,
+            name,
+            prompt,
+            schedule,
+            target,
+            paused=paused,
+            grace_seconds=grace_seconds,
+            source=source,
+            source_digest=source_digest,
+            armed_at=armed_at,
+            precheck=precheck,
+        )
 
         def insert(db: sqlite_utils.Database) -> int:
             return int(db["routines"].insert(row).last_pk)  # type: ignore[arg-type]
@@ -224,10 +321,7 @@ class RoutineStore:
         try:
             routine_id = await self.home_store.call(insert)
         except sqlite3.IntegrityError:
-            raise RoutineError(
-                f"bot {bot!r} already has a routine named {name!r}; pick another name "
-                "or update that one"
-            ) from None
+            raise name_taken(bot, name) from None
         found = await self.get(routine_id)
         assert found is not None  # just inserted
         return found
@@ -266,15 +360,7 @@ class RoutineStore:
         current = await self.get(routine_id)
         if current is None:
             raise RoutineError(f"there is no routine {routine_id}")
-        if "target" in changes:
-            changes.update(_target_columns(changes.pop("target")))
-        if "paused" in changes:
-            changes["paused"] = int(changes["paused"])
-        now = utc_now_iso()
-        changes["updated_at"] = now
-        resumed = current.paused and changes.get("paused") == 0
-        if changes.get("schedule", current.schedule) != current.schedule or resumed:
-            changes["armed_at"] = _armed(armed_at, now)
+        changed_columns(current, changes, armed_at)
 
         def write(db: sqlite_utils.Database) -> None:
             db["routines"].update(routine_id, changes)
@@ -301,15 +387,7 @@ class RoutineStore:
         self, routine: Routine, trigger: RunTrigger, scheduled_for: datetime | None
     ) -> int:
         """A new run's id; `AlreadyFired` when its slot has a run already."""
-        row = {
-            "routine_id": routine.id,
-            "bot": routine.bot,
-            "name": routine.name,
-            "trigger": trigger,
-            "scheduled_for": scheduled_for.isoformat() if scheduled_for else None,
-            "started_at": utc_now_iso(),
-            "status": "running",
-        }
+        row = start_row(routine, trigger, scheduled_for)
         return await self._insert_fire(routine, row, fire_key(trigger, scheduled_for))
 
     async def _insert_fire(self, routine: Routine, row: dict[str, Any], key: str | None) -> int:
@@ -334,32 +412,11 @@ class RoutineStore:
         return run_id
 
     async def finish_run(self, run_id: int, result: RunResult) -> None:
-        row = {
-            "ended_at": utc_now_iso(),
-            "status": result.status,
-            "delivery": result.delivery,
-            "error": result.error,
-            "text": result.text[:TEXT_KEPT],
-            "input_tokens": result.input_tokens,
-            "output_tokens": result.output_tokens,
-            "conversation_id": result.conversation_id,
-        }
+        row = finished_columns(result)
         await self.home_store.call(lambda db: db["routine_runs"].update(run_id, row))
 
     async def record_missed(self, routine: Routine, scheduled_for: datetime, why: str) -> int:
-        now = utc_now_iso()
-        row = {
-            "routine_id": routine.id,
-            "bot": routine.bot,
-            "name": routine.name,
-            "trigger": "schedule",
-            "scheduled_for": scheduled_for.isoformat(),
-            "started_at": now,
-            "ended_at": now,
-            "status": "missed",
-            "delivery": "",
-            "error": why,
-        }
+        row = missed_row(routine, scheduled_for, why)
         return await self._insert_fire(routine, row, scheduled_for.isoformat())
 
     async def runs(self, routine_id: int, limit: int = 20) -> list[RoutineRun]:

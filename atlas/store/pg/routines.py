@@ -15,7 +15,6 @@ from typing import Any
 import asyncpg
 
 from atlas.routines.store import (
-    TEXT_KEPT,
     AlreadyFired,
     Routine,
     RoutineError,
@@ -23,11 +22,15 @@ from atlas.routines.store import (
     RunResult,
     RunTrigger,
     Target,
-    _armed,
     _routine,
     _run,
-    _target_columns,
+    changed_columns,
+    finished_columns,
     fire_key,
+    missed_row,
+    name_taken,
+    new_routine_row,
+    start_row,
 )
 from atlas.store.db import utc_now_iso
 from atlas.store.pg.server import PgServer
@@ -107,31 +110,25 @@ class PgRoutineStore:
         armed_at: str | None = None,
         precheck: str = "",
     ) -> Routine:
-        now = utc_now_iso()
-        row = {
-            "bot": bot,
-            "name": name,
-            "prompt": prompt,
-            "schedule": schedule,
-            **_target_columns(target),
-            "paused": int(paused),
-            "grace_seconds": grace_seconds,
-            "source": source,
-            "source_digest": source_digest,
-            "armed_at": _armed(armed_at, now),
-            "created_at": now,
-            "updated_at": now,
-            "precheck": precheck,
-        }
+        row = new_routine_row(
+            bot,
+            name,
+            prompt,
+            schedule,
+            target,
+            paused=paused,
+            grace_seconds=grace_seconds,
+            source=source,
+            source_digest=source_digest,
+            armed_at=armed_at,
+            precheck=precheck,
+        )
         try:
             routine_id = await self.server.pool.fetchval(
                 _insert_sql("routines", ROUTINE_COLUMNS, row), *row.values()
             )
         except asyncpg.UniqueViolationError:
-            raise RoutineError(
-                f"bot {bot!r} already has a routine named {name!r}; pick another name "
-                "or update that one"
-            ) from None
+            raise name_taken(bot, name) from None
         found = await self.get(routine_id)
         assert found is not None  # just inserted
         return found
@@ -167,15 +164,7 @@ class PgRoutineStore:
         current = await self.get(routine_id)
         if current is None:
             raise RoutineError(f"there is no routine {routine_id}")
-        if "target" in changes:
-            changes.update(_target_columns(changes.pop("target")))
-        if "paused" in changes:
-            changes["paused"] = int(changes["paused"])
-        now = utc_now_iso()
-        changes["updated_at"] = now
-        resumed = current.paused and changes.get("paused") == 0
-        if changes.get("schedule", current.schedule) != current.schedule or resumed:
-            changes["armed_at"] = _armed(armed_at, now)
+        changed_columns(current, changes, armed_at)
         names = _names(ROUTINE_COLUMNS, changes, "routines")
         sets = ", ".join(f"{name} = ${i}" for i, name in enumerate(names, start=2))
         try:
@@ -199,15 +188,7 @@ class PgRoutineStore:
         self, routine: Routine, trigger: RunTrigger, scheduled_for: datetime | None
     ) -> int:
         """A new run's id; `AlreadyFired` when its slot has a run already (any process's)."""
-        row = {
-            "routine_id": routine.id,
-            "bot": routine.bot,
-            "name": routine.name,
-            "trigger": trigger,
-            "scheduled_for": scheduled_for.isoformat() if scheduled_for else None,
-            "started_at": utc_now_iso(),
-            "status": "running",
-        }
+        row = start_row(routine, trigger, scheduled_for)
         return await self._insert_fire(routine, row, fire_key(trigger, scheduled_for))
 
     async def _insert_fire(self, routine: Routine, row: dict[str, Any], key: str | None) -> int:
@@ -221,35 +202,15 @@ class PgRoutineStore:
             raise AlreadyFired(routine.name, key or "") from None
 
     async def finish_run(self, run_id: int, result: RunResult) -> None:
+        columns = finished_columns(result)
+        names = _names(RUN_COLUMNS, columns, "routine_runs")
+        sets = ", ".join(f"{name} = ${i}" for i, name in enumerate(names, start=2))
         await self.server.pool.execute(
-            "UPDATE routine_runs SET ended_at = $2, status = $3, delivery = $4, error = $5, "
-            "text = $6, input_tokens = $7, output_tokens = $8, conversation_id = $9 "
-            "WHERE id = $1",
-            run_id,
-            utc_now_iso(),
-            result.status,
-            result.delivery,
-            result.error,
-            result.text[:TEXT_KEPT],
-            result.input_tokens,
-            result.output_tokens,
-            result.conversation_id,
+            f"UPDATE routine_runs SET {sets} WHERE id = $1", run_id, *columns.values()
         )
 
     async def record_missed(self, routine: Routine, scheduled_for: datetime, why: str) -> int:
-        now = utc_now_iso()
-        row = {
-            "routine_id": routine.id,
-            "bot": routine.bot,
-            "name": routine.name,
-            "trigger": "schedule",
-            "scheduled_for": scheduled_for.isoformat(),
-            "started_at": now,
-            "ended_at": now,
-            "status": "missed",
-            "delivery": "",
-            "error": why,
-        }
+        row = missed_row(routine, scheduled_for, why)
         return await self._insert_fire(routine, row, scheduled_for.isoformat())
 
     async def runs(self, routine_id: int, limit: int = 20) -> list[RoutineRun]:
