@@ -3,6 +3,7 @@
     uv run python scripts/bench_turns.py [--bots 10] [--conversations 200] [--turns 5]
         [--warmup 2] [--latency 0.5] [--lockstep] [--seed 1] [--concurrent-turns N]
         [--workers N] [--spread] [--profile out.prof] [--keep-log PATH] [--json]
+        [--postgres [--pg-settings "-c name=value ..."] | --store-url postgresql://...]
 
 The daemon runs as a child process (`atlas run` plus probes, see scripts/loadkit.py) with B
 Telegram bots, each on its own fake Bot API, all on one fake OpenAI-compatible model that
@@ -18,6 +19,17 @@ left, so all C are busy throughout. Everything listens on 127.0.0.1 only.
 daemon); without it the daemon picks its default (one per core, at most one per bot).
 `--spread` marks every bot `spread = true` (its conversations spread over the workers).
 
+The home is SQLite files by default. `--postgres` serves it from PostgreSQL instead (issue 36):
+a throwaway cluster of Debian's binaries started as the tests start theirs
+(tests/postgres_cluster.py, as the `postgres` user on a free loopback port), a database made
+in it and written as the home's `[store] url`; the cluster is removed at the end. Its settings
+are PostgreSQL's defaults but `synchronous_commit = off` (`--pg-settings` to change them): a
+commit does not wait for its WAL flush, as atlas.db's commits (WAL, synchronous=NORMAL) do
+not. `--store-url URL` uses a server of yours instead: an empty database (the run's rows stay
+in it), its password in $ATLAS_STORE_PASSWORD, which the daemon inherits. On PostgreSQL the
+home runs in one process (atlas/workers/plan.py), so `--workers 1` on SQLite is the fair
+comparison.
+
 Printed as `name: value` lines (or one JSON object with `--json`):
 - turns_per_s, and its ratio to C/L and to the set-up's real limit C/(L x model calls per turn);
 - overhead per turn p50/p95/p99: from the update entering the fake Bot API (the person's
@@ -26,6 +38,9 @@ Printed as `name: value` lines (or one JSON object with `--json`):
 - the daemon's CPU time per turn over the window, summed over every process (the home's and
   its workers), and its CPU share (cores busy) split into home_cpu_share and
   workers_cpu_share; workers: how many processes served (the home's + its live workers);
+- with `--postgres`, the server's CPU per turn and share over the same window, apart
+  (postgres_cpu_ms_per_turn: the postmaster and every backend of the cluster started here,
+  read from /proc), and total_cpu_ms_per_turn (the daemon's plus the server's);
 - event-loop lag p99 (a task sleeping 20 ms: how late it wakes), garbage collections and
   their pauses, peak RSS: the home's process only (its workers run no probe); rss_after_mb_all:
   the RSS of every process at the end;
@@ -43,9 +58,12 @@ import argparse
 import asyncio
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,8 +79,15 @@ from scripts.loadkit import (
     machine,
     percentile,
     print_result,
+    process_cpu_seconds,
 )
 from tests.fakes.load_fakes import TOOL_MARK
+from tests.postgres_cluster import SUPERUSER, Cluster, find_postgres_bin, start_cluster
+
+# PostgreSQL's defaults but one: a commit does not wait for its WAL to reach the disk (the
+# WAL writer flushes it within 200 ms), as atlas.db's commits do not (synchronous=NORMAL).
+BENCH_PG_SETTINGS = "-c synchronous_commit=off"
+BENCH_DATABASE = "atlas_bench"
 
 TURN_TIMEOUT = 120.0
 
@@ -85,8 +110,16 @@ class Window:
     warm-up turns to the moment the first one runs out of turns. Only there are all C
     conversations busy; the daemon's CPU and the probes are read at its two ends."""
 
-    def __init__(self, conversations: int, daemon: Daemon) -> None:
+    def __init__(
+        self,
+        conversations: int,
+        daemon: Daemon,
+        server_cpu: Callable[[], float] | None = None,
+    ) -> None:
         self.daemon = daemon
+        # The PostgreSQL server's CPU (every process of the cluster started here), apart.
+        self.server_cpu = server_cpu
+        self.server_cpu_started = self.server_cpu_ended = 0.0
         # This process's own loop (the fakes, the drivers): its delays count as overhead too.
         self.harness_lag = LagMonitor()
         self.harness_lags: list[float] = []
@@ -111,6 +144,8 @@ class Window:
     async def _open(self) -> None:
         await self.daemon.window_start()
         self.cpu_started = self.daemon.cpu_split()
+        if self.server_cpu:
+            self.server_cpu_started = self.server_cpu()
         self.harness_lag.reset()
         self.started = time.monotonic()
         self.opened.set()
@@ -119,6 +154,8 @@ class Window:
         await self.opened.wait()
         self.ended = time.monotonic()
         self.cpu_ended = self.daemon.cpu_split()
+        if self.server_cpu:
+            self.server_cpu_ended = self.server_cpu()
         self.harness_lags = list(self.harness_lag.samples)
         self.probe = await self.daemon.window_report()
 
@@ -175,7 +212,69 @@ async def converse(
     window.finished()
 
 
-async def bench(args: argparse.Namespace) -> dict[str, Any]:
+def cluster_cpu_seconds(cluster: Cluster) -> float:
+    """CPU time of a PostgreSQL cluster so far: its postmaster (with the backends it has
+    reaped) and its live children (a backend per connection, the checkpointer, the WAL
+    writer, autovacuum), from /proc. The postmaster's pid is postmaster.pid's first line."""
+    postmaster = int((cluster.data_dir / "postmaster.pid").read_text().split()[0])
+    children = _children(postmaster)
+    return process_cpu_seconds(postmaster, children=True) + sum(
+        process_cpu_seconds(pid) for pid in children
+    )
+
+
+def _children(parent: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue  # ended while we looked
+        if int(fields[1]) == parent and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+@contextmanager
+def bench_cluster(settings: str) -> Iterator[Cluster]:
+    """A throwaway PostgreSQL cluster with a database for the bench's home; removed after."""
+    bin_dir = find_postgres_bin()
+    if bin_dir is None:
+        raise SystemExit("--postgres: no PostgreSQL under /usr/lib/postgresql (apt postgresql)")
+    cluster = start_cluster(bin_dir, settings)
+    try:
+        subprocess.run(
+            [
+                str(bin_dir / "createdb"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(cluster.port),
+                "-U",
+                SUPERUSER,
+                BENCH_DATABASE,
+            ],
+            check=True,
+            capture_output=True,
+        )
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def bench(args: argparse.Namespace) -> dict[str, Any]:
+    """The run, on the store asked for (a cluster started here for `--postgres`)."""
+    if not args.postgres:
+        return run_on_uvloop(bench_on(args, args.store_url, None))
+    with bench_cluster(args.pg_settings) as cluster:
+        return run_on_uvloop(bench_on(args, cluster.url(BENCH_DATABASE), cluster))
+
+
+async def bench_on(
+    args: argparse.Namespace, store_url: str | None, cluster: Cluster | None
+) -> dict[str, Any]:
     concurrent = args.concurrent_turns or args.conversations
     # Staggered: each conversation starts at its own moment within one turn's model time, as
     # people would; in lockstep all C send at once and every later turn comes in waves.
@@ -191,6 +290,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 workers=args.workers,
                 spread=args.spread,
             )
+            if store_url:
+                config = home / "config.toml"
+                config.write_text(config.read_text() + f'\n[store]\nurl = "{store_url}"\n')
             daemon = Daemon(
                 home,
                 fakes.env(home, workers=args.workers),
@@ -202,7 +304,11 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             all_turns: list[Turn] = []
             try:
                 await fakes.wait_polling(before, 60)
-                window = Window(args.conversations, daemon)
+                window = Window(
+                    args.conversations,
+                    daemon,
+                    (lambda: cluster_cpu_seconds(cluster)) if cluster else None,
+                )
                 harness_lag = asyncio.create_task(window.harness_lag.run())
                 harness_before = time.process_time()
                 wall_before = time.monotonic()
@@ -250,6 +356,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     calls_per_turn = (len(turns) + tool_turns) / len(turns)
     rate = len(turns) / seconds
     result: dict[str, Any] = {
+        "store": "postgresql" if store_url else "sqlite",
         "bots": args.bots,
         "workers": processes,
         "spread": args.spread,
@@ -307,6 +414,15 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         # and its workers together (their CPU in the window, in cores).
         "home_cpu_share": round(home_cpu / seconds, 2),
         "workers_cpu_share": round(workers_cpu / seconds, 2),
+    }
+    if cluster:
+        server_cpu = window.server_cpu_ended - window.server_cpu_started
+        result |= {
+            "postgres_cpu_ms_per_turn": round(server_cpu / len(turns) * 1000, 2),
+            "postgres_cpu_share": round(server_cpu / seconds, 2),
+            "total_cpu_ms_per_turn": round((cpu + server_cpu) / len(turns) * 1000, 2),
+        }
+    result |= {
         # The fakes and the drivers share this process: near 1.0, their own delays are in
         # the overhead figures too (over the whole run, warm-up included).
         "harness_cpu_share": round(harness_cpu / harness_wall, 2),
@@ -358,10 +474,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=Path, help="cProfile the daemon's loop over the window")
     parser.add_argument("--keep-log", type=Path, help="copy the daemon's whole log there")
     parser.add_argument("--json", action="store_true")
+    store = parser.add_mutually_exclusive_group()
+    store.add_argument(
+        "--postgres",
+        action="store_true",
+        help="the home on a throwaway PostgreSQL cluster started here (its CPU apart)",
+    )
+    store.add_argument(
+        "--store-url",
+        help="the home on this PostgreSQL database (empty; password in $ATLAS_STORE_PASSWORD)",
+    )
+    parser.add_argument(
+        "--pg-settings",
+        default=BENCH_PG_SETTINGS,
+        help=f"the --postgres server's options (default: {BENCH_PG_SETTINGS!r})",
+    )
     args = parser.parse_args(argv)
     if args.conversations < args.bots:
         parser.error("--conversations must be at least --bots")
-    result = run_on_uvloop(bench(args))
+    result = bench(args)
     print_result(result, args.json)
     return 0
 

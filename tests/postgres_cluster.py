@@ -73,9 +73,15 @@ class Cluster:
         shutil.rmtree(self.data_dir.parent, ignore_errors=True)
 
 
-def start_cluster(bin_dir: Path) -> Cluster:
-    """initdb + pg_ctl start; the server is tuned for tests (no fsync: a crash loses a test's
-    rows, never anything kept)."""
+# For tests: no fsync (a crash loses a test's rows, never anything kept), a small cache.
+TEST_SETTINGS = (
+    "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c shared_buffers=16MB"
+)
+
+
+def start_cluster(bin_dir: Path, settings: str = TEST_SETTINGS) -> Cluster:
+    """initdb + pg_ctl start; `settings` are the server's `-c name=value` options (the tests'
+    by default; scripts/bench_turns.py passes its own)."""
     top = Path(tempfile.mkdtemp(prefix="atlas-pg-"))
     data_dir = top / "data"
     data_dir.mkdir()
@@ -102,10 +108,7 @@ def start_cluster(bin_dir: Path) -> Cluster:
         check=True,
         capture_output=True,
     )
-    options = (
-        f"-p {{port}} -k {data_dir} -c listen_addresses=127.0.0.1 -c fsync=off "
-        "-c synchronous_commit=off -c full_page_writes=off -c shared_buffers=16MB"
-    )
+    options = f"-p {{port}} -k {data_dir} -c listen_addresses=127.0.0.1 {settings}"
     # A port found free can be taken before the server binds it: try a few.
     last_error = ""
     for _ in range(5):

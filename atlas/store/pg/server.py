@@ -90,6 +90,15 @@ class ServerCheck:
     unicode_case: bool  # lower() folds more than ASCII (a UTF-8 LC_CTYPE): ILIKE finds "ÉTÉ"
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """The pool's reset of a released connection, after asyncpg's own local one (which rolls
+    back a transaction left open). asyncpg's default also sends `pg_advisory_unlock_all();
+    CLOSE ALL; UNLISTEN *; RESET ALL`: a round trip on every release, a quarter of a turn's
+    round trips (docs/benchmarks.md, issue 36), undoing session state Atlas never makes on a
+    pooled connection (its advisory locks are per transaction, its cursors live inside
+    transactions, it runs no SET, and it LISTENs on a connection of its own)."""
+
+
 class PgServer:
     """The pool to one database, its schema brought up to date when opened."""
 
@@ -115,7 +124,11 @@ class PgServer:
             return
         try:
             self._pool = await asyncpg.create_pool(
-                self.url, password=self.password, min_size=1, max_size=self.max_connections
+                self.url,
+                password=self.password,
+                min_size=1,
+                max_size=self.max_connections,
+                reset=_keep_session,
             )
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise AtlasError(f"cannot reach the PostgreSQL store {self.where}: {exc}") from exc
