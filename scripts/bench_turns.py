@@ -214,8 +214,10 @@ async def converse(
 
 def cluster_cpu_seconds(cluster: Cluster) -> float:
     """CPU time of a PostgreSQL cluster so far: its postmaster (with the backends it has
-    reaped) and its live children (a backend per connection, the checkpointer, the WAL
-    writer, autovacuum), from /proc. The postmaster's pid is postmaster.pid's first line."""
+    reaped) and its children (a backend per connection, the checkpointer, the WAL writer,
+    autovacuum), from /proc: a backend that has ended but is not reaped yet (a zombie) still
+    shows its times there, and in neither place once reaped between the two reads (rare, and
+    an undercount, never a double one). The postmaster's pid is postmaster.pid's first line."""
     postmaster = int((cluster.data_dir / "postmaster.pid").read_text().split()[0])
     children = _children(postmaster)
     return process_cpu_seconds(postmaster, children=True) + sum(
@@ -232,7 +234,7 @@ def _children(parent: int) -> list[int]:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except (FileNotFoundError, ProcessLookupError, IndexError):
             continue  # ended while we looked
-        if int(fields[1]) == parent and fields[0] != "Z":
+        if int(fields[1]) == parent:
             found.append(int(entry.name))
     return found
 
