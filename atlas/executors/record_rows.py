@@ -18,13 +18,19 @@ import json
 import re
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from atlas.executors.record_search import (
+    InstanceSummary,
+    RecordFilter,
+    latest_instances,
+    match_instances,
+    matching_entries,
+)
 from atlas.executors.workbench import INTERRUPTED
 from atlas.store.db import fetch_dicts, utc_now_iso, write_transaction
 
 if TYPE_CHECKING:
     import sqlite_utils
 
-    from atlas.executors.record import InstanceSummary, RecordFilter
     from atlas.store.home_db import HomeStore
 
 TASKS = "executor_tasks"
@@ -309,13 +315,11 @@ class SqliteRecordRows:
     async def instance_turns(self, instance_id: str) -> list[dict[str, Any]]:
         return await self.store.call(functools.partial(instance_turns_of, instance_id=instance_id))
 
-    # The search's SQL stays beside its FTS5 index's readers in atlas/executors/record.py.
+    # The search's SQL is in atlas/executors/record_search.py, beside its FTS5 index's readers.
 
     async def latest_instances(
         self, where: RecordFilter, *, limit: int, oldest: bool = False
     ) -> list[InstanceSummary]:
-        from atlas.executors.record import latest_instances
-
         return await self.store.call(
             functools.partial(latest_instances, where=where, limit=limit, oldest=oldest)
         )
@@ -323,8 +327,6 @@ class SqliteRecordRows:
     async def match_instances(
         self, text: str, where: RecordFilter, *, limit: int
     ) -> list[InstanceSummary]:
-        from atlas.executors.record import match_instances
-
         return await self.store.call(
             functools.partial(match_instances, text=text, where=where, limit=limit)
         )
@@ -332,8 +334,6 @@ class SqliteRecordRows:
     async def matching_entries(
         self, text: str, instance_id: str, *, limit: int
     ) -> list[dict[str, Any]]:
-        from atlas.executors.record import matching_entries
-
         return await self.store.call(
             functools.partial(matching_entries, text=text, instance_id=instance_id, limit=limit)
         )

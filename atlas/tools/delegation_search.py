@@ -20,8 +20,8 @@ from pydantic import Field
 
 from atlas.errors import NotOnPostgres, ToolError
 from atlas.executors.base import ExecutorError, SessionLog
-from atlas.executors.record import InstanceSummary, RecordFilter
 from atlas.executors.record_rows import RecordRows, record_rows
+from atlas.executors.record_search import InstanceSummary, RecordFilter
 from atlas.executors.registry import ExecutorSet
 from atlas.executors.session_gone import parse_started, why_missing
 from atlas.store.home_db import HomeStore

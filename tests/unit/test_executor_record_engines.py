@@ -216,7 +216,7 @@ async def _three_instances(store: HomeStore | RecordRows) -> None:
 
 
 async def test_the_record_is_searched_alike(store: HomeStore | RecordRows) -> None:
-    from atlas.executors.record import RecordFilter
+    from atlas.executors.record_search import RecordFilter
 
     await _three_instances(store)
     rows = record_rows(store)

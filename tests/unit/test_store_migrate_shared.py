@@ -18,8 +18,9 @@ from atlas.channels.access import (
 )
 from atlas.cli import main
 from atlas.errors import AtlasError
-from atlas.executors.record import DelegationRecord, RecordFilter
+from atlas.executors.record import DelegationRecord
 from atlas.executors.record_rows import record_rows
+from atlas.executors.record_search import RecordFilter
 from atlas.executors.task_rows import TaskRows, snapshot
 from atlas.executors.workbench import Instance
 from atlas.home import Home

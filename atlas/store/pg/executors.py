@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from atlas.executors.record import InstanceSummary, RecordFilter
 from atlas.executors.record_rows import CUT_BY_STOP, LIVE_STATES, turn_end
+from atlas.executors.record_search import InstanceSummary, RecordFilter
 from atlas.executors.workbench import INTERRUPTED
 from atlas.store.db import utc_now_iso
 from atlas.store.pg.server import PgServer

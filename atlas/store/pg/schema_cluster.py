@@ -1,7 +1,36 @@
-"""PostgreSQL schema steps 30-39: nodes, leases and messages between nodes."""
+"""PostgreSQL schema steps 30-39: nodes, leases and messages between nodes (atlas/cluster/).
+
+Times here are `TIMESTAMPTZ` set by the server (`now()`), not the UTC text of the other
+tables: lease expiry compares them with the server's clock only, because the machines' own
+clocks differ (atlas/cluster/leases.py).
+"""
 
 from __future__ import annotations
 
 from atlas.store.pg.schema_step import SchemaStep
 
-STEPS: list[SchemaStep] = []
+STEPS: list[SchemaStep] = [
+    (
+        30,
+        "nodes_leases_and_node_messages",
+        (
+            # One row per node name; `epoch` counts its registrations, so a second process
+            # started under the same name supersedes the first (its heartbeats then fail).
+            "CREATE TABLE nodes (name TEXT PRIMARY KEY, epoch BIGINT NOT NULL, "
+            "host TEXT NOT NULL DEFAULT '', pid INTEGER, started_at TIMESTAMPTZ NOT NULL, "
+            "heartbeat_at TIMESTAMPTZ NOT NULL, left_at TIMESTAMPTZ)",
+            # A row per resource ("bot:NAME", "scheduler") that is never deleted: a release
+            # clears `holder`, so `epoch` only ever grows and a fence never sees an old
+            # number again.
+            "CREATE TABLE leases (resource TEXT PRIMARY KEY, holder TEXT, "
+            "epoch BIGINT NOT NULL, acquired_at TIMESTAMPTZ NOT NULL, "
+            "expires_at TIMESTAMPTZ NOT NULL)",
+            "CREATE TABLE node_messages (id BIGSERIAL PRIMARY KEY, to_bot TEXT NOT NULL, "
+            "kind TEXT NOT NULL, body JSONB NOT NULL, from_node TEXT NOT NULL DEFAULT '', "
+            "created_at TIMESTAMPTZ NOT NULL DEFAULT now(), taken_by TEXT, "
+            "taken_epoch BIGINT, taken_at TIMESTAMPTZ)",
+            "CREATE INDEX node_messages_waiting ON node_messages (to_bot, id) "
+            "WHERE taken_by IS NULL",
+        ),
+    ),
+]

@@ -1,0 +1,179 @@
+"""Messages between nodes: rows in `node_messages` plus LISTEN/NOTIFY to wake the bot's owner.
+
+Anything for a bot another node owns (the dashboard's chat, `message_agent`, a routine's run,
+an approval answered elsewhere) is a row addressed to the bot, not to a node: whoever holds
+the bot's lease when it is read takes it. Taking is fenced (the lease still ours, in the same
+transaction) and claims rows with `FOR UPDATE SKIP LOCKED`, so each row is taken once, by the
+owner. A handler given to `take` runs inside that transaction: what it writes to the
+database lands together with the claim or not at all (exactly once for database effects).
+
+NOTIFY only wakes the owner early; a sweep every `sweep_seconds` finds rows whose notice was
+missed (the listening connection was down, or the bot changed hands after the notice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from atlas.cluster.leases import Fence, FenceError, fenced
+from atlas.store.pg.server import PgServer
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "atlas_node_messages"
+
+
+@dataclass(frozen=True)
+class NodeMessage:
+    id: int
+    to_bot: str
+    kind: str
+    body: dict[str, Any]
+    from_node: str
+    created_at: datetime
+
+
+Handler = Callable[[asyncpg.Connection, list[NodeMessage]], Awaitable[None] | None]
+
+
+class NodeMessages:
+    """Send to a bot wherever it runs; take what is addressed to a bot this node holds."""
+
+    def __init__(self, server: PgServer, node: str):
+        self.server = server
+        self.node = node
+
+    async def send(self, to_bot: str, kind: str, body: dict[str, Any]) -> int:
+        """Store a message for `to_bot` and notify (delivered at commit); return its id."""
+        async with self.server.pool.acquire() as conn, conn.transaction():
+            message_id = await conn.fetchval(
+                "INSERT INTO node_messages (to_bot, kind, body, from_node) "
+                "VALUES ($1, $2, $3::jsonb, $4) RETURNING id",
+                to_bot,
+                kind,
+                json.dumps(body),
+                self.node,
+            )
+            await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, to_bot)
+        return int(message_id)
+
+    async def take(
+        self, bot: str, fence: Fence, *, limit: int = 100, handle: Handler | None = None
+    ) -> list[NodeMessage]:
+        """Claim the waiting messages for `bot`, oldest first, if `fence` still holds;
+        `handle(conn, messages)` runs in the same transaction (its failure un-claims them).
+        FenceError when the lease is not ours any more: nothing is claimed."""
+        async with fenced(self.server, fence) as conn:
+            rows = await conn.fetch(
+                "UPDATE node_messages SET taken_by = $2, taken_epoch = $3, taken_at = now() "
+                "WHERE id IN (SELECT id FROM node_messages WHERE to_bot = $1 "
+                "AND taken_by IS NULL ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED) "
+                "RETURNING id, to_bot, kind, body, from_node, created_at",
+                bot,
+                self.node,
+                fence.epoch,
+                limit,
+            )
+            messages = sorted(
+                (
+                    NodeMessage(
+                        int(row["id"]),
+                        row["to_bot"],
+                        row["kind"],
+                        json.loads(row["body"]),
+                        row["from_node"],
+                        row["created_at"],
+                    )
+                    for row in rows
+                ),
+                key=lambda message: message.id,
+            )
+            if messages and handle is not None:
+                result = handle(conn, messages)
+                if inspect.isawaitable(result):
+                    await result
+        return messages
+
+
+class Inbox:
+    """Listens for notices and takes the messages of the bots this node holds.
+
+    `fence_for(bot)` is the node's (ClusterNode.fence): None for a bot held elsewhere, whose
+    notices are ignored. `deliver(conn, messages)` runs inside the claiming transaction.
+    """
+
+    def __init__(
+        self,
+        messages: NodeMessages,
+        fence_for: Callable[[str], Fence | None],
+        held_bots: Callable[[], Iterable[str]],
+        deliver: Handler,
+        *,
+        sweep_seconds: float = 5.0,
+    ):
+        self.messages = messages
+        self.fence_for = fence_for
+        self.held_bots = held_bots
+        self.deliver = deliver
+        self.sweep_seconds = sweep_seconds
+        self._woken: set[str] = set()
+        self._wake = asyncio.Event()
+        self._listener: asyncpg.Connection | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        server = self.messages.server
+        self._listener = await asyncpg.connect(server.url, password=server.password)
+        await self._listener.add_listener(CHANNEL, self._on_notice)
+        self._task = asyncio.create_task(self._run(), name=f"inbox {self.messages.node}")
+        self.wake(*self.held_bots())  # rows sent before we listened
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            await listener.close()
+
+    def wake(self, *bots: str) -> None:
+        """Look for `bots`' messages now (a notice, or a bot just gained)."""
+        self._woken.update(bots)
+        self._wake.set()
+
+    def _on_notice(self, conn: object, pid: int, channel: str, bot: str) -> None:
+        if self.fence_for(bot) is not None:
+            self.wake(bot)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                async with asyncio.timeout(self.sweep_seconds):
+                    await self._wake.wait()
+            except TimeoutError:
+                self._woken.update(self.held_bots())  # the sweep
+            self._wake.clear()
+            bots, self._woken = self._woken, set()
+            for bot in sorted(bots):
+                fence = self.fence_for(bot)
+                if fence is None:
+                    continue
+                try:
+                    await self.messages.take(bot, fence, handle=self.deliver)
+                except FenceError as exc:
+                    log.info("inbox %s: %s", self.messages.node, exc)
+                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                    log.warning(
+                        "inbox %s: taking %s's messages failed: %s", self.messages.node, bot, exc
+                    )
+                    self._woken.add(bot)  # retried at the next wake or sweep
