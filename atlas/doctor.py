@@ -198,15 +198,17 @@ def _routines_check(home) -> Check:  # type: ignore[no-untyped-def]
 
 def _workers_check(home) -> Check:  # type: ignore[no-untyped-def]
     """How `atlas run` will spread the bots over processes ([daemon] workers)."""
-    from atlas.workers.plan import Placement, worker_count
+    from atlas.workers.plan import Placement, one_process_on_postgres, worker_count
 
     try:
-        placement = Placement.of(home, worker_count(home))
+        wanted = worker_count(home)
     except AtlasError as exc:
         return Check("workers", False, str(exc), "unset ATLAS_WORKERS or give a number 1 to 64")
+    placement = Placement.of(home, one_process_on_postgres(home, wanted, say=False))
     shares = " | ".join(", ".join(share) for share in placement.shares)
     count = placement.count
-    return Check("workers", True, f"{count} process{'es' if count > 1 else ''}: {shares}")
+    why = " (a home on PostgreSQL runs in one process for now)" if count < wanted else ""
+    return Check("workers", True, f"{count} process{'es' if count > 1 else ''}: {shares}{why}")
 
 
 async def run_checks(root: Path, *, offline: bool = False) -> list[Check]:

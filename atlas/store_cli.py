@@ -68,8 +68,9 @@ def store_main(home: Any, args: argparse.Namespace) -> int:
         )
     print(f"copied {len(copies)} bot(s) to {redact_url(args.to)}")
     print(
-        "not copied: the chat generations of /new (atlas.db); "
-        "`atlas run` still uses the home's files (docs/scaling.md)"
+        f'to serve the home from it: [store] url = "{redact_url(args.to)}" in config.toml, '
+        "the password in the variable [store] password_env names, then `atlas run` "
+        "(docs/scaling.md)"
     )
     return 0
 

@@ -90,16 +90,19 @@ class Rig:
 
 
 @asynccontextmanager
-async def dashboard_rig(home_path: Path, *, reads: Any = None) -> AsyncIterator[Rig]:
+async def dashboard_rig(
+    home_path: Path, *, reads: Any = None, open_store: Any = None
+) -> AsyncIterator[Rig]:
     """The app over a new home at `home_path`, served on loopback; closed on leaving. `reads`:
-    the home's shared state read from another engine than atlas.db (a DashboardReads)."""
+    the home's shared state read from another engine than atlas.db (a DashboardReads);
+    `open_store`: the bots' stores from another engine than their files."""
     home = make_home(home_path)
     audit = HomeStore(home.db_path)
     signer = Signer.for_home(home.root)
     holder: dict[str, Rig] = {}
     dashboard = Dashboard(
         home,
-        open_store_for_tests,
+        open_store or open_store_for_tests,
         audit,
         signer,
         channel_health=lambda: holder["rig"].health,

@@ -121,8 +121,10 @@ class Dashboard:
             health.listen(lambda _name, _health: self.events.publish("home"))
 
     async def store(self, bot: Bot) -> ConversationStore | None:
-        """The bot's store; None for a bot that never talked (opening would create its file)."""
-        if not bot.db_path.exists():
+        """The bot's store; None for a bot that never talked (opening would create its file).
+        On a home whose store is PostgreSQL, its share of the database, never a
+        conversations.db left from before `atlas store migrate`."""
+        if self.home.settings.store.url is None and not bot.db_path.exists():
             return None
         return await self.open_store(bot)
 

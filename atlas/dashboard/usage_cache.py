@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from atlas.dashboard.queries import UsageRow, usage_by_hour
+from atlas.dashboard.conversation_reads import conversation_reads
+from atlas.dashboard.queries import UsageRow
 from atlas.store.conversations import ConversationStore
 
 
@@ -34,7 +35,7 @@ class UsageCache:
         if kept is None or first < kept.since:  # nothing kept from that far back: read it all
             kept = self._kept[bot] = _Kept(first, first)
         start = f"{kept.until}:00:00"  # sorts before any time stored in that hour
-        fresh = await store.db.call(lambda db: usage_by_hour(db, start))
+        fresh = await conversation_reads(store).usage_by_hour(start)
         kept.rows += [row for row in fresh if row.hour < current]
         kept.until = max(kept.until, current)
         return [row for row in kept.rows if row.hour >= first] + [

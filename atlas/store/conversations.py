@@ -182,6 +182,20 @@ class ConversationStore:
         row = await self.db.quick(get)
         return Conversation(**row) if row else None
 
+    async def thread_known(self, channel: str, chat: str, thread: str) -> bool:
+        """Whether a conversation is stored for this thread of the chat (any `/new`
+        generation of it: `chat` or `chat#N`)."""
+
+        def find(db: sqlite_utils.Database) -> bool:
+            rows = db.query(
+                "SELECT 1 FROM conversations WHERE channel = ? AND thread = ? "
+                "AND (chat = ? OR chat LIKE ? || '#%')",
+                [channel, thread, chat, chat],
+            )
+            return next(iter(rows), None) is not None
+
+        return await self.db.call(find)
+
     async def append(
         self,
         conversation_id: int,

@@ -56,6 +56,8 @@ class ConversationEngine(Protocol):
 
     async def get_conversation(self, conversation_id: int) -> Conversation | None: ...
 
+    async def thread_known(self, channel: str, chat: str, thread: str) -> bool: ...
+
     async def append(
         self,
         conversation_id: int,

@@ -82,8 +82,10 @@ async def _stores(run: RunContext) -> dict[str, BotStore]:
     bots = list(run.home.bots.values()) if run.bot.is_main else [run.bot]
     stores = {}
     for bot in bots:
-        # A bot that never talked has no store; opening one would create it.
-        if bot.name == run.bot.name or bot.db_path.exists():
+        # A bot that never talked has no file; opening one would create it. On PostgreSQL
+        # every bot's conversations are in the one database.
+        on_postgres = run.home.settings.store.url is not None
+        if bot.name == run.bot.name or on_postgres or bot.db_path.exists():
             store = await run.open_store(bot)
             stores[bot.name] = BotStore(bot.name, store, qualify=bot.name != run.bot.name)
     return stores

@@ -32,12 +32,15 @@ def worker_count(home: Home, *, cores: int | None = None) -> int:
     return max(1, min(wanted, len(home.bots)))
 
 
-def one_process_on_postgres(home: Home, count: int) -> int:
-    """1 for a home whose store is PostgreSQL (`[store] url`), logged when more were wanted:
+def one_process_on_postgres(home: Home, count: int, *, say: bool = True) -> int:
+    """1 for a home whose store is PostgreSQL (`[store] url`), logged (with `say`) when more
+    were wanted:
     worker processes reach atlas.db through the home's process (a pickle link, for SQLite),
     and a home on PostgreSQL runs in one process for now (docs/scaling.md). `count` otherwise."""
     if home.settings.store.url is None or count <= 1:
         return count
+    if not say:
+        return 1
     log.warning(
         "workers: 1, not %d: a home whose store is PostgreSQL runs in one process for now "
         "([daemon] workers, $%s and the cores are not used; docs/scaling.md)",

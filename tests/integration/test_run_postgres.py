@@ -269,3 +269,38 @@ def test_atlas_run_stops_at_once_when_the_server_cannot_be_reached(tmp_path: Pat
     assert "Connect call failed" in said or "refused" in said.lower(), said
     assert PASSWORD not in said
     assert "ready" not in said
+
+
+async def test_atlas_chat_and_the_clis_use_the_homes_postgresql_database(
+    tmp_path: Path, fakes: Fakes, postgres_url: str
+) -> None:
+    """`atlas chat` answers from PostgreSQL and stores there; `atlas trust log` and `atlas
+    search` read it back from there; the bots' files stay untouched."""
+    home = tmp_path / "home"
+    fakes.write_home(home, conversations=1)
+    with_store_url(home, postgres_url)
+    env = environment(fakes, home)
+
+    def atlas(*args: str, given: str = "") -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "atlas.cli", *args]
+        return subprocess.run(
+            command, input=given, env=env, cwd=REPO, capture_output=True, text=True, timeout=90
+        )
+
+    chat = await asyncio.to_thread(atlas, "chat", given="T0-1-1 [tool] read note.txt\n")
+    assert chat.returncode == 0, chat.stdout + chat.stderr
+    assert "T0-1-1" in chat.stdout.split("you> T0-1-1", 1)[1], chat.stdout
+    db = await asyncpg.connect(postgres_url)
+    try:
+        rows = await db.fetch(
+            "SELECT c.channel, m.role FROM messages m JOIN conversations c "
+            "ON c.id = m.conversation_id ORDER BY m.id"
+        )
+    finally:
+        await db.close()
+    assert [row["channel"] for row in rows] == ["console"] * len(rows) and len(rows) == 4
+    assert sqlite_messages(home) == 0 and sqlite_rows(home, "gate_decisions") == 0
+    log = await asyncio.to_thread(atlas, "trust", "log")
+    assert log.returncode == 0 and "read_file ALLOW" in log.stdout, log.stdout + log.stderr
+    found = await asyncio.to_thread(atlas, "search", "note")
+    assert found.returncode == 0 and "T0-1-1" in found.stdout, found.stdout + found.stderr

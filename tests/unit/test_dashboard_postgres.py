@@ -216,3 +216,115 @@ async def test_a_gate_filter_with_like_characters_matches_them_literally(
         [hit] = await pg_reads.gate_decisions(DecisionFilter(text="100%_"), before_id=None, limit=5)
         assert hit["reason"] == "100%_sure"
     await sqlite_reads.store.close()
+
+
+# ---- the pages' own reads of conversations (atlas/dashboard/conversation_reads.py) -----------
+
+CONVERSATION_PAGES = (
+    "/",
+    "/conversations?bot=atlas",
+    "/conversations?bot=atlas&q=hello",
+    "/conversations/atlas/1",
+    "/conversations/atlas/1?before=4",
+    "/conversations/atlas/1?after=2",
+    "/conversations/atlas/1/messages/4",
+    "/usage",
+)
+
+
+async def _talk(store: Any, bot: str = "atlas") -> None:
+    """The same conversations on either engine: a chat with a tool call, its result and a long
+    answer; the dashboard's own chat."""
+    from atlas.providers.base import ToolCall, Usage
+
+    chat = await store.conversation("telegram", "41", bot=bot)
+    await store.append(chat.id, Message("user", "hello from 41"))
+    call = ToolCall("call-1", "read_file", '{"path": "a.txt"}')
+    await store.append(
+        chat.id,
+        Message("assistant", "", tool_calls=[call]),
+        usage=Usage(10, 5, 2),
+        model="fake/m",
+    )
+    await store.append(
+        chat.id, Message("tool", "the file says hi", tool_call_id="call-1", name="read_file")
+    )
+    long = "It says hi. " + "more " * 1500
+    await store.append(chat.id, Message("assistant", long), usage=Usage(20, 7), model="fake/m")
+    web = await store.conversation("dashboard", "browser", bot=bot)
+    await store.append(web.id, Message("user", "from the browser"))
+    await store.append(web.id, Message("assistant", "answered in the browser"))
+
+
+async def _render_conversations(home_path: Path, url: str | None) -> dict[str, str]:
+    async def pages(rig: Any) -> dict[str, str]:
+        await rig.log_in()
+        found = {}
+        for page in CONVERSATION_PAGES:
+            answer = await rig.client.get(page)
+            assert answer.status == 200, page
+            found[page] = await answer.text()
+        return found
+
+    if url is None:
+        async with dashboard_rig(home_path) as rig:
+            await _talk(await open_store_for_tests(rig.home.bot("atlas")))
+            return await pages(rig)
+    from atlas.home import Home
+    from atlas.store.pg.conversations import PgConversationStore
+
+    async with PgServer(url) as server:
+
+        async def open_pg(bot: Any) -> PgConversationStore:
+            return PgConversationStore(server, bot.name)
+
+        async with dashboard_rig(home_path, open_store=open_pg) as rig:
+            with rig.home.config_path.open("a") as config:
+                config.write(f'\n[store]\nurl = "{url}"\n')
+            rig.dashboard.home = Home(rig.home.root)
+            await _talk(await open_pg(rig.home.bot("atlas")))
+            return await pages(rig)
+
+
+async def test_conversation_pages_render_the_same_from_postgresql_as_from_the_bots_file(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    from_sqlite = await _render_conversations(tmp_path / "sqlite", None)
+    from_pg = await _render_conversations(tmp_path / "pg", postgres_url)
+
+    def same(html: str) -> str:  # the messages' times were stored a moment apart
+        return re.sub(r"\.\d{6}", "", _same_parts(html))
+
+    for page in CONVERSATION_PAGES:
+        assert same(from_pg[page]) == same(from_sqlite[page]), page
+    # And they show the rows (not two empty pages alike).
+    assert "Telegram 41" in from_pg["/conversations?bot=atlas"]
+    assert "<mark>hello</mark> from 41" in from_pg["/conversations?bot=atlas&q=hello"]
+    view = from_pg["/conversations/atlas/1"]
+    assert "the file says hi" in view and "read_file" in view and "It says hi." in view
+    assert from_pg["/conversations/atlas/1/messages/4"].count("more") >= 1500
+    assert "30 / 12" in from_pg["/usage"]  # tokens in / out of the day's two answers
+
+
+async def test_the_chat_pages_earlier_turns_read_the_same_from_both(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """The Chat page needs the daemon; its history read alone, on both engines."""
+    from atlas.dashboard.chat_channel import WEB_CHANNEL, WEB_CHAT
+    from atlas.dashboard.conversation_reads import conversation_reads
+    from atlas.store.conversations import ConversationStore
+    from atlas.store.pg.conversations import PgConversationStore
+
+    async with ConversationStore(tmp_path / "conversations.db") as sqlite:
+        assert await conversation_reads(sqlite).chat_history(WEB_CHANNEL, WEB_CHAT) == (None, [])
+        await _talk(sqlite)
+        from_sqlite = await conversation_reads(sqlite).chat_history(WEB_CHANNEL, WEB_CHAT)
+    async with PgServer(postgres_url) as server:
+        pg = PgConversationStore(server, "atlas")
+        assert await conversation_reads(pg).chat_history(WEB_CHANNEL, WEB_CHAT) == (None, [])
+        await _talk(pg)
+        await _talk(PgConversationStore(server, "other"), "other")  # another bot's: not read
+        from_pg = await conversation_reads(pg).chat_history(WEB_CHANNEL, WEB_CHAT)
+    assert from_pg == from_sqlite
+    texts = [item.text for item in from_pg[1]]
+    assert texts == ["from the browser", "answered in the browser"], from_pg

@@ -148,6 +148,17 @@ async def test_a_turns_history_after_a_compaction_is_the_first_message_and_those
     assert compaction == (ids[3], "the summary")
 
 
+async def test_a_thread_is_known_in_any_generation_of_its_chat(engine: ConversationEngine) -> None:
+    """What Slack asks after a restart (is this a thread the bot is in?): the same on both."""
+    await engine.conversation("slack:atlas", "C1#2", thread="171.5", bot=BOT)
+    await engine.conversation("slack:atlas", "C_9", thread="171.6", bot=BOT)
+    assert await engine.thread_known("slack:atlas", "C1", "171.5")
+    assert not await engine.thread_known("slack:atlas", "C1", "171.6")
+    assert not await engine.thread_known("slack:other", "C1", "171.5")
+    assert not await engine.thread_known("slack:atlas", "C2", "171.5")
+    assert await engine.thread_known("slack:atlas", "C_9", "171.6")
+
+
 # ---- search: the same queries, the same answers -----------------------------------------------
 
 

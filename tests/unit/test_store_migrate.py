@@ -174,7 +174,7 @@ def test_the_command_reports_and_refuses_a_bad_url(
     assert main(["--home", str(home.root), "store", "migrate", "--to", postgres_url]) == 0
     out = capsys.readouterr().out
     assert "copied 0 bot(s) to postgresql://atlas@127.0.0.1:" in out
-    assert "not copied: the chat generations of /new (atlas.db)" in out
+    assert "then `atlas run` (docs/scaling.md)" in out and "not copied" not in out
     assert "outbox rows" not in out  # a home with no bot files has no outbox to copy
     bad = "postgresql://atlas:pw@127.0.0.1/x"
     assert main(["--home", str(home.root), "store", "migrate", "--to", bad]) == 2

@@ -16,6 +16,7 @@ from atlas.channels.access import (
     paired_users,
     request_pairing,
 )
+from atlas.channels.chat_common import ChatGenerations
 from atlas.cli import main
 from atlas.errors import AtlasError
 from atlas.executors.record import DelegationRecord
@@ -29,6 +30,7 @@ from atlas.store.conversations import ConversationStore
 from atlas.store.home_db import HomeStore
 from atlas.store.pg.conversations import PgConversationStore
 from atlas.store.pg.executors import PgRecordRows
+from atlas.store.pg.generations import PgGenerations
 from atlas.store.pg.migrate import migrate_home
 from atlas.store.pg.migrate_shared import copy_shared_records
 from atlas.store.pg.pairing import PgPairing
@@ -53,6 +55,9 @@ async def _fill(home: Home) -> None:
         assert pending and approved and denied
         await approve_pairing(shared, approved.code)
         await deny_pairing(shared, denied.code)
+        await ChatGenerations(shared, "telegram:atlas").bump("41")
+        await ChatGenerations(shared, "telegram:atlas").bump("41")
+        await ChatGenerations(shared, "slack:atlas").bump("C1", "171.5")
 
         instance = Instance(
             "ex-abc123",
@@ -115,7 +120,8 @@ async def test_pairing_and_executor_records_are_copied_and_counted(
         counts.executor_tasks,
         counts.executor_turns,
         counts.executor_entries,
-    ) == (3, 1, 2, 2, 6)
+        counts.chat_generations,
+    ) == (3, 1, 2, 2, 6, 2)
     assert hashlib.sha256(home.db_path.read_bytes()).hexdigest() == digest  # read-only
 
     sqlite = HomeStore(home.db_path)
@@ -127,6 +133,10 @@ async def test_pairing_and_executor_records_are_copied_and_counted(
             )
             assert await paired_users(pg_pairing) == await paired_users(sqlite)
             assert await pg_pairing.paired("atlas", "slack", "U2")
+            pg_generations = ChatGenerations(PgGenerations(server), "telegram:atlas")
+            assert await pg_generations.chat_key("41") == "41#2"
+            slack_generations = ChatGenerations(PgGenerations(server), "slack:atlas")
+            assert await slack_generations.chat_key("C1", "171.5") == "C1#1"
 
             pg_rows, sqlite_rows = PgRecordRows(server), record_rows(sqlite)
             second = await PgConversationStore(server, "atlas").conversation(
@@ -183,6 +193,6 @@ def test_the_command_reports_the_records_copied(
     out = capsys.readouterr().out
     assert (
         "atlas.db: 3 pairing codes, 1 paired users, 2 executor tasks, 2 executor turns "
-        "(6 entries) copied and counted"
+        "(6 entries), 2 /new generations copied and counted"
     ) in out
-    assert "not copied: the chat generations of /new (atlas.db)" in out
+    assert "then `atlas run` (docs/scaling.md)" in out and "not copied" not in out

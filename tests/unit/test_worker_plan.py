@@ -63,3 +63,18 @@ def test_doctor_shows_the_plan_and_a_bad_override(
     monkeypatch.setenv("ATLAS_WORKERS", "0")
     check = _workers_check(home)
     assert not check.ok and "ATLAS_WORKERS='0'" in check.detail
+
+
+def test_doctor_shows_one_process_for_a_home_on_postgresql(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    home = home_with_bots(tmp_path / "home", ["b1", "b2"])
+    with (home.root / "config.toml").open("a") as config:
+        config.write('\n[store]\nurl = "postgresql://atlas@127.0.0.1:5432/atlas"\n')
+    monkeypatch.setenv("ATLAS_WORKERS", "2")
+    check = _workers_check(Home(home.root))
+    assert (check.ok, check.detail) == (
+        True,
+        "1 process: atlas, b1, b2 (a home on PostgreSQL runs in one process for now)",
+    )
+    assert not caplog.records  # doctor says it in its line, not in a warning

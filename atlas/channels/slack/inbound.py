@@ -32,8 +32,6 @@ from atlas.errors import AtlasError
 from atlas.home import Bot
 
 if TYPE_CHECKING:
-    import sqlite_utils
-
     from atlas.dispatch import Dispatcher
 
 log = logging.getLogger(__name__)
@@ -186,16 +184,7 @@ class SlackInbound(SlackAsking):
     async def _known_thread(self, channel: str, root: str) -> bool:
         """A thread with a stored conversation (so replies keep working after a restart)."""
         store = await self.dispatcher.runtime.store(self.bot)
-
-        def find(db: sqlite_utils.Database) -> bool:
-            rows = db.query(
-                "SELECT 1 FROM conversations WHERE channel = ? AND thread = ? "
-                "AND (chat = ? OR chat LIKE ? || '#%')",
-                [self.name, root, channel, channel],
-            )
-            return next(iter(rows), None) is not None
-
-        if await store.db.call(find):
+        if await store.thread_known(self.name, channel, root):
             self._threads.add((channel, root))
             return True
         return False

@@ -23,8 +23,9 @@ from markupsafe import Markup
 
 from atlas.channels.base import Address
 from atlas.dashboard.chat_channel import WEB_CHANNEL, WEB_CHAT, ChatEvent, web_address
-from atlas.dashboard.chat_history import ChatItem, live_call, read_history
+from atlas.dashboard.chat_history import ChatItem, live_call
 from atlas.dashboard.context import Dashboard, dashboard_of
+from atlas.dashboard.conversation_reads import conversation_reads
 from atlas.dashboard.hub import Pushed
 from atlas.dashboard.page import Page
 from atlas.dashboard.render import environment, masked, render, see_other
@@ -49,17 +50,7 @@ async def _history(dashboard: Dashboard, bot: Bot) -> tuple[int | None, list[Cha
     store = await dashboard.store(bot)
     if store is None:
         return None, []
-    found = await store.db.call(
-        lambda db: db.execute(
-            "SELECT id FROM conversations WHERE channel = ? AND chat = ? AND thread = '' "
-            "AND user = ''",
-            [WEB_CHANNEL, WEB_CHAT],
-        ).fetchone()
-    )
-    if found is None:
-        return None, []
-    conversation: int = found[0]
-    return conversation, await store.db.call(lambda db: read_history(db, conversation))
+    return await conversation_reads(store).chat_history(WEB_CHANNEL, WEB_CHAT)
 
 
 def _asks(dashboard: Dashboard, bot: Bot) -> list[object]:

@@ -12,14 +12,12 @@ from itertools import zip_longest
 from aiohttp import web
 
 from atlas.dashboard.context import Dashboard, dashboard_of
+from atlas.dashboard.conversation_reads import conversation_reads
 from atlas.dashboard.names import conversation_name
 from atlas.dashboard.page import Page
 from atlas.dashboard.queries import (
     CONVERSATIONS_PER_PAGE,
     MESSAGES_PER_PAGE,
-    conversation_window,
-    list_conversations,
-    whole_message,
 )
 from atlas.dashboard.render import render
 from atlas.home import Bot
@@ -146,8 +144,8 @@ async def conversations_page(request: web.Request) -> web.Response:
     store = await dashboard.store(bot)
     rows, total = [], 0
     if store is not None:
-        rows, total = await store.db.call(
-            lambda db: list_conversations(db, limit=CONVERSATIONS_PER_PAGE, offset=offset)
+        rows, total = await conversation_reads(store).list_conversations(
+            limit=CONVERSATIONS_PER_PAGE, offset=offset
         )
         known = await _people(dashboard, bot.name)
         waiting = _waiting(dashboard, bot.name)
@@ -179,14 +177,11 @@ async def conversation_view(request: web.Request) -> web.Response:
     name = conversation_name(asdict(conversation), await _people(dashboard, bot.name))
     asks = [ask for ask in dashboard.asks.open() if ask.address.bot == bot.name]
     waiting = [ask for ask in asks if ask.conversation_id == number]
-    window = await store.db.call(
-        lambda db: conversation_window(
-            db,
-            number,
-            after_id=_cursor(request, "after"),
-            before_id=_cursor(request, "before"),
-            limit=MESSAGES_PER_PAGE,
-        )
+    window = await conversation_reads(store).conversation_window(
+        number,
+        after_id=_cursor(request, "after"),
+        before_id=_cursor(request, "before"),
+        limit=MESSAGES_PER_PAGE,
     )
     return render(
         request,
@@ -219,7 +214,7 @@ async def message_view(request: web.Request) -> web.Response:
     bot = _bot(dashboard, request.match_info["bot"])
     number, message_id = int(request.match_info["id"]), int(request.match_info["message"])
     store = await dashboard.store(bot)
-    text = await store.db.call(lambda db: whole_message(db, number, message_id)) if store else None
+    text = await conversation_reads(store).whole_message(number, message_id) if store else None
     if text is None:
         raise web.HTTPNotFound(text=f"no message {message_id} in {bot.name}:{number}")
     return render(

@@ -12,8 +12,9 @@ from datetime import UTC, datetime, time
 from aiohttp import web
 
 from atlas.dashboard.context import Dashboard, dashboard_of
+from atlas.dashboard.conversation_reads import conversation_reads
 from atlas.dashboard.page import Page
-from atlas.dashboard.queries import DayStats, stats_since
+from atlas.dashboard.queries import DayStats
 from atlas.dashboard.render import render
 from atlas.home import Bot
 from atlas.store.db import utc_now_iso
@@ -62,7 +63,7 @@ async def _today(dashboard: Dashboard, bot: Bot, since: str) -> DayStats:
     store = await dashboard.store(bot)
     if store is None:
         return DayStats()
-    return await store.db.call(lambda db: stats_since(db, since))
+    return await conversation_reads(store).stats_since(since)
 
 
 async def bot_views(dashboard: Dashboard) -> list[BotView]:

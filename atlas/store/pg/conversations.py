@@ -290,6 +290,20 @@ class PgConversationStore:
         )
         return [message_from_row(tuple(row)) for row in rows]  # type: ignore[arg-type]
 
+    async def thread_known(self, channel: str, chat: str, thread: str) -> bool:
+        """Whether a conversation of this bot is stored for this thread of the chat (any
+        `/new` generation of it: `chat` or `chat#N`), as the SQLite store's."""
+        found = await self.server.pool.fetchval(
+            "SELECT 1 FROM conversations WHERE bot = $1 AND channel = $2 AND thread = $3 "
+            "AND (chat = $4 OR chat LIKE $5) LIMIT 1",
+            self.bot,
+            channel,
+            thread,
+            chat,
+            chat.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "#%",
+        )
+        return found is not None
+
     async def history_and_compaction(
         self, conversation_id: int
     ) -> tuple[list[Message], Compaction | None]:

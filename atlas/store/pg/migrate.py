@@ -9,11 +9,11 @@ seconds, not an INSERT each. The counts are then compared bot by bot.
 
 Of the home's shared state (atlas.db), the gate's log and the delegations are copied, their
 conversation ids moved to the new numbering; then pairing and the coding executors' records
-(atlas/store/pg/migrate_shared.py); then each bot's outbox rows and atlas.db's routines and runs
-(atlas/store/pg/migrate_outbox.py). A bot that already has conversations in the database is
-refused, not copied twice, and so is a database that already has any of these shared rows. Not
-copied: the chat generations of `/new` (docs/scaling.md says what is built); the dashboard's
-sessions are signed cookies, nothing stored to copy.
+and the chats' `/new` generations (atlas/store/pg/migrate_shared.py); then each bot's outbox rows
+and atlas.db's routines and runs (atlas/store/pg/migrate_outbox.py). A bot that already has
+conversations in the database is refused, not copied twice, and so is a database that already
+has any of these shared rows. The dashboard's sessions are signed cookies, nothing stored to
+copy.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""`atlas store migrate`: atlas.db's pairing and the coding executors' records, copied into
+"""`atlas store migrate`: atlas.db's pairing, the coding executors' records and the chats' `/new`
+generations, copied into
 PostgreSQL (beside atlas/store/pg/migrate.py, which copies the conversations, the gate's log and
 the delegations, and calls this).
 
@@ -7,7 +8,8 @@ Copied in one transaction, read-only on atlas.db, then counted table by table:
 - `executor_tasks`, their conversation id moved to its bot's new numbering;
 - `executor_turns` and `executor_entries` with their own ids kept (an entry points at its turn;
   the database holds none of them before, so nothing collides) and the sequences moved past
-  them; a turn's `conversation` ("bot:id") moved likewise; each entry's search words computed.
+  them; a turn's `conversation` ("bot:id") moved likewise; each entry's search words computed;
+- `chat_generations`, as they are (a chat's key is its channel, chat, thread and user).
 A conversation id the bot's file no longer has becomes NULL for a task and `bot:0` for a turn
 (no conversation has id 0, and the turn stays its bot's), rather than pointing at another's.
 A database that already holds any of these rows is refused, not copied into twice.
@@ -28,12 +30,14 @@ from atlas.store.pg.pairing import CODE_COLUMNS, PAIRED_COLUMNS
 from atlas.store.pg.text import words_vector
 
 ENTRY_COLUMNS = ("id", "turn_id", "kind", "who", "text", "at")
+GENERATION_COLUMNS = ("channel", "chat", "thread", "user", "generation")
 TABLES: dict[str, tuple[str, ...]] = {
     "pairing_codes": CODE_COLUMNS,
     "paired_users": PAIRED_COLUMNS,
     "executor_tasks": TASK_COLUMNS,
     "executor_turns": ("id", *TURN_COLUMNS),
     "executor_entries": ENTRY_COLUMNS,
+    "chat_generations": GENERATION_COLUMNS,
 }
 
 
@@ -46,12 +50,13 @@ class SharedCopy:
     executor_tasks: int
     executor_turns: int
     executor_entries: int
+    chat_generations: int
 
     def describe(self) -> str:
         return (
             f"{self.pairing_codes} pairing codes, {self.paired_users} paired users, "
             f"{self.executor_tasks} executor tasks, {self.executor_turns} executor turns "
-            f"({self.executor_entries} entries)"
+            f"({self.executor_entries} entries), {self.chat_generations} /new generations"
         )
 
 
@@ -90,7 +95,8 @@ def _moved_conversation(value: str | None, ids: dict[str, dict[int, int]]) -> st
 async def copy_shared_records(
     conn: asyncpg.Connection, path: Path, conversation_ids: dict[str, dict[int, int]]
 ) -> SharedCopy:
-    """Copy atlas.db's pairing and executors' records in one transaction, then count them."""
+    """Copy atlas.db's pairing, executors' records and `/new` generations in one transaction,
+    then count them."""
     rows = _read(path)
 
     def moved(row: dict[str, Any], table: str, name: str) -> Any:

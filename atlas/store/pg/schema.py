@@ -94,6 +94,15 @@ _CORE_STEPS: list[SchemaStep] = [
             "CREATE INDEX delegations_by_parent ON delegations (bot, parent_conversation_id)",
         ),
     ),
+    (
+        4,
+        "messages_by_bot_and_time",
+        (
+            # The dashboard's figures of a day and its Usage page read a bot's messages since
+            # a time (atlas/store/pg/dashboard_pages.py), where SQLite searches ids by time.
+            "CREATE INDEX messages_by_bot_time ON messages (bot, created_at)",
+        ),
+    ),
 ]
 
 # Each part of the home numbers its steps in a range of its own, so parts can grow apart:
