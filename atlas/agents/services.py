@@ -89,7 +89,7 @@ class HomeServices:
         scheduler = self._routines
         return scheduler if scheduler is not None and scheduler.running else None
 
-    def serve_routines(self, scheduler: RoutineScheduler | RemoteRoutines) -> None:
+    def serve_routines(self, scheduler: RoutineScheduler | RemoteRoutines | None) -> None:
         """cronjob_manage uses `scheduler` while it runs (the daemon hands it in; a worker
         process hands in the home's, atlas/workers/child.py)."""
         self._routines = scheduler

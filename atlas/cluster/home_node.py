@@ -1,0 +1,296 @@
+"""`atlas run --node NAME`: a home's bots served by whichever node holds each bot's lease.
+
+The daemon starts with no bot of its own. A `ClusterNode` (atlas/cluster/node.py) takes this
+node's fair share of the home's bots; for each bot gained, with its lease epoch:
+
+- its channels start (the Telegram poller, the Slack socket) and are registered in the
+  dispatcher, then its recovery runs as at a restart, with the moment of the gain as the
+  start: messages stored but not answered are answered (or the person told), its outbox rows
+  left unsent are resumed;
+- the outbox claims its rows with the lease's epoch, and every claim and mark also checks the
+  lease in its own transaction (`PgOutboxRows.lease_fence`): a node whose lease ended sends
+  nothing more, even before the next owner claims a row;
+- a turn stores its answer only while the lease is still held (`Dispatcher.holds`).
+
+For each bot lost: `fence` answers None at once (the sends stop), then its channels stop, its
+lanes (their turns, the sandboxed commands they run) are cancelled without a word and its
+outbox queues dropped; the rows stay in the database for the next owner.
+
+The `scheduler` lease: the routine scheduler runs only while this node holds it (started on
+gain, stopped on loss). A fire is keyed per (routine, slot) (`AlreadyFired`), so a handover
+never runs one twice; what was due during the handover is caught up by the catch-up rule.
+
+Between nodes (`node_messages`, LISTEN/NOTIFY; atlas/cluster/messages.py): a routine's report
+for a bot held elsewhere is written as an outbox row and its owner told to send it.
+
+Gains and losses are handled in a task per bot, in order, so a slow channel start never holds
+back the node's heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from atlas.cluster.messages import Inbox, NodeMessage, NodeMessages
+from atlas.cluster.node import ClusterNode, ClusterTiming
+from atlas.errors import AtlasError
+from atlas.outbox.engine import StaleEpoch
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from atlas.channels.base import Address
+    from atlas.channels.manager import RunningChannels
+    from atlas.cluster.leases import Fence
+    from atlas.dispatch import Detached, Dispatcher
+    from atlas.home import Home
+    from atlas.outbox.rows import Kind
+    from atlas.outbox.sender import Delivery
+    from atlas.routines.scheduler import RoutineScheduler
+    from atlas.store.pg.server import PgServer
+
+log = logging.getLogger(__name__)
+
+OUTBOX_ROW = "outbox_row"  # a node message: send this outbox row (written by another node)
+
+
+class HomeNode:
+    """One node of a home on PostgreSQL; see the module docstring."""
+
+    def __init__(
+        self,
+        home: Home,
+        server: PgServer,
+        name: str,
+        dispatcher: Dispatcher,
+        running: RunningChannels,
+        *,
+        make_scheduler: Callable[[], RoutineScheduler],
+        on_scheduler_change: Callable[[RoutineScheduler | None], None] | None = None,
+        web_channel: Callable[[], None] | None = None,
+    ) -> None:
+        from atlas.store.pg.outbox import PgOutboxRows
+
+        self.home = home
+        self.server = server
+        self.name = name
+        self.dispatcher = dispatcher
+        self.running = running
+        self.make_scheduler = make_scheduler
+        self.on_scheduler_change = on_scheduler_change
+        settings = home.settings.cluster
+        self.cluster = ClusterNode(
+            server,
+            name,
+            sorted(home.bots),
+            ClusterTiming(settings.lease_seconds, settings.heartbeat_seconds),
+            on_gained=self._gained,
+            on_lost=self._lost,
+            on_scheduler=self._scheduler,
+        )
+        self.messages = NodeMessages(server, name)
+        self.inbox = Inbox(
+            self.messages,
+            self.cluster.fence,
+            lambda: list(self.cluster.held),
+            self._deliver,
+            sweep_seconds=max(1.0, settings.heartbeat_seconds),
+        )
+        self.routines: RoutineScheduler | None = None
+        self._chains: dict[str, asyncio.Task[None]] = {}  # per bot (and "scheduler"), in order
+        rows = dispatcher.outbox.rows
+        if not isinstance(rows, PgOutboxRows):
+            raise AtlasError("a node's outbox must be the home's PostgreSQL rows")
+        self.rows = rows
+        rows.lease_fence = self.cluster.fence
+        dispatcher.outbox.claim_with(self.epoch_of)
+        dispatcher.holds = self.holds
+        home.served = frozenset()  # nothing is this node's until a lease says so
+        home.owned = frozenset()
+
+    # -- what the rest of the daemon asks ---------------------------------------------------
+
+    def holds(self, bot: str) -> bool:
+        return self.cluster.fence(bot) is not None
+
+    def epoch_of(self, bot: str) -> int:
+        """The bot's lease epoch, the outbox's claim epoch; StaleEpoch when not held here."""
+        fence: Fence | None = self.cluster.fence(bot)
+        if fence is None:
+            raise StaleEpoch(f"outbox of bot {bot}: node {self.name!r} does not hold its lease")
+        return fence.epoch
+
+    # -- running ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.inbox.start()
+        await self.cluster.start()
+        log.info("node %s: started (lease %.1f s)", self.name, self.cluster.timing.lease)
+
+    async def stop(self) -> None:
+        """A clean stop: leases released (the others take the bots at their next round)."""
+        await self.cluster.stop()
+        await self.inbox.stop()
+        await asyncio.gather(*self._chains.values(), return_exceptions=True)
+        if self.routines is not None:
+            await self.routines.stop()
+            self.routines = None
+
+    def _then(self, key: str, work: Callable[[], Awaitable[None]]) -> None:
+        """Run `work` after whatever runs for `key` already (a gain, then a loss, in order)."""
+        before = self._chains.get(key)
+
+        async def chained() -> None:
+            if before is not None:
+                await asyncio.gather(before, return_exceptions=True)
+            try:
+                await work()
+            except Exception:
+                log.exception("node %s: handling %s failed", self.name, key)
+
+        self._chains[key] = asyncio.create_task(chained(), name=f"node {self.name}: {key}")
+
+    # -- the callbacks of ClusterNode -------------------------------------------------------
+
+    def _gained(self, bot: str, epoch: int) -> None:
+        self._then(bot, lambda: self._start_bot(bot, epoch))
+
+    def _lost(self, bot: str) -> None:
+        self._then(bot, lambda: self._stop_bot(bot))
+
+    def _scheduler(self, epoch: int | None) -> None:
+        self._then("scheduler", lambda: self._switch_scheduler(epoch))
+
+    async def _start_bot(self, bot: str, epoch: int) -> None:
+        from atlas.channels.manager import start_channels
+        from atlas.recovery import resume_interrupted_turns
+
+        if not self.holds(bot):
+            return  # lost again before its start came up
+        gained_at = datetime.now(UTC)  # before its channels store anything
+        self.home.served = self.home.served | {bot}
+        self.home.owned = self.home.owned | {bot}
+        await start_channels(
+            self.home, self.dispatcher, bots=[self.home.bot(bot)], into=self.running
+        )
+        try:
+            recovered = await resume_interrupted_turns(
+                self.dispatcher, started_at=gained_at, bots=[bot]
+            )
+        except StaleEpoch as exc:  # released or lost while starting: its loss comes next
+            log.info("node %s: bot %s not recovered here: %s", self.name, bot, exc)
+            return
+        log.info(
+            "node %s: serving bot %s (epoch %d); interrupted turns: %s",
+            self.name,
+            bot,
+            epoch,
+            recovered.summary(),
+        )
+        self.inbox.wake(bot)
+
+    async def _stop_bot(self, bot: str) -> None:
+        from atlas.channels.manager import stop_bot_channels
+
+        self.home.served = self.home.served - {bot}
+        self.home.owned = self.home.owned - {bot}
+        names = await stop_bot_channels(self.running, bot)
+        for name in names:
+            self.dispatcher.channels.pop(name, None)
+        await self.dispatcher.forget_bot(bot, f"node {self.name!r} lost its lease")
+        log.info("node %s: stopped bot %s (%s)", self.name, bot, ", ".join(names) or "no channels")
+
+    async def _switch_scheduler(self, epoch: int | None) -> None:
+        if epoch is not None and self.routines is None:
+            scheduler = self.make_scheduler()
+            scheduler.node = self.name
+            report = await scheduler.start()
+            self.routines = scheduler
+            log.info(
+                "node %s: runs the routines (epoch %d): %s", self.name, epoch, report.summary()
+            )
+        elif epoch is None and self.routines is not None:
+            scheduler, self.routines = self.routines, None
+            await scheduler.stop()
+            log.info("node %s: no longer runs the routines", self.name)
+        else:
+            return
+        if self.on_scheduler_change is not None:
+            self.on_scheduler_change(self.routines)
+
+    # -- messages from other nodes ----------------------------------------------------------
+
+    async def _deliver(self, conn: asyncpg.Connection, messages: list[NodeMessage]) -> None:
+        """Inside the claiming transaction: what other nodes sent to a bot held here."""
+        for message in messages:
+            if message.kind == OUTBOX_ROW:
+                row = await self.rows.get(message.to_bot, int(message.body["row"]))
+                if row is not None and row.state in ("pending", "kept"):
+                    self.dispatcher.outbox.queue([row])
+            else:
+                log.warning("node %s: unknown node message %r", self.name, message.kind)
+
+
+class NodeRuns:
+    """What the routine scheduler runs through on a node (routines.runner.RunsDetached).
+
+    A routine's run (its model turn) runs on the node holding the scheduler lease, whoever
+    holds its bot: it writes only to the database. Its report for a bot held here goes out
+    through this node's outbox; for a bot held elsewhere it is written as an outbox row and
+    the holder told (a node message) to send it, so only the bot's owner sends."""
+
+    def __init__(self, node: HomeNode) -> None:
+        self.node = node
+        self.outbox = self
+
+    async def run_detached(self, bot_name: str, prompt: str, **options: Any) -> Detached:
+        return await self.node.dispatcher.run_detached(bot_name, prompt, **options)
+
+    async def enqueue(
+        self,
+        address: Address,
+        text: str,
+        files: Sequence[Path] = (),
+        *,
+        kind: Kind,
+        key: str | None = None,
+    ) -> int:
+        outbox = self.node.dispatcher.outbox
+        if self.node.holds(address.bot):
+            return await outbox.enqueue(address, text, tuple(files), kind=kind, key=key)
+        row = await self.node.rows.add(address, kind, text, tuple(files), key=key)
+        if row.state in ("pending", "kept"):
+            await self.node.messages.send(address.bot, OUTBOX_ROW, {"row": row.id})
+        return row.id
+
+    async def wait(self, address: Address, row_id: int) -> Delivery:
+        from atlas.outbox.sender import Delivery
+
+        if self.node.holds(address.bot):
+            return await self.node.dispatcher.outbox.wait(address, row_id)
+        row = await self.node.rows.get(address.bot, row_id)
+        if row is None:
+            raise AtlasError(f"outbox of bot {address.bot}: no row {row_id}")
+        if row.state in ("pending", "kept", "sending"):
+            return Delivery("kept", "handed to the node that holds the bot")
+        return Delivery(row.state, row.error, row.platform_id)
+
+    async def send(
+        self,
+        address: Address,
+        text: str,
+        files: Sequence[Path] = (),
+        *,
+        kind: Kind,
+        key: str | None = None,
+    ) -> Delivery:
+        row_id = await self.enqueue(address, text, files, kind=kind, key=key)
+        return await self.wait(address, row_id)
+
+
+__all__ = ["OUTBOX_ROW", "HomeNode", "NodeRuns"]

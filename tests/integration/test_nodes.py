@@ -1,0 +1,269 @@
+"""`atlas run --node NAME`: two nodes of one home on PostgreSQL, each bot owned by a lease.
+
+Two `atlas run --node` children (short lease timing) share one home folder and one database on
+the tests' throwaway server, with the fake Telegram Bot API and fake model server of the load
+runs. The home's two bots split one per node. The node holding a bot is killed with SIGKILL
+while a person's message waits on its turn: the other node takes the bot over within the
+lease plus a heartbeat (and the start of its channel), answers the message once, and nothing
+is answered twice. Then a node is paused with SIGSTOP while its turn waits on the model, past
+its lease; the other node takes the bot over and answers; the paused node, resumed with SIGCONT,
+finishes its turn late and sends nothing (its answer is not stored, its sends are fenced).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from scripts.loadkit import FIRST_CHAT, Fakes, bot_name, free_port
+
+REPO = Path(__file__).resolve().parents[2]
+PASSWORD = "pw-not-in-any-message"
+LEASE, HEARTBEAT = 3.0, 0.5
+# A takeover: the lease runs out, the next round takes it, the channel starts and polls.
+TAKEOVER = LEASE + HEARTBEAT + 12.0
+
+
+class Node:
+    """`atlas run --node NAME` as a child process, its output in a log file."""
+
+    def __init__(self, name: str, env: dict[str, str], log: Path) -> None:
+        self.name, self.env, self.log = name, env, log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        command = [sys.executable, "-m", "atlas.cli", "run", "--node", self.name]
+        command += ["--listen", f"127.0.0.1:{free_port()}"]
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                command, env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO
+            )
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    async def wait_logged(self, text: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.text():
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"node {self.name} ended:\n{self.text()}")
+            assert time.monotonic() < deadline, f"{text!r} not logged:\n{self.text()}"
+            await asyncio.sleep(0.05)
+
+    def signal(self, sig: int) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, sig)
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGCONT)
+        self.process.kill()
+        self.process.wait()
+
+
+@pytest.fixture
+async def fakes() -> AsyncIterator[Fakes]:
+    async with Fakes(bots=2, latency=1.0) as made:  # latency: a kill lands mid-turn
+        yield made
+
+
+@pytest.fixture
+def nodes() -> AsyncIterator[list[Node]]:
+    started: list[Node] = []
+    yield started  # type: ignore[misc]
+    for node in started:
+        node.stop()
+
+
+def home_with_nodes(fakes: Fakes, home: Path, url: str) -> dict[str, str]:
+    fakes.write_home(home, conversations=1)
+    config = home / "config.toml"
+    config.write_text(
+        config.read_text()
+        + f'\n[store]\nurl = "{url}"\n'
+        + f"\n[cluster]\nlease_seconds = {LEASE}\nheartbeat_seconds = {HEARTBEAT}\n"
+    )
+    env = fakes.env(home)
+    env["ATLAS_STORE_PASSWORD"] = PASSWORD
+    return env
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> float:
+    """Seconds until `check` held."""
+    started = time.monotonic()
+    while not await check():
+        assert time.monotonic() - started < timeout, f"not within {timeout} s: {what}"
+        await asyncio.sleep(0.05)
+    return time.monotonic() - started
+
+
+async def holders(db: asyncpg.Connection) -> dict[str, str]:
+    rows = await db.fetch(
+        "SELECT substr(resource, 5) AS bot, holder FROM leases WHERE holder IS NOT NULL "
+        "AND expires_at > clock_timestamp() AND starts_with(resource, 'bot:')"
+    )
+    return {row["bot"]: row["holder"] for row in rows}
+
+
+def replied(fakes: Fakes, index: int, tag: str) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return any(tag in text for text in fakes.telegrams[index].sent_texts(FIRST_CHAT))
+
+    return check
+
+
+async def split_and_serving(
+    fakes: Fakes, nodes: list[Node], db: asyncpg.Connection, round_no: int
+) -> dict[str, str]:
+    """Both bots held, one per node, and each answering (a message to each, answered once)."""
+
+    async def split() -> bool:
+        held = await holders(db)
+        return len(held) == 2 and len(set(held.values())) == 2
+
+    await until(split, 60, "the two bots split one per node")
+    for index in range(2):
+        tag = f"T{index}-0-{round_no}"
+        telegram = fakes.telegrams[index]
+        await telegram.push(telegram.message(f"{tag} hello", user_id=FIRST_CHAT))
+    for index in range(2):
+        await until(replied(fakes, index, f"T{index}-0-{round_no}"), 60, "both bots answer")
+    return await holders(db)
+
+
+def no_answer_twice(fakes: Fakes) -> None:
+    replies = fakes.replies_per_tag()
+    assert replies and all(count == 1 for count in replies.values()), replies
+
+
+@pytest.mark.postgres
+async def test_a_killed_nodes_bot_is_taken_over_and_its_waiting_message_answered_once(
+    tmp_path: Path, fakes: Fakes, postgres_url: str, nodes: list[Node]
+) -> None:
+    home = tmp_path / "home"
+    env = home_with_nodes(fakes, home, postgres_url)
+    for name in ("n1", "n2"):
+        node = Node(name, env, tmp_path / f"{name}.log")
+        nodes.append(node)
+        node.start()
+    for node in nodes:
+        await node.wait_logged("ready; stop with Ctrl-C or SIGTERM")
+    db = await asyncpg.connect(postgres_url)
+    try:
+        held = await split_and_serving(fakes, nodes, db, 1)
+        victim_name = held[bot_name(0)]
+        victim = next(node for node in nodes if node.name == victim_name)
+        survivor = next(node for node in nodes if node.name != victim_name)
+        # A message whose turn is with the model when its node dies: stored, not answered.
+        telegram = fakes.telegrams[0]
+        await telegram.push(telegram.message("T0-0-2 [tool] read note.txt", user_id=FIRST_CHAT))
+
+        async def asked() -> bool:
+            return "T0-0-2" in fakes.model.first_request_at
+
+        await until(asked, 30, "the turn reached the model")
+        victim.signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        took = await until(replied(fakes, 0, "T0-0-2"), TAKEOVER, "the survivor answers")
+        assert (await holders(db))[bot_name(0)] == survivor.name
+        assert "serving bot " + bot_name(0) in survivor.text()
+        # A later message for the moved bot: answered once, by the survivor.
+        await telegram.push(telegram.message("T0-0-3 still there?", user_id=FIRST_CHAT))
+        await until(replied(fakes, 0, "T0-0-3"), 30, "the moved bot answers")
+        await asyncio.sleep(2 * HEARTBEAT)  # a second answer would come about now
+        no_answer_twice(fakes)
+        unsent = await db.fetchval(
+            "SELECT COUNT(*) FROM outbox WHERE state NOT IN ('delivered', 'maybe', 'failed')"
+        )
+        assert unsent == 0
+        print(f"takeover after SIGKILL: answered {took:.1f} s after the kill")
+        assert time.monotonic() - killed_at < TAKEOVER
+    finally:
+        await db.close()
+    assert all(PASSWORD not in node.text() for node in nodes)
+
+
+@pytest.mark.postgres
+async def test_a_node_paused_past_its_lease_sends_nothing_when_it_wakes(
+    tmp_path: Path, fakes: Fakes, postgres_url: str, nodes: list[Node]
+) -> None:
+    home = tmp_path / "home"
+    env = home_with_nodes(fakes, home, postgres_url)
+    for name in ("n1", "n2"):
+        node = Node(name, env, tmp_path / f"{name}.log")
+        nodes.append(node)
+        node.start()
+    for node in nodes:
+        await node.wait_logged("ready; stop with Ctrl-C or SIGTERM")
+    db = await asyncpg.connect(postgres_url)
+    try:
+        held = await split_and_serving(fakes, nodes, db, 1)
+        paused = next(node for node in nodes if node.name == held[bot_name(0)])
+        other = next(node for node in nodes if node.name != paused.name)
+        # Paused while a turn waits on the model: the answer reaches it while it sleeps.
+        telegram = fakes.telegrams[0]
+        await telegram.push(telegram.message("T0-0-2 [tool] read note.txt", user_id=FIRST_CHAT))
+
+        async def asked() -> bool:
+            return "T0-0-2" in fakes.model.first_request_at
+
+        await until(asked, 30, "the turn reached the model")
+        paused.signal(signal.SIGSTOP)
+
+        async def moved() -> bool:
+            return (await holders(db)).get(bot_name(0)) == other.name
+
+        await until(moved, TAKEOVER, "the paused node's bot moves")
+        await until(replied(fakes, 0, "T0-0-2"), TAKEOVER, "the other node answers")
+        sent_before = len(telegram.sent_texts())
+        paused_log = len(paused.text())
+        paused.signal(signal.SIGCONT)
+        await paused.wait_logged("stopped bot " + bot_name(0), timeout=30)
+        await asyncio.sleep(LEASE)  # what the woken node might still send, it sends by now
+        assert len(telegram.sent_texts()) == sent_before, telegram.sent_texts()
+        no_answer_twice(fakes)
+        woke = paused.text()[paused_log:]
+        assert "Traceback" not in woke, woke
+        # It rejoins: the two bots split again and both answer.
+        await split_and_serving(fakes, nodes, db, 3)
+        no_answer_twice(fakes)
+    finally:
+        await db.close()
+
+
+def test_atlas_run_node_needs_a_postgresql_store(tmp_path: Path) -> None:
+    from scripts.loadkit import write_home
+
+    home = tmp_path / "home"
+    write_home(
+        home,
+        bots=1,
+        model_url="http://127.0.0.1:9/v1",
+        telegram_urls=["http://127.0.0.1:9"],
+        allowed_users=[FIRST_CHAT],
+        concurrent_turns=1,
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "ATLAS_HOME": str(home)}
+    done = subprocess.run(
+        [sys.executable, "-m", "atlas.cli", "run", "--node", "n1"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said
+    assert "atlas run --node n1" in said and "[store] url" in said, said
+    assert "ready" not in said
