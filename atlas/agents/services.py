@@ -107,6 +107,16 @@ class HomeServices:
                 delivery_id, run.bot.name, target, framed(delivery_id), run.notify
             )
             return delivery_id
+        from atlas.cluster.home_node import NodeElsewhere  # loaded already on a node
+
+        if isinstance(elsewhere, NodeElsewhere) and not elsewhere.is_here(
+            agents_address(target, run.bot.name)
+        ):
+            delivery_id = new_id("msg")  # held by another node: delivered there
+            await elsewhere.deliver(
+                delivery_id, run.bot.name, target, framed(delivery_id), run.notify
+            )
+            return delivery_id
         channel = self.dispatcher.channels.get(AGENTS_CHANNEL)
         if not isinstance(channel, AgentChannel):
             raise ToolError(f"the {AGENTS_CHANNEL!r} channel is not running in this process")

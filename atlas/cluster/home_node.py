@@ -47,16 +47,52 @@ if TYPE_CHECKING:
     from atlas.channels.base import Address
     from atlas.channels.manager import RunningChannels
     from atlas.cluster.leases import Fence
-    from atlas.dispatch import Detached, Dispatcher
+    from atlas.dispatch import Detached, Dispatcher, Inbound
     from atlas.home import Home
     from atlas.outbox.rows import Kind
     from atlas.outbox.sender import Delivery
     from atlas.routines.scheduler import RoutineScheduler
     from atlas.store.pg.server import PgServer
+    from atlas.tools.registry import Notifier
 
 log = logging.getLogger(__name__)
 
-OUTBOX_ROW = "outbox_row"  # a node message: send this outbox row (written by another node)
+# Node messages (kinds), each addressed to a bot and taken by the node holding it:
+OUTBOX_ROW = "outbox_row"  # send this outbox row (written by another node)
+INBOUND = "inbound"  # store this message and answer it (the dashboard's chat, a notice)
+AGENT_MESSAGE = "agent_message"  # message_agent from a bot on another node
+AGENT_REPLY = "agent_reply"  # the reply to a message_agent, back to the asking bot's node
+STOP_TURN = "stop_turn"  # /stop for a turn running on the bot's node
+
+HANDED_WAIT = 30.0  # seconds a routine's report handed to another node is followed
+
+
+def inbound_body(inbound: Inbound) -> dict[str, Any]:
+    address = inbound.address
+    return {
+        "address": [address.bot, address.channel, address.chat, address.thread, address.user],
+        "text": inbound.text,
+        "event_id": inbound.event_id,
+        "kind": inbound.kind,
+        "files": [str(path) for path in inbound.files],
+        "run_kind": inbound.run_kind,
+        "unless_newer_than": inbound.unless_newer_than,
+    }
+
+
+def inbound_from(body: dict[str, Any]) -> Inbound:
+    from atlas.channels.base import Address
+    from atlas.dispatch import Inbound
+
+    return Inbound(
+        Address(*body["address"]),
+        body["text"],
+        event_id=body["event_id"],
+        kind=body["kind"],
+        files=tuple(Path(path) for path in body["files"]),
+        run_kind=body["run_kind"],
+        unless_newer_than=body["unless_newer_than"],
+    )
 
 
 class HomeNode:
@@ -103,6 +139,7 @@ class HomeNode:
         )
         self.routines: RoutineScheduler | None = None
         self._chains: dict[str, asyncio.Task[None]] = {}  # per bot (and "scheduler"), in order
+        self._tasks: set[asyncio.Task[Any]] = set()
         rows = dispatcher.outbox.rows
         if not isinstance(rows, PgOutboxRows):
             raise AtlasError("a node's outbox must be the home's PostgreSQL rows")
@@ -110,6 +147,8 @@ class HomeNode:
         rows.lease_fence = self.cluster.fence
         dispatcher.outbox.claim_with(self.epoch_of)
         dispatcher.holds = self.holds
+        self.elsewhere = NodeElsewhere(self)
+        dispatcher.elsewhere = self.elsewhere  # a message for a bot held elsewhere goes there
         home.served = frozenset()  # nothing is this node's until a lease says so
         home.owned = frozenset()
 
@@ -140,6 +179,10 @@ class HomeNode:
         if self.routines is not None:
             await self.routines.stop()
             self.routines = None
+
+    def keep(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _then(self, key: str, work: Callable[[], Awaitable[None]]) -> None:
         """Run `work` after whatever runs for `key` already (a gain, then a loss, in order)."""
@@ -228,12 +271,105 @@ class HomeNode:
     async def _deliver(self, conn: asyncpg.Connection, messages: list[NodeMessage]) -> None:
         """Inside the claiming transaction: what other nodes sent to a bot held here."""
         for message in messages:
-            if message.kind == OUTBOX_ROW:
-                row = await self.rows.get(message.to_bot, int(message.body["row"]))
-                if row is not None and row.state in ("pending", "kept"):
-                    self.dispatcher.outbox.queue([row])
-            else:
-                log.warning("node %s: unknown node message %r", self.name, message.kind)
+            try:
+                await self._handle(message)
+            except Exception:  # one bad message must not hold back the bot's others
+                log.exception("node %s: node message %d (%s)", self.name, message.id, message.kind)
+
+    async def _handle(self, message: NodeMessage) -> None:
+        body = message.body
+        if message.kind == OUTBOX_ROW:
+            row = await self.rows.get(message.to_bot, int(body["row"]))
+            if row is not None and row.state in ("pending", "kept"):
+                self.dispatcher.outbox.queue([row])
+        elif message.kind == INBOUND:
+            # Stored once: its event id (when it has one) is the platform's or the sender's.
+            await self.dispatcher.submit(inbound_from(body))
+        elif message.kind == STOP_TURN:
+            await self.dispatcher.stop_turn_anywhere(inbound_from(body).address)
+        elif message.kind == AGENT_MESSAGE:
+            await self.elsewhere.deliver_here(body)
+        elif message.kind == AGENT_REPLY:
+            self.elsewhere.reply_here(body)
+        else:
+            log.warning("node %s: unknown node message %r", self.name, message.kind)
+
+
+class NodeElsewhere:
+    """The bots held by other nodes, as the dispatcher sees them (`Dispatcher.elsewhere`):
+    a message for one is a node message its holder takes (the dashboard's chat on any node,
+    a notice); `message_agent` to one is delivered there and its reply comes back as a node
+    message to the asking bot, whose node holds the callback that brings it into the asking
+    conversation."""
+
+    def __init__(self, node: HomeNode) -> None:
+        self.node = node
+        self._notifiers: dict[str, Notifier] = {}  # delivery id -> the asking conversation's
+
+    def is_here(self, address: Address) -> bool:
+        return self.node.holds(address.bot)
+
+    async def submit(self, inbound: Inbound) -> bool:
+        await self.node.messages.send(inbound.address.bot, INBOUND, inbound_body(inbound))
+        return True
+
+    async def stop_turn(self, address: Address) -> bool:
+        from atlas.dispatch import Inbound
+
+        body = inbound_body(Inbound(address, "/stop"))
+        await self.node.messages.send(address.bot, STOP_TURN, body)
+        return True  # asked; the holder says "Stopped." if a turn was running
+
+    async def conversation_mode(self, address: Address, conversation_id: int) -> str | None:
+        return None  # held in the holder's memory; /mode there (not between nodes yet)
+
+    async def deliver(
+        self, delivery_id: str, sender: str, target: str, text: str, notify: Notifier | None
+    ) -> None:
+        """message_agent from `sender` (held here) to `target` (held elsewhere)."""
+        if notify is not None:
+            self._notifiers[delivery_id] = notify
+        body = {"id": delivery_id, "sender": sender, "target": target, "text": text}
+        await self.node.messages.send(target, AGENT_MESSAGE, body)
+
+    async def deliver_here(self, body: dict[str, Any]) -> None:
+        """A message_agent from another node to a bot held here: its turn runs here; its reply
+        goes back to the asking bot as a node message."""
+        from atlas.agents.channel import AGENTS_CHANNEL, AgentChannel, Delivery
+        from atlas.channels.base import Address
+
+        channel = self.node.dispatcher.channels.get(AGENTS_CHANNEL)
+        if not isinstance(channel, AgentChannel):
+            raise AtlasError(f"the {AGENTS_CHANNEL!r} channel is not running on this node")
+        delivery_id, sender = str(body["id"]), str(body["sender"])
+
+        async def reply(text: str) -> None:
+            back = {"id": delivery_id, "text": text}
+            await self.node.messages.send(sender, AGENT_REPLY, back)
+
+        delivery = Delivery(
+            id=delivery_id,
+            sender=sender,
+            target=str(body["target"]),
+            address=Address(str(body["target"]), AGENTS_CHANNEL, sender),
+            notify=reply,
+        )
+        await channel.deliver(self.node.dispatcher, delivery, str(body["text"]))
+
+    def reply_here(self, body: dict[str, Any]) -> None:
+        notify = self._notifiers.pop(str(body["id"]), None)
+        if notify is None:
+            # The asking bot moved to this node after it asked: its turn's callback was on
+            # the old node. Logged, not lost silently.
+            log.warning(
+                "node %s: reply to %s with nobody waiting: %.200s",
+                self.node.name,
+                body["id"],
+                body["text"],
+            )
+            return
+        task = asyncio.create_task(notify(str(body["text"])), name=f"reply {body['id']}")
+        self.node.keep(task)
 
 
 class NodeRuns:
@@ -273,12 +409,18 @@ class NodeRuns:
 
         if self.node.holds(address.bot):
             return await self.node.dispatcher.outbox.wait(address, row_id)
-        row = await self.node.rows.get(address.bot, row_id)
-        if row is None:
-            raise AtlasError(f"outbox of bot {address.bot}: no row {row_id}")
-        if row.state in ("pending", "kept", "sending"):
-            return Delivery("kept", "handed to the node that holds the bot")
-        return Delivery(row.state, row.error, row.platform_id)
+        # The holder sends it: its state is read back until it settles (the run's record
+        # then says what happened), or said to be with the holder after HANDED_WAIT.
+        deadline = asyncio.get_running_loop().time() + HANDED_WAIT
+        while True:
+            row = await self.node.rows.get(address.bot, row_id)
+            if row is None:
+                raise AtlasError(f"outbox of bot {address.bot}: no row {row_id}")
+            if row.state not in ("pending", "kept", "sending"):
+                return Delivery(row.state, row.error, row.platform_id)
+            if asyncio.get_running_loop().time() > deadline:
+                return Delivery("kept", "with the node that holds the bot, not sent yet")
+            await asyncio.sleep(0.2)
 
     async def send(
         self,
@@ -293,4 +435,4 @@ class NodeRuns:
         return await self.wait(address, row_id)
 
 
-__all__ = ["OUTBOX_ROW", "HomeNode", "NodeRuns"]
+__all__ = ["HomeNode", "NodeElsewhere", "NodeRuns", "inbound_body", "inbound_from"]

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
@@ -237,6 +238,80 @@ async def test_a_node_paused_past_its_lease_sends_nothing_when_it_wakes(
         assert "Traceback" not in woke, woke
         # It rejoins: the two bots split again and both answer.
         await split_and_serving(fakes, nodes, db, 3)
+        no_answer_twice(fakes)
+    finally:
+        await db.close()
+
+
+def routine_for(index: int, at: datetime) -> str:
+    return "\n".join(
+        [
+            f'schedule = "{at.strftime("%Y-%m-%dT%H:%M:%S+00:00")}"',
+            f'bot = "{bot_name(index)}"',
+            f'prompt = "T{index}-0-9 say that the routine ran."',
+            "",
+            "[target]",
+            f'channel = "telegram:{bot_name(index)}"',
+            f'chat = "{FIRST_CHAT}"',
+            "",
+        ]
+    )
+
+
+@pytest.mark.postgres
+async def test_routines_and_message_agent_between_nodes(
+    tmp_path: Path, fakes: Fakes, postgres_url: str, nodes: list[Node]
+) -> None:
+    """One node runs the scheduler; a routine of each bot fires once, its report sent by the
+    bot's own node (one of them held by the other node: handed over as a node message). Then
+    a bot asks the bot on the other node with message_agent: the turn runs there, the reply
+    comes back to the asking conversation."""
+    home = tmp_path / "home"
+    due = (datetime.now(UTC) + timedelta(seconds=15)).replace(microsecond=0)
+    env = home_with_nodes(fakes, home, postgres_url)
+    for index in range(2):
+        (home / "routines" / f"r{index}.toml").write_text(routine_for(index, due))
+    for name in ("n1", "n2"):
+        node = Node(name, env, tmp_path / f"{name}.log")
+        nodes.append(node)
+        node.start()
+    for node in nodes:
+        await node.wait_logged("ready; stop with Ctrl-C or SIGTERM")
+    db = await asyncpg.connect(postgres_url)
+    try:
+        held = await split_and_serving(fakes, nodes, db, 1)
+        scheduler = await db.fetchval(
+            "SELECT holder FROM leases WHERE resource = 'scheduler' "
+            "AND expires_at > clock_timestamp()"
+        )
+        assert scheduler in ("n1", "n2")
+        for index in range(2):
+            await until(replied(fakes, index, f"T{index}-0-9"), 40, "each routine reports")
+        runs = await db.fetch("SELECT status, delivery FROM routine_runs ORDER BY id")
+        assert sorted((run["status"], run["delivery"]) for run in runs) == sorted(
+            ("ok", f"delivered to telegram:{bot_name(index)}:{FIRST_CHAT}") for index in range(2)
+        ), runs
+        # The report of the bot the scheduler's node does not hold went through a node message.
+        elsewhere = next(bot for bot, holder in held.items() if holder != scheduler)
+        handed = await db.fetch("SELECT to_bot, taken_by FROM node_messages")
+        assert [(row["to_bot"], row["taken_by"]) for row in handed] == [
+            (elsewhere, held[elsewhere])
+        ]
+
+        # message_agent from bot 0 to bot 1, held by the other node.
+        from tests.fakes.model_servers import Scripted
+
+        ask = {"target": bot_name(1), "message": "T1-0-7 please say hello"}
+        fakes.model.script.append(Scripted(calls=[("message_agent", ask)]))
+        telegram = fakes.telegrams[0]
+        await telegram.push(telegram.message("T0-0-7 ask the other bot", user_id=FIRST_CHAT))
+        # bot 1's answer ("Answer to T1-0-7.") comes back to bot 0's chat in its next turn.
+        await until(replied(fakes, 0, "T1-0-7"), 60, "the reply comes back across nodes")
+        assert not any("T1-0-7" in text for text in fakes.telegrams[1].sent_texts())
+        taken = await db.fetch("SELECT kind, to_bot, taken_by FROM node_messages ORDER BY id")
+        kinds = [(row["kind"], row["to_bot"]) for row in taken]
+        assert ("agent_message", bot_name(1)) in kinds and ("agent_reply", bot_name(0)) in kinds
+        assert all(row["taken_by"] == held[row["to_bot"]] for row in taken), taken
         no_answer_twice(fakes)
     finally:
         await db.close()
