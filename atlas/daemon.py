@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from atlas.dashboard.server import DashboardServer
     from atlas.executors.bridge import ExecutorBridge
     from atlas.routines.scheduler import RoutineScheduler
+    from atlas.store.pg.server import PgServer
     from atlas.workers.fork import ForkedWorker
 
 log = logging.getLogger("atlas.daemon")
@@ -70,6 +71,19 @@ def check_node(home: Home, node: str) -> None:
         raise ConfigError(
             f"atlas run --node {node!r}: a node's name is lower-case letters, digits, '-' and "
             "'_', starting with a letter or digit, at most 64 characters"
+        )
+
+
+async def refuse_beside_nodes(home: Home, server: PgServer) -> None:
+    """A plain `atlas run` serves every bot and runs the routines: beside live nodes of the
+    same database it would answer their bots' messages a second time. Stop, naming them."""
+    from atlas.cluster.nodes import NodeRegistry
+
+    live = await NodeRegistry(server).live_nodes(home.settings.cluster.lease_seconds)
+    if live:
+        raise AtlasError(
+            f"nodes of this home are running on its PostgreSQL store ({', '.join(live)}): "
+            "`atlas run` without --node would serve their bots too; run it with --node NAME"
         )
 
 
@@ -155,6 +169,8 @@ async def serve(
         # one writer, for the workers too) and the bots' files, or the PostgreSQL server,
         # reached here or the start stops naming the url and what failed.
         engines = await HomeEngines.open(home)
+        if engines.server is not None and node is None:
+            await refuse_beside_nodes(home, engines.server)
         audit = engines.audit
         home.served = placement.served_by(HOME_SHARE)
         home.owned = frozenset(placement.shares[HOME_SHARE])

@@ -184,6 +184,19 @@ async def test_a_killed_nodes_bot_is_taken_over_and_its_waiting_message_answered
         await until(replied(fakes, 0, "T0-0-3"), 30, "the moved bot answers")
         await asyncio.sleep(2 * HEARTBEAT)  # a second answer would come about now
         no_answer_twice(fakes)
+        # A plain `atlas run` beside the live node would serve its bots a second time.
+        plain = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "atlas.cli", "run", "--listen", f"127.0.0.1:{free_port()}"],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert plain.returncode != 0, plain.stdout + plain.stderr
+        assert "nodes of this home are running" in plain.stderr + plain.stdout
+        assert survivor.name in plain.stderr + plain.stdout
         unsent = await db.fetchval(
             "SELECT COUNT(*) FROM outbox WHERE state NOT IN ('delivered', 'maybe', 'failed')"
         )
