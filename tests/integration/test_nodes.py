@@ -300,7 +300,13 @@ async def test_routines_and_message_agent_between_nodes(
         assert scheduler in ("n1", "n2")
         for index in range(2):
             await until(replied(fakes, index, f"T{index}-0-9"), 40, "each routine reports")
-        runs = await db.fetch("SELECT status, delivery FROM routine_runs ORDER BY id")
+        for _ in range(100):  # a run's record says "delivered" once its report's row does
+            runs = await db.fetch("SELECT status, delivery FROM routine_runs ORDER BY id")
+            if len(runs) == 2 and all(
+                (run["delivery"] or "").startswith("delivered") for run in runs
+            ):
+                break
+            await asyncio.sleep(0.1)
         assert sorted((run["status"], run["delivery"]) for run in runs) == sorted(
             ("ok", f"delivered to telegram:{bot_name(index)}:{FIRST_CHAT}") for index in range(2)
         ), runs
