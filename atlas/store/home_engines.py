@@ -10,13 +10,14 @@ outbox, the routine scheduler, the channels' pairing, the executors' records and
 take their engine from it, so a home on PostgreSQL never writes its data into SQLite files.
 
 What is still atlas.db's own SQL (`HomeStore.call` and `quick`) is not on PostgreSQL: reaching
-it on a PostgreSQL home raises `NotOnPostgres` (atlas/errors.py), naming what was asked, never a silent write to
-the SQLite file.
+it on a PostgreSQL home raises `NotOnPostgres` (atlas/errors.py), naming what was asked, never
+a silent write to the SQLite file.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from atlas.errors import AtlasError
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def redact(url: str) -> str:
+def _redact(url: str) -> str:
     from atlas.store.pg.server import redact_url
 
     return redact_url(url)
@@ -45,7 +46,8 @@ def redact(url: str) -> str:
 class HomeEngines:
     """Every engine a running home uses, chosen by `[store] url`; see the module docstring.
 
-    `epoch`: the lease epoch this process's outbox claims rows with (0: one node, no leases)."""
+    `epoch`: the lease epoch this process's outbox claims rows with, one for every bot or per
+    bot (a function of its name, as `Outbox` takes it); 0: one node, no leases."""
 
     def __init__(
         self,
@@ -53,7 +55,7 @@ class HomeEngines:
         *,
         audit: HomeStore | None = None,
         server: PgServer | None = None,
-        epoch: int = 0,
+        epoch: int | Callable[[str], int] = 0,
     ) -> None:
         from atlas.channels.chat_common import SqliteGenerations
         from atlas.channels.pairing_store import SqlitePairing
@@ -73,7 +75,7 @@ class HomeEngines:
         if server is None and home.settings.store.url is not None:
             # Never a PostgreSQL home's data in its SQLite files: its engines open the server.
             raise AtlasError(
-                f"this home's store is PostgreSQL ({redact(home.settings.store.url)}): its "
+                f"this home's store is PostgreSQL ({_redact(home.settings.store.url)}): its "
                 "engines are opened with `await HomeEngines.open(home)`, not atlas.db's"
             )
         if server is None:
@@ -115,7 +117,7 @@ class HomeEngines:
 
     @classmethod
     async def open(
-        cls, home: Home, *, audit: HomeStore | None = None, epoch: int = 0
+        cls, home: Home, *, audit: HomeStore | None = None, epoch: int | Callable[[str], int] = 0
     ) -> HomeEngines:
         """The home's engines; with a url, its server reached and its schema brought up to date
         first (an unreachable server raises an AtlasError naming the url, never its

@@ -94,8 +94,12 @@ def not_writable(path: Path) -> str | None:
 
 def check_home(home: Home, *, budget: float = CHECK_BUDGET_S) -> None:
     """Raise HomeNotWritable, DamagedDatabase or AtlasError (unreadable) naming the file and
-    the way out; a file found intact is remembered until it changes."""
+    the way out; a file found intact is remembered until it changes. A home whose store is
+    PostgreSQL (`[store] url`) opens none of its SQLite files: only its folder is checked (a
+    file left from before `atlas store migrate` does not stop it)."""
     databases = [home.db_path, *(bot.db_path for bot in home.bots.values())]
+    if home.settings.store.url is not None:
+        databases = []
     for path in (home.root, *(p for p in databases if p.exists())):
         if why := not_writable(path):
             raise HomeNotWritable(

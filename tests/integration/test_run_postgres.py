@@ -275,7 +275,8 @@ async def test_atlas_chat_and_the_clis_use_the_homes_postgresql_database(
     tmp_path: Path, fakes: Fakes, postgres_url: str
 ) -> None:
     """`atlas chat` answers from PostgreSQL and stores there; `atlas trust log` and `atlas
-    search` read it back from there; the bots' files stay untouched."""
+    search` read it back from there, `atlas routines` keeps routines there; the home's SQLite
+    files stay untouched."""
     home = tmp_path / "home"
     fakes.write_home(home, conversations=1)
     with_store_url(home, postgres_url)
@@ -304,3 +305,47 @@ async def test_atlas_chat_and_the_clis_use_the_homes_postgresql_database(
     assert log.returncode == 0 and "read_file ALLOW" in log.stdout, log.stdout + log.stderr
     found = await asyncio.to_thread(atlas, "search", "note")
     assert found.returncode == 0 and "T0-1-1" in found.stdout, found.stdout + found.stderr
+    later = datetime.now(UTC) + timedelta(days=1)
+    (home / "routines" / "report.toml").write_text(routine_due(later))
+    reload = await asyncio.to_thread(atlas, "routines", "reload")
+    assert reload.returncode == 0 and "created: report" in reload.stdout, reload.stdout
+    listed = await asyncio.to_thread(atlas, "routines", "list")
+    assert listed.returncode == 0 and "report" in listed.stdout, listed.stdout + listed.stderr
+    db = await asyncpg.connect(postgres_url)
+    try:
+        assert await db.fetchval("SELECT name FROM routines") == "report"
+    finally:
+        await db.close()
+    assert sqlite_rows(home, "routines") == 0
+
+
+async def test_a_turn_cut_by_sigkill_is_answered_once_after_the_restart(
+    tmp_path: Path, fakes: Fakes, postgres_url: str
+) -> None:
+    """Recovery reads PostgreSQL: the person's message stored, its turn killed with the
+    model's answer still coming; the next start answers it, once."""
+    home = tmp_path / "home"
+    fakes.write_home(home, conversations=1)
+    with_store_url(home, postgres_url)
+    daemon = AtlasRun(home, environment(fakes, home), tmp_path / "atlas-run.log")
+    telegram = fakes.telegrams[0]
+    try:
+        daemon.start()
+        await daemon.wait_logged("ready; stop with Ctrl-C or SIGTERM")
+        fakes.model.latency = 5.0  # the answer is still with the model when the kill comes
+        await telegram.push(telegram.message("T0-0-1 are you there", user_id=FIRST_CHAT))
+        await until(lambda: "T0-0-1" in fakes.model.first_request_at)
+        daemon.kill()
+        fakes.model.latency = 0.0
+        assert not telegram.sent_texts(FIRST_CHAT)
+        mark = len(daemon.text())
+        daemon.start()
+        await daemon.wait_logged("ready; stop with Ctrl-C or SIGTERM", after=mark)
+        assert "turns: 1 resumed" in daemon.text()[mark:], daemon.text()[mark:]
+        await answers_in_order(fakes, ["T0-0-1"])
+        await asyncio.sleep(1.0)
+        assert fakes.replies_per_tag()["T0-0-1"] == 1
+        assert daemon.stop() == 0
+    finally:
+        daemon.kill()
+    assert sqlite_messages(home) == 0

@@ -208,3 +208,16 @@ async def test_the_dashboard_reads_a_postgresql_homes_bots_without_their_files(
         rig.dashboard.home = with_url(rig.home, "postgresql://atlas@127.0.0.1:5432/atlas")
         assert await rig.dashboard.store(bot) == "the store of atlas"
         assert asked == ["atlas"] and not bot.db_path.exists()
+
+
+def test_a_postgresql_homes_start_checks_skip_its_sqlite_files(tmp_path: Path) -> None:
+    """It opens none of them: a damaged file left from before the move does not stop it."""
+    from atlas.start_checks import check_before_start
+    from atlas.store.damage import DamagedDatabase
+
+    home = make_home(tmp_path / "home")
+    home.bot(None).db_path.parent.mkdir(parents=True, exist_ok=True)
+    home.bot(None).db_path.write_bytes(b"SQLite format 3\x00" + b"\x07" * 300)
+    with pytest.raises(DamagedDatabase):
+        check_before_start(home)
+    check_before_start(with_url(home, "postgresql://atlas@127.0.0.1:5432/atlas"))

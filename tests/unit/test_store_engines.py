@@ -559,3 +559,42 @@ async def test_on_postgres_a_bot_reads_and_writes_only_its_own(postgres_url: str
         assert await mine.get_conversation(their_chat) is None
         assert await mine.history(their_chat) == []
         assert [hit.conversation_id for hit in await mine.search("plans")] == [my_chat]
+
+
+# ---- a start's recovery reads the same unfinished turns ---------------------------------------
+
+
+async def test_a_starts_recovery_finds_the_same_unfinished_turns(
+    engine: ConversationEngine,
+) -> None:
+    """atlas/recovery.py `find_unfinished`: the conversations whose last message is not a
+    final answer (or one whose turn missed a message), on either engine."""
+    from datetime import UTC, datetime, timedelta
+
+    from atlas.channels.base import Address
+    from atlas.recovery import find_unfinished
+
+    since = datetime.now(UTC) - timedelta(minutes=5)
+    waiting = await engine.conversation("telegram", "1", user="u1", bot=BOT)
+    await _say(engine, waiting.id, "a question cut short")
+    answered = await engine.conversation("telegram", "2", bot=BOT)
+    asked = await _say(engine, answered.id, "hello")
+    await engine.append(answered.id, Message("assistant", "hi"), answers_upto=asked)
+    mid_tool = await engine.conversation("telegram", "3", bot=BOT)
+    await _say(engine, mid_tool.id, "read it")
+    call = ToolCall("c1", "read_file", "{}")
+    last = await engine.append(mid_tool.id, Message("assistant", "", tool_calls=[call]))
+    overtaken = await engine.conversation("telegram", "4", bot=BOT)
+    first = await _say(engine, overtaken.id, "one")
+    await _say(engine, overtaken.id, "two")  # came in while the turn for "one" ran
+    await engine.append(overtaken.id, Message("assistant", "to one"), answers_upto=first)
+    inner = await engine.conversation("agents", "x", kind="subagent", bot=BOT)
+    await _say(engine, inner.id, "not a person's")
+
+    found = await find_unfinished(engine, BOT, since=since)  # type: ignore[arg-type]
+    by_id = {item.conversation_id: item for item in found}
+    assert set(by_id) == {waiting.id, mid_tool.id, overtaken.id}
+    assert by_id[waiting.id].address == Address(BOT, "telegram", "1", "", "u1")
+    assert by_id[mid_tool.id].last_id == last
+    assert not any(item.resumed_before for item in found)
+    assert await find_unfinished(engine, BOT, since=datetime.now(UTC) + timedelta(1)) == []  # type: ignore[arg-type]

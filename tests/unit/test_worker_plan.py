@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,20 @@ def test_doctor_shows_one_process_for_a_home_on_postgresql(
         "1 process: atlas, b1, b2 (a home on PostgreSQL runs in one process for now)",
     )
     assert not caplog.records  # doctor says it in its line, not in a warning
+
+
+def test_atlas_run_plans_one_process_for_a_home_on_postgresql(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`[daemon] workers = 2` with a url: forced to one process at start, and said so."""
+    from atlas.daemon import prepare
+
+    monkeypatch.delenv("ATLAS_WORKERS")
+    home = home_with_bots(tmp_path / "home", ["b1", "b2"], workers=2)
+    assert prepare(home).placement.count == 2  # SQLite: as configured
+    with (home.root / "config.toml").open("a") as config:
+        config.write('\n[store]\nurl = "postgresql://atlas@127.0.0.1:5432/atlas"\n')
+    with caplog.at_level(logging.WARNING, logger="atlas.workers.plan"):
+        start = prepare(Home(home.root))
+    assert start.placement.count == 1 and start.placement.shares == (("atlas", "b1", "b2"),)
+    assert "workers: 1, not 2" in caplog.text
