@@ -22,10 +22,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import aiohttp
 import asyncpg
 import pytest
 
+from atlas.dashboard.auth import issue_login_token
 from scripts.loadkit import FIRST_CHAT, Fakes, bot_name, free_port
+from tests.dashboard_rig import CSRF
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "pw-not-in-any-message"
@@ -40,10 +43,11 @@ class Node:
     def __init__(self, name: str, env: dict[str, str], log: Path) -> None:
         self.name, self.env, self.log = name, env, log
         self.process: subprocess.Popen[bytes] | None = None
+        self.port = free_port()  # its dashboard's
 
     def start(self) -> None:
         command = [sys.executable, "-m", "atlas.cli", "run", "--node", self.name]
-        command += ["--listen", f"127.0.0.1:{free_port()}"]
+        command += ["--listen", f"127.0.0.1:{self.port}"]
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
                 command, env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO
@@ -332,6 +336,31 @@ async def test_routines_and_message_agent_between_nodes(
         assert ("agent_message", bot_name(1)) in kinds and ("agent_reply", bot_name(0)) in kinds
         assert all(row["taken_by"] == held[row["to_bot"]] for row in taken), taken
         no_answer_twice(fakes)
+
+        # The dashboard's chat of the node that does not hold bot 1: the turn runs on the
+        # holder, and this node's Chat page shows the answer from the conversation's rows.
+        other = next(node for node in nodes if node.name != held[bot_name(1)])
+        base = f"http://127.0.0.1:{other.port}"
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as web:
+            token = issue_login_token(home)
+            async with web.post(f"{base}/login", data={"token": token}) as login:
+                assert login.status == 200, await login.text()
+            async with web.get(f"{base}/") as page:
+                csrf = CSRF.search(await page.text()).group(1)  # type: ignore[union-attr]
+            said = {"text": "T1-3-1 hello from the dashboard", "csrf": csrf}
+            async with web.post(f"{base}/chat/{bot_name(1)}", data=said) as sent:
+                assert sent.status == 200, await sent.text()
+
+            async def on_page() -> bool:
+                async with web.get(f"{base}/chat/{bot_name(1)}") as page:
+                    return "Answer to T1-3-1." in await page.text()
+
+            await until(on_page, 30, "the answer shows on the sending node's Chat page")
+        inbound = await db.fetchrow(
+            "SELECT taken_by FROM node_messages WHERE kind = 'inbound' AND to_bot = $1",
+            bot_name(1),
+        )
+        assert inbound is not None and inbound["taken_by"] == held[bot_name(1)]
     finally:
         await db.close()
 
