@@ -65,6 +65,8 @@ AGENT_REPLY = "agent_reply"  # the reply to a message_agent, back to the asking 
 STOP_TURN = "stop_turn"  # /stop for a turn running on the bot's node
 
 HANDED_WAIT = 30.0  # seconds a routine's report handed to another node is followed
+WEB_FOLLOW = 300.0  # seconds the dashboard follows a chat answered on another node
+WEB_POLL = 0.3  # seconds between its reads of the holder's sent rows
 
 
 def inbound_body(inbound: Inbound) -> dict[str, Any]:
@@ -310,8 +312,51 @@ class NodeElsewhere:
         return self.node.holds(address.bot)
 
     async def submit(self, inbound: Inbound) -> bool:
-        await self.node.messages.send(inbound.address.bot, INBOUND, inbound_body(inbound))
+        from atlas.dashboard.chat_channel import WEB_CHANNEL
+
+        address = inbound.address
+        if address.channel == WEB_CHANNEL and inbound.kind == "message":
+            # This node's Chat page shows the holder's answer as it is sent (its rows).
+            after = await self._newest_row(address)
+            self.node.keep(asyncio.create_task(self._follow_web(address, after)))
+        await self.node.messages.send(address.bot, INBOUND, inbound_body(inbound))
         return True
+
+    async def _newest_row(self, address: Address) -> int:
+        newest = await self.node.server.pool.fetchval(
+            "SELECT max(id) FROM outbox WHERE bot = $1 AND channel = $2 AND chat = $3",
+            address.bot,
+            address.channel,
+            address.chat,
+        )
+        return int(newest or 0)
+
+    async def _follow_web(self, address: Address, after: int) -> None:
+        """Show on this node's Chat page what the bot's holder sends to its dashboard chat
+        (its own page has no tab open): each row once sent, until the answer."""
+        browser = self.node.dispatcher.channels.get(address.channel)
+        if browser is None:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WEB_FOLLOW
+        while loop.time() < deadline:
+            await asyncio.sleep(WEB_POLL)
+            rows = await self.node.server.pool.fetch(
+                "SELECT id, kind, text, state FROM outbox WHERE bot = $1 AND channel = $2 "
+                "AND chat = $3 AND id > $4 ORDER BY id",
+                address.bot,
+                address.channel,
+                address.chat,
+                after,
+            )
+            for row in rows:
+                if row["state"] in ("pending", "sending", "kept"):
+                    break  # shown in order: wait for this one
+                after = int(row["id"])
+                if row["state"] == "delivered":
+                    await browser.send(address, row["text"])
+                if row["kind"] == "answer":
+                    return
 
     async def stop_turn(self, address: Address) -> bool:
         from atlas.dispatch import Inbound

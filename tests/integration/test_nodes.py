@@ -347,9 +347,19 @@ async def test_routines_and_message_agent_between_nodes(
                 assert login.status == 200, await login.text()
             async with web.get(f"{base}/") as page:
                 csrf = CSRF.search(await page.text()).group(1)  # type: ignore[union-attr]
+            stream = await web.get(f"{base}/events", headers={"Accept": "text/event-stream"})
             said = {"text": "T1-3-1 hello from the dashboard", "csrf": csrf}
             async with web.post(f"{base}/chat/{bot_name(1)}", data=said) as sent:
                 assert sent.status == 200, await sent.text()
+
+            async def streamed() -> None:  # the live Chat page of this node shows it too
+                while True:
+                    line = (await stream.content.readline()).decode()
+                    if line.startswith("data:") and "Answer to T1-3-1." in line:
+                        return
+
+            await asyncio.wait_for(streamed(), 30)
+            stream.close()
 
             async def on_page() -> bool:
                 async with web.get(f"{base}/chat/{bot_name(1)}") as page:
