@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from atlas.cluster.asks import ASK_ANSWER, SharedAsks
 from atlas.cluster.messages import Inbox, NodeMessage, NodeMessages
 from atlas.cluster.node import ClusterNode, ClusterTiming
 from atlas.errors import AtlasError
@@ -140,6 +141,7 @@ class HomeNode:
             sweep_seconds=max(1.0, settings.heartbeat_seconds),
         )
         self.routines: RoutineScheduler | None = None
+        self.shared_asks = SharedAsks(self, dispatcher.asks)
         self._chains: dict[str, asyncio.Task[None]] = {}  # per bot (and "scheduler"), in order
         self._tasks: set[asyncio.Task[Any]] = set()
         rows = dispatcher.outbox.rows
@@ -171,10 +173,12 @@ class HomeNode:
     async def start(self) -> None:
         await self.inbox.start()
         await self.cluster.start()
+        self.shared_asks.start()
         log.info("node %s: started (lease %.1f s)", self.name, self.cluster.timing.lease)
 
     async def stop(self) -> None:
         """A clean stop: leases released (the others take the bots at their next round)."""
+        await self.shared_asks.stop()
         await self.cluster.stop()
         await self.inbox.stop()
         await asyncio.gather(*self._chains.values(), return_exceptions=True)
@@ -293,6 +297,8 @@ class HomeNode:
             await self.elsewhere.deliver_here(body)
         elif message.kind == AGENT_REPLY:
             self.elsewhere.reply_here(body)
+        elif message.kind == ASK_ANSWER:
+            self.shared_asks.answer_here(body)
         else:
             log.warning("node %s: unknown node message %r", self.name, message.kind)
 

@@ -375,6 +375,65 @@ async def test_routines_and_message_agent_between_nodes(
         await db.close()
 
 
+@pytest.mark.postgres
+async def test_an_approval_is_answered_on_the_other_nodes_dashboard(
+    tmp_path: Path, fakes: Fakes, postgres_url: str, nodes: list[Node]
+) -> None:
+    """A turn on the node holding bot 1 waits on an approval (a write outside its folder);
+    the other node's Waiting page lists it and answers it; the turn goes on where it runs."""
+    import re
+
+    from tests.fakes.model_servers import Scripted
+
+    home = tmp_path / "home"
+    env = home_with_nodes(fakes, home, postgres_url)
+    for name in ("n1", "n2"):
+        node = Node(name, env, tmp_path / f"{name}.log")
+        nodes.append(node)
+        node.start()
+    for node in nodes:
+        await node.wait_logged("ready; stop with Ctrl-C or SIGTERM")
+    db = await asyncpg.connect(postgres_url)
+    try:
+        held = await split_and_serving(fakes, nodes, db, 1)
+        other = next(node for node in nodes if node.name != held[bot_name(1)])
+        outside = tmp_path / "outside" / "approved.txt"
+        write = {"path": str(outside), "content": "written after an approval elsewhere"}
+        fakes.model.script.append(Scripted(calls=[("write_file", write)]))
+        telegram = fakes.telegrams[1]
+        await telegram.push(telegram.message("T1-0-5 write it", user_id=FIRST_CHAT))
+        base = f"http://127.0.0.1:{other.port}"
+        form = re.compile(r'action="/waiting/([0-9a-f]+)/approval"')
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as web:
+            async with web.post(f"{base}/login", data={"token": issue_login_token(home)}) as login:
+                assert login.status == 200
+            found: list[str] = []
+
+            async def listed() -> bool:
+                async with web.get(f"{base}/waiting") as page:
+                    text = await page.text()
+                found[:] = [*form.findall(text), *CSRF.findall(text)]
+                return len(found) >= 2
+
+            await until(listed, 30, "the other node's Waiting page lists the approval")
+            ask_id, csrf = found[0], found[-1]
+            answer = {"choice": "allow once", "csrf": csrf}
+            async with web.post(f"{base}/waiting/{ask_id}/approval", data=answer) as sent:
+                assert sent.status == 200, await sent.text()
+        await until(replied(fakes, 1, "T1-0-5"), 30, "the turn goes on and answers")
+        assert outside.read_text() == "written after an approval elsewhere"
+        taken = await db.fetchrow(
+            "SELECT taken_by FROM node_messages WHERE kind = 'ask_answer' AND to_bot = $1",
+            bot_name(1),
+        )
+        assert taken is not None and taken["taken_by"] == held[bot_name(1)]
+        outcome = await db.fetchval("SELECT outcome FROM node_asks WHERE id = $1", ask_id)
+        assert outcome is not None and "allow once" in outcome
+        no_answer_twice(fakes)
+    finally:
+        await db.close()
+
+
 def test_atlas_run_node_needs_a_postgresql_store(tmp_path: Path) -> None:
     from scripts.loadkit import write_home
 
