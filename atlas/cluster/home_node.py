@@ -20,8 +20,11 @@ The `scheduler` lease: the routine scheduler runs only while this node holds it 
 gain, stopped on loss). A fire is keyed per (routine, slot) (`AlreadyFired`), so a handover
 never runs one twice; what was due during the handover is caught up by the catch-up rule.
 
-Between nodes (`node_messages`, LISTEN/NOTIFY; atlas/cluster/messages.py): a routine's report
-for a bot held elsewhere is written as an outbox row and its owner told to send it.
+Between nodes (`node_messages`, LISTEN/NOTIFY; atlas/cluster/messages.py), each taken by the
+bot's holder: a message for a bot held elsewhere (the dashboard's chat, whose sending node then
+shows the holder's sent rows live; a notice; /stop), `message_agent` and its reply, a routine's
+report for a bot held elsewhere (an outbox row its holder sends), and the answer to an approval
+given on another node's dashboard (atlas/cluster/asks.py).
 
 Gains and losses are handled in a task per bot, in order, so a slow channel start never holds
 back the node's heartbeat.
@@ -111,7 +114,6 @@ class HomeNode:
         *,
         make_scheduler: Callable[[], RoutineScheduler],
         on_scheduler_change: Callable[[RoutineScheduler | None], None] | None = None,
-        web_channel: Callable[[], None] | None = None,
     ) -> None:
         from atlas.store.pg.outbox import PgOutboxRows
 
@@ -182,6 +184,9 @@ class HomeNode:
         await self.cluster.stop()
         await self.inbox.stop()
         await asyncio.gather(*self._chains.values(), return_exceptions=True)
+        for task in list(self._tasks):  # a dashboard chat followed, a reply forwarded
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.routines is not None:
             await self.routines.stop()
             self.routines = None
