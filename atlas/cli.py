@@ -53,10 +53,22 @@ def cmd_init(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     pause_collection_while_starting()  # until the daemon is up
     home = _load_home(args)  # first: a broken config fails at once, before the slow imports
+    if args.listen is not None:
+        from atlas.config import DashboardSettings
+
+        # This process's dashboard address (several nodes of one home on one machine).
+        dashboard = home.settings.dashboard.model_dump() | {"listen": args.listen}
+        home.settings = home.settings.model_copy(
+            update={"dashboard": DashboardSettings.model_validate(dashboard)}
+        )
+    if args.node is not None:
+        from atlas.daemon import check_node
+
+        check_node(home, args.node)  # a home on PostgreSQL, a good name: else stop here
     from atlas.daemon import prepare, serve
 
     start = prepare(home, fork=True)  # before the event loop: workers are forked here
-    run(serve(home, start=start))
+    run(serve(home, start=start, node=args.node))
     return 0
 
 
@@ -189,7 +201,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("init", help="make a home from the examples (never overwrites)").set_defaults(
         func=cmd_init
     )
-    sub.add_parser("run", help="run the daemon in the foreground").set_defaults(func=cmd_run)
+    run_parser = sub.add_parser("run", help="run the daemon in the foreground")
+    run_parser.add_argument(
+        "--node",
+        metavar="NAME",
+        help="run as one node of a home on PostgreSQL ([store] url): serve the bots whose "
+        "leases this node holds (docs/scaling.md)",
+    )
+    run_parser.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="where this process's dashboard listens (overrides [dashboard] listen)",
+    )
+    run_parser.set_defaults(func=cmd_run)
 
     chat = sub.add_parser("chat", help="talk to a bot in the terminal")
     chat.add_argument("--bot", help="the bot (default: the main agent)")

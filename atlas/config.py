@@ -277,6 +277,24 @@ class StoreSettings(Strict):
         return os.environ.get(self.password_env) or None
 
 
+class ClusterSettings(Strict):
+    """How the nodes of a home on PostgreSQL (`atlas run --node NAME`, docs/scaling.md) hold
+    their leases: a lease lasts `lease_seconds` and is renewed every `heartbeat_seconds`; a
+    stopped node's bots are taken over within about the sum of the two."""
+
+    lease_seconds: float = Field(10.0, gt=0, le=3600)
+    heartbeat_seconds: float = Field(2.0, gt=0, le=1800)
+
+    @model_validator(mode="after")
+    def _renewed_in_time(self) -> ClusterSettings:
+        if self.heartbeat_seconds * 2 > self.lease_seconds:
+            raise ValueError(
+                f"heartbeat_seconds ({self.heartbeat_seconds}) must be at most half of "
+                f"lease_seconds ({self.lease_seconds}), so a lease is renewed before it ends"
+            )
+        return self
+
+
 class DashboardSettings(Strict):
     """The web dashboard `atlas run` serves (docs/dashboard.md)."""
 
@@ -331,6 +349,7 @@ class Settings(Strict):
     dashboard: DashboardSettings = DashboardSettings()
     daemon: DaemonSettings = DaemonSettings()
     store: StoreSettings = StoreSettings()
+    cluster: ClusterSettings = ClusterSettings()
     # Outside coding harnesses by executor name (docs/executors.md).
     executors: dict[Annotated[str, Field(pattern=NAME_PATTERN)], ExecutorSettings] = Field(
         default_factory=dict

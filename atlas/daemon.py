@@ -25,9 +25,11 @@ if TYPE_CHECKING:
     from atlas.channels.base import Channel
     from atlas.channels.health_file import HealthWriter
     from atlas.channels.supervisor import ChannelHealth
+    from atlas.cluster.home_node import HomeNode
     from atlas.dashboard.server import DashboardServer
     from atlas.executors.bridge import ExecutorBridge
     from atlas.routines.scheduler import RoutineScheduler
+    from atlas.store.pg.server import PgServer
     from atlas.workers.fork import ForkedWorker
 
 log = logging.getLogger("atlas.daemon")
@@ -49,6 +51,40 @@ class Start:
     listen: Listen | None
     placement: Placement
     forked: dict[int, ForkedWorker] = field(default_factory=dict)
+
+
+def check_node(home: Home, node: str) -> None:
+    """`atlas run --node NAME` needs a home on PostgreSQL (the leases live there) and a name
+    other nodes can tell apart; a ConfigError names what is wrong."""
+    import re
+
+    from atlas.config import NAME_PATTERN
+    from atlas.errors import ConfigError
+
+    if home.settings.store.url is None:
+        raise ConfigError(
+            f"atlas run --node {node}: nodes share a home through PostgreSQL, and "
+            f"{home.config_path} sets no [store] url; set one (docs/scaling.md) or run "
+            "`atlas run` without --node"
+        )
+    if not re.fullmatch(NAME_PATTERN, node) or len(node) > 64:
+        raise ConfigError(
+            f"atlas run --node {node!r}: a node's name is lower-case letters, digits, '-' and "
+            "'_', starting with a letter or digit, at most 64 characters"
+        )
+
+
+async def refuse_beside_nodes(home: Home, server: PgServer) -> None:
+    """A plain `atlas run` serves every bot and runs the routines: beside live nodes of the
+    same database it would answer their bots' messages a second time. Stop, naming them."""
+    from atlas.cluster.nodes import NodeRegistry
+
+    live = await NodeRegistry(server).live_nodes(home.settings.cluster.lease_seconds)
+    if live:
+        raise AtlasError(
+            f"nodes of this home are running on its PostgreSQL store ({', '.join(live)}): "
+            "`atlas run` without --node would serve their bots too; run it with --node NAME"
+        )
 
 
 def prepare(home: Home, *, fork: bool = False) -> Start:
@@ -78,10 +114,18 @@ def prepare(home: Home, *, fork: bool = False) -> Start:
 
 
 async def serve(
-    home: Home, *, stop: asyncio.Event | None = None, start: Start | None = None
+    home: Home,
+    *,
+    stop: asyncio.Event | None = None,
+    start: Start | None = None,
+    node: str | None = None,
 ) -> None:
     """Run until `stop` is set or a signal arrives; then stop everything in order. `start`:
-    what `prepare` settled before the event loop (else it is settled here, workers spawned)."""
+    what `prepare` settled before the event loop (else it is settled here, workers spawned).
+    `node`: run as that node of a home on PostgreSQL (atlas/cluster/home_node.py): the bots
+    and the routine scheduler whose leases it holds, no others."""
+    if node is not None:
+        check_node(home, node)
     start = start or prepare(home)
     listen, placement = start.listen, start.placement
     started_at = datetime.now(UTC)  # before anything is stored: older messages are a crash's
@@ -125,6 +169,8 @@ async def serve(
         # one writer, for the workers too) and the bots' files, or the PostgreSQL server,
         # reached here or the start stops naming the url and what failed.
         engines = await HomeEngines.open(home)
+        if engines.server is not None and node is None:
+            await refuse_beside_nodes(home, engines.server)
         audit = engines.audit
         home.served = placement.served_by(HOME_SHARE)
         home.owned = frozenset(placement.shares[HOME_SHARE])
@@ -146,6 +192,35 @@ async def serve(
         channels.update(stand_ins(home, placement, HOME_SHARE, elsewhere.call))
     runtime = dispatcher.runtime
     running = RunningChannels()
+    cluster: HomeNode | None = None
+    if node is not None:
+        from atlas.cluster.home_node import HomeNode, NodeRuns
+        from atlas.routines.scheduler import RoutineScheduler
+
+        assert engines.server is not None  # check_node: a url, so a server
+
+        def node_scheduler() -> RoutineScheduler:
+            assert cluster is not None
+            return RoutineScheduler(
+                home, runtime.audit, NodeRuns(cluster), store=runtime.engines.routines
+            )
+
+        def scheduler_changed(scheduler: RoutineScheduler | None) -> None:
+            nonlocal routines
+            routines = scheduler
+            home_services(dispatcher).serve_routines(scheduler)
+
+        # No bot is this node's until a lease says so: the channels and recovery below start
+        # none; each bot's start when its lease is gained (atlas/cluster/home_node.py).
+        cluster = HomeNode(
+            home,
+            engines.server,
+            node,
+            dispatcher,
+            running,
+            make_scheduler=node_scheduler,
+            on_scheduler_change=scheduler_changed,
+        )
     health: HealthWriter | None = None
     dashboard: DashboardServer | None = None
     bridge: ExecutorBridge | None = None
@@ -161,7 +236,7 @@ async def serve(
         if sdks is not None:
             await sdks
         # Each channel registers itself in the dispatcher; one that fails is retried alone.
-        running = await start_channels(home, dispatcher)
+        running = await start_channels(home, dispatcher, into=running)
         log.info("channels: %s", ", ".join(running) or "none configured")
         if listen is not None:  # the dashboard's Chat, there before recovery resumes its turns
             dispatcher.channels[WEB_CHANNEL] = BrowserChannel()
@@ -185,22 +260,30 @@ async def serve(
         from atlas.executors.record import DelegationRecord
         from atlas.routines.scheduler import RoutineScheduler
 
-        routines = RoutineScheduler(home, runtime.audit, runs, store=runtime.engines.routines)
-        home_services(dispatcher).serve_routines(routines)  # cronjob_manage's, once started
-        log.info("routine files: %s", (await routines.start()).summary())
+        if cluster is None:  # a node runs them while it holds the scheduler lease
+            routines = RoutineScheduler(home, runtime.audit, runs, store=runtime.engines.routines)
+            home_services(dispatcher).serve_routines(routines)  # cronjob_manage's, once started
+            log.info("routine files: %s", (await routines.start()).summary())
         if listen is not None:  # the web dashboard (docs/dashboard.md), over this runtime
             from atlas.dashboard.server import start_dashboard  # aiohttp.web, the pages: late
 
             dashboard = await start_dashboard(runtime, listen, every_health, dispatcher)
         # The Claude Code plugin's socket: the person's own sessions (docs/executors.md).
         services = home_services(dispatcher)
-        bridge = await serve_plugin(
-            home,
-            dispatcher.channels,
-            lambda bot: runtime.store(home.bot(bot)),
-            lambda: services.workbench,  # the home's, delegate's tasks on it too
-            DelegationRecord(runtime.engines.records, home=home),  # the person's turns
-            dispatcher.asks,  # their prompts wait on the dashboard's Waiting page too
+        if cluster is not None:
+            # Only now: a bot gained starts its channels and recovery against a ready daemon.
+            await cluster.start()
+        bridge = (
+            None
+            if cluster is not None
+            else await serve_plugin(
+                home,
+                dispatcher.channels,
+                lambda bot: runtime.store(home.bot(bot)),
+                lambda: services.workbench,  # the home's, delegate's tasks on it too
+                DelegationRecord(runtime.engines.records, home=home),  # the person's turns
+                dispatcher.asks,  # their prompts wait on the dashboard's Waiting page too
+            )
         )
         freeze_long_lived_objects()
         log.info("ready; stop with Ctrl-C or SIGTERM")
@@ -209,11 +292,13 @@ async def serve(
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+        if cluster is not None:
+            await cluster.stop()  # its bots stopped first, then their leases released
         if dashboard is not None:
             await dashboard.stop()  # first: no page reads a store being closed
         if bridge is not None:
             await bridge.stop()  # the hooks fall back to Claude Code's own prompt
-        if routines is not None:
+        if routines is not None and cluster is None:  # a node's stopped with its lease
             await routines.stop()  # cancels and records runs still going
         await stop_turns(dispatcher)
         if pool is not None:

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
@@ -24,6 +24,7 @@ from atlas.channels.base import Address, Channel, Question, QuestionOutcome
 from atlas.channels.supervisor import health_lines
 from atlas.errors import AtlasError
 from atlas.home import Bot
+from atlas.outbox.engine import StaleEpoch
 from atlas.outbox.rows import Kind, Outgoing
 from atlas.outbox.sender import Outbox
 from atlas.pending_asks import PendingAsks
@@ -44,6 +45,10 @@ MODE_COMMAND = "/mode"
 STATUS_COMMAND = "/status"
 MODES = ("ask", "auto", "read-only")
 LANE_FAULT_PAUSE = 1.0  # seconds a lane waits after a fault outside any turn
+
+
+class LeaseGone(StaleEpoch):
+    """A turn's bot is no longer this node's (its lease lost): its answer is not stored."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,9 @@ class Dispatcher:
         # Set when `atlas run` spread the home over worker processes: a message for a bot
         # served elsewhere is stored and answered there.
         self.elsewhere: OtherProcesses | None = None
+        # Set on a node of a home on PostgreSQL (`atlas run --node`): whether this node holds
+        # the bot's lease now. A turn that lost it stores no answer (its next owner answers).
+        self.holds: Callable[[str], bool] | None = None
 
     async def submit(self, inbound: Inbound) -> bool:
         """Store the message and wake its conversation. False when it was a duplicate event
@@ -258,6 +266,22 @@ class Dispatcher:
         if lane:
             await lane.idle.wait()
 
+    async def forget_bot(self, bot: str, why: str) -> None:
+        """This node lost the bot's lease: its lanes (and their turns, their sandboxed commands
+        with them) are cancelled without a word and its outbox queues dropped; what they leave
+        unanswered or unsent is in the database for the bot's next owner, whose recovery
+        answers it."""
+        lanes = [address for address in self._lanes if address.bot == bot]
+        workers = [self._lanes[a].worker for a in lanes if self._lanes[a].worker is not None]
+        for worker in workers:
+            worker.cancel()  # the worker itself: a cancelled lane says no "Stopped."
+        await asyncio.gather(*workers, return_exceptions=True)
+        for address in lanes:
+            self._lanes.pop(address, None)
+            if self._quiet:
+                self._quiet.cancel(address)
+        await self.outbox.forget(bot, why)
+
     async def shutdown(self) -> None:
         if self._quiet:
             await self._quiet.shutdown()
@@ -376,6 +400,10 @@ class Dispatcher:
             await channel.show_tool_call(address, call)
 
         def answer_rows(text: str, files: list[Path], notes: list[str]) -> Outgoing:
+            if self.holds is not None and not self.holds(address.bot):
+                # Checked as the answer is stored: a turn that outlived its lease (a pause, a
+                # lost server) leaves the message unanswered for the bot's next owner.
+                raise LeaseGone(f"bot {address.bot}: this node lost its lease mid-turn")
             return Outgoing(address, text, tuple(files), tuple(f"({note})" for note in notes))
 
         hooks = TurnHooks(

@@ -23,6 +23,7 @@ what a crash caught while the platform had it. This module only decides about tu
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -153,8 +154,11 @@ async def resume_interrupted_turns(
     now: datetime | None = None,
     resume_within: timedelta = RESUME_WITHIN,
     look_back: timedelta = LOOK_BACK,
+    bots: Collection[str] | None = None,
 ) -> RecoveryReport:
-    """Resume or report every unfinished turn of every bot. Call once at start, after the
+    """Resume or report every unfinished turn of every bot (of `bots`: a node recovers a bot
+    whose lease it has just gained, `started_at` the moment it gained it, before its
+    channels started). Call once at start, after the
     channels are registered in the dispatcher (their replies must find them). A conversation
     whose last message was stored after `started_at` (when this process began, before it
     stored anything) is live: a message came in since the restart and its own turn answers everything."""
@@ -164,14 +168,17 @@ async def resume_interrupted_turns(
     runtime = dispatcher.runtime
     report = RecoveryReport()
     found: list[tuple[ConversationStore, list[Unfinished]]] = []
+    served = runtime.home.served if bots is None else frozenset(bots)
     for bot in runtime.home.served_bots():
+        if bots is not None and bot.name not in served:
+            continue
         store = await runtime.store(bot)
         # Found before the outbox resumes, which may store a note after an answer.
         found.append((store, await find_unfinished(store, bot.name, since=now - look_back)))
     # What the last process left going out, sent or settled first: ahead of anything new.
     report.outbox = await resume_outbox(
         dispatcher.outbox,
-        runtime.home.served,
+        served,
         started_at=started_at,
         now=now,
         look_back=look_back,

@@ -89,7 +89,7 @@ class HomeServices:
         scheduler = self._routines
         return scheduler if scheduler is not None and scheduler.running else None
 
-    def serve_routines(self, scheduler: RoutineScheduler | RemoteRoutines) -> None:
+    def serve_routines(self, scheduler: RoutineScheduler | RemoteRoutines | None) -> None:
         """cronjob_manage uses `scheduler` while it runs (the daemon hands it in; a worker
         process hands in the home's, atlas/workers/child.py)."""
         self._routines = scheduler
@@ -103,6 +103,16 @@ class HomeServices:
             agents_address(target, run.bot.name)
         ):
             delivery_id = new_id("msg")  # served by another worker: delivered there
+            await elsewhere.deliver(
+                delivery_id, run.bot.name, target, framed(delivery_id), run.notify
+            )
+            return delivery_id
+        from atlas.cluster.home_node import NodeElsewhere  # loaded already on a node
+
+        if isinstance(elsewhere, NodeElsewhere) and not elsewhere.is_here(
+            agents_address(target, run.bot.name)
+        ):
+            delivery_id = new_id("msg")  # held by another node: delivered there
             await elsewhere.deliver(
                 delivery_id, run.bot.name, target, framed(delivery_id), run.notify
             )

@@ -110,13 +110,16 @@ async def start_channels(
     first_delay: float = FIRST_DELAY,
     max_delay: float = MAX_DELAY,
     wait: float = 30.0,
+    bots: list[Bot] | None = None,
+    into: RunningChannels | None = None,
 ) -> RunningChannels:
-    """Create and start every configured channel of every bot, concurrently. A channel whose
+    """Create and start every configured channel of every bot (or of `bots`: a node starts a
+    bot's when it gains its lease), concurrently, added to `into` when given. A channel whose
     settings are wrong is logged and skipped; one that fails to start keeps being retried in the
     background. Returns once each has had its first attempt (or after `wait` seconds)."""
-    running = RunningChannels()
+    running = into if into is not None else RunningChannels()
     first_attempts: list[asyncio.Task[bool]] = []
-    for bot in home.owned_bots():
+    for bot in home.owned_bots() if bots is None else bots:
         try:
             platforms = configured_platforms(bot)
         except AtlasError as exc:
@@ -166,4 +169,30 @@ async def stop_channels(running: RunningChannels, *, timeout: float = STOP_TIMEO
     await asyncio.gather(*(stop_one(name, channel) for name, channel in running.items()))
 
 
-__all__ = ["RunningChannels", "channel_name", "health_of", "start_channels", "stop_channels"]
+async def stop_bot_channels(
+    running: RunningChannels, bot: str, *, timeout: float = STOP_TIMEOUT
+) -> list[str]:
+    """Stop one bot's channels (its node lost the bot's lease: another polls its token now)
+    and take them out of `running`; their names."""
+    names = [name for name in running if name.partition(":")[2] == bot]
+    mine = RunningChannels()
+    for name in names:
+        mine[name] = running.pop(name)
+        task = running.supervisors.pop(name, None)
+        if task is not None:
+            mine.supervisors[name] = task
+        health = running.health.pop(name, None)
+        if health is not None:
+            mine.health[name] = health
+    await stop_channels(mine, timeout=timeout)
+    return names
+
+
+__all__ = [
+    "RunningChannels",
+    "channel_name",
+    "health_of",
+    "start_channels",
+    "stop_bot_channels",
+    "stop_channels",
+]

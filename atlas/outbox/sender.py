@@ -133,6 +133,11 @@ class Outbox:
         self.retry_cap = retry_cap
         self._queues: dict[Address, _Queue] = {}
 
+    def claim_with(self, epoch: EpochOf) -> None:
+        """From now on claim each bot's rows with `epoch(bot)` (a node's lease epochs; it
+        raises StaleEpoch for a bot the node does not hold)."""
+        self._epoch = epoch
+
     def epoch_of(self, bot: str) -> int:
         """This sender's lease epoch for the bot's rows."""
         return self._epoch(bot)
@@ -166,7 +171,10 @@ class Outbox:
         kind: Kind,
         key: str | None = None,
     ) -> int:
-        """A new row (or the one `key` names), queued; its id."""
+        """A new row (or the one `key` names), queued; its id. A sender that does not hold the
+        bot any more (its epoch function raises `StaleEpoch`) writes no row: a row left by it
+        would be sent late by the bot's next owner."""
+        self._epoch(address.bot)
         row = await self.rows.add(address, kind, text, tuple(files), key=key)
         if row.state in ("pending", "kept"):
             self.queue([row])
@@ -405,6 +413,20 @@ class Outbox:
             await asyncio.sleep(0.01)  # polled: the states it waits for have no one event
 
     # ------------------------------------------------------------ stopping
+
+    async def forget(self, bot: str, why: str) -> None:
+        """Stop sending the bot's rows (this node lost the bot's lease): its queues' workers
+        end, whoever waits learns why, and the rows stay in the store for the bot's next
+        owner to resume."""
+        mine = [(address, queue) for address, queue in self._queues.items() if address.bot == bot]
+        workers = [queue.worker for _, queue in mine if queue.worker is not None]
+        for worker in workers:
+            worker.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        for address, queue in mine:
+            self._give_up(queue, StaleEpoch(f"outbox of bot {bot}: {why}"))
+            if self._queues.get(address) is queue:
+                del self._queues[address]
 
     async def shutdown(self) -> None:
         """Stop every worker. Rows stay as they are in the stores: a start resumes them."""

@@ -87,8 +87,15 @@ class RoutineScheduler:
         # changed, paused, resumed, removed). The dashboard's Routines page listens.
         self._listeners: list[Callable[[], None]] = []
 
+    # On a node of a home on PostgreSQL (`atlas run --node`) the scheduler lease decides who
+    # schedules; the file lock is then the node's own (nodes may share the home's folder, and a
+    # paused node must not hold back the one that took the lease over).
+    node: str | None = None
+
     @property
     def lock_path(self) -> Path:
+        if self.node is not None:
+            return self.home.root / "run" / f"routines-{self.node}.lock"
         return self.home.root / "routines.lock"
 
     async def start(self) -> ReconcileReport:
@@ -383,7 +390,7 @@ class RoutineScheduler:
         return f"routine-{routine_id}"
 
     def _take_lock(self) -> None:
-        self.home.root.mkdir(parents=True, exist_ok=True)
+        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

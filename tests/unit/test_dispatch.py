@@ -297,3 +297,49 @@ async def test_a_wake_for_a_message_the_turn_already_saw_runs_no_second_turn(tmp
     assert len(model.requests) == 2
     await dispatcher.shutdown()
     await runtime.close()
+
+
+async def test_a_turn_whose_node_lost_the_bot_stores_and_sends_nothing(home) -> None:
+    """A node of a home on PostgreSQL (atlas/cluster/home_node.py) lost the bot's lease while
+    its turn waited on the model: the answer is not stored (the next owner's recovery answers
+    the message) and nothing goes out, not even a "something went wrong"."""
+    from atlas.outbox.engine import StaleEpoch
+
+    release = asyncio.Event()
+    model = ScriptedModel(Reply("too late", wait_for=release))
+    runtime, dispatcher, channel = make(home, model)
+    held = {"atlas": True}
+
+    def epoch_of(bot: str) -> int:
+        if not held[bot]:
+            raise StaleEpoch(f"outbox of bot {bot}: not held here")
+        return 1
+
+    dispatcher.holds = lambda bot: held[bot]
+    dispatcher.outbox.claim_with(epoch_of)
+    await dispatcher.submit(Inbound(ADDRESS, "hello", event_id="e1"))
+    await asyncio.sleep(0.05)
+    held["atlas"] = False  # the lease is gone while the model answers
+    release.set()
+    await dispatcher.wait_idle(ADDRESS)
+    assert channel.sent == []
+    assert await stored_texts(runtime, home) == [("user", "hello")]
+    await dispatcher.shutdown()
+    await runtime.close()
+
+
+async def test_forgetting_a_bot_cancels_its_turns_without_a_word(home) -> None:
+    release = asyncio.Event()
+    model = ScriptedModel(Reply("never", wait_for=release))
+    runtime, dispatcher, channel = make(home, model)
+    await dispatcher.submit(Inbound(ADDRESS, "hello", event_id="e1"))
+    await asyncio.sleep(0.05)
+    assert dispatcher.has_lane(ADDRESS)
+    await dispatcher.forget_bot("atlas", "node n1 lost its lease")
+    assert not dispatcher.has_lane(ADDRESS)
+    release.set()
+    await asyncio.sleep(0.05)
+    assert channel.sent == []  # no "Stopped.": the bot's next owner answers
+    assert await stored_texts(runtime, home) == [("user", "hello")]
+    await dispatcher.shutdown()
+    await runtime.close()

@@ -56,3 +56,18 @@ def test_a_bad_url_is_explained(tmp_path: Path, url: str, expected: str) -> None
     message = str(caught.value)
     assert "store.url (line" in message and expected in message
     assert "s3cret" not in message  # the password is not repeated in the error
+
+
+def test_cluster_timing_defaults_and_a_heartbeat_too_slow_for_its_lease(tmp_path: Path) -> None:
+    settings = load_settings(_write(tmp_path, BASE_CONFIG))
+    assert (settings.cluster.lease_seconds, settings.cluster.heartbeat_seconds) == (10.0, 2.0)
+    short = load_settings(
+        _write(tmp_path, BASE_CONFIG + "\n[cluster]\nlease_seconds = 3\nheartbeat_seconds = 0.5\n")
+    )
+    assert (short.cluster.lease_seconds, short.cluster.heartbeat_seconds) == (3.0, 0.5)
+    with pytest.raises(ConfigError, match="at most half of lease_seconds"):
+        load_settings(
+            _write(
+                tmp_path, BASE_CONFIG + "\n[cluster]\nlease_seconds = 3\nheartbeat_seconds = 2\n"
+            )
+        )

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
@@ -33,6 +33,9 @@ from atlas.outbox.rows import Kind, OutboxRow, Outgoing, State, row_from
 from atlas.store.db import utc_now_iso
 from atlas.store.pg.server import PgServer
 from atlas.store.pg.text import words_text, words_vector
+
+if TYPE_CHECKING:
+    from atlas.cluster.leases import Fence
 
 _COLUMNS = (
     'id, bot, channel, chat, thread, "user", kind, text, files, message_id, key, '
@@ -119,6 +122,10 @@ class PgOutboxRows:
     def __init__(self, server: PgServer) -> None:
         self.server = server
         self._raised: dict[str, int] = {}  # the fence this process last raised, per bot
+        # On a node (`atlas run --node`): the bot's lease fence, None when not held. Every
+        # claim and mark then also checks the lease in its own transaction, so a node whose
+        # lease expired sends nothing even before the next owner has claimed a row.
+        self.lease_fence: Callable[[str], Fence | None] | None = None
 
     async def close(self) -> None:
         """Nothing of its own to close: the pool belongs to the server."""
@@ -155,8 +162,20 @@ class PgOutboxRows:
     async def _fenced(self, bot: str, epoch: int) -> AsyncIterator[asyncpg.Connection]:
         """A transaction of this sender's, the fence raised to its epoch first (a new owner's
         first write, a claim or a start's resume alike, shuts the old owner out) and checked."""
+        lease = None
+        if self.lease_fence is not None:
+            lease = self.lease_fence(bot)
+            if lease is None:
+                raise StaleEpoch(f"outbox of bot {bot}: this node does not hold its lease")
         await self._raise_fence(bot, epoch)
         async with self.server.pool.acquire() as conn, conn.transaction():
+            if lease is not None:
+                from atlas.cluster.leases import FenceError
+
+                try:
+                    await lease.check(conn)
+                except FenceError as exc:
+                    raise StaleEpoch(f"outbox of bot {bot}: {exc}") from None
             await self._check_fence(conn, bot, epoch)
             yield conn
 

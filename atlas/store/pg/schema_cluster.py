@@ -1,4 +1,5 @@
-"""PostgreSQL schema steps 30-39: nodes, leases and messages between nodes (atlas/cluster/).
+"""PostgreSQL schema steps 30-39: nodes, leases, messages and approvals between nodes
+(atlas/cluster/).
 
 Times here are `TIMESTAMPTZ` set by the server (`now()`), not the UTC text of the other
 tables: lease expiry compares them with the server's clock only, because the machines' own
@@ -31,6 +32,19 @@ STEPS: list[SchemaStep] = [
             "taken_epoch BIGINT, taken_at TIMESTAMPTZ)",
             "CREATE INDEX node_messages_waiting ON node_messages (to_bot, id) "
             "WHERE taken_by IS NULL",
+        ),
+    ),
+    (
+        31,
+        "node_asks",
+        (
+            # The approvals a node's turns wait on, listed on every node's dashboard
+            # (atlas/cluster/asks.py); `outcome` is set once the asking node settled it.
+            "CREATE TABLE node_asks (id TEXT PRIMARY KEY, node TEXT NOT NULL, "
+            "bot TEXT NOT NULL, address JSONB NOT NULL, conversation_id BIGINT NOT NULL, "
+            "question TEXT NOT NULL, choices JSONB NOT NULL, "
+            "asked_at TIMESTAMPTZ NOT NULL DEFAULT now(), outcome TEXT)",
+            "CREATE INDEX node_asks_open ON node_asks (node) WHERE outcome IS NULL",
         ),
     ),
 ]

@@ -1,0 +1,494 @@
+"""`atlas run --node NAME`: a home's bots served by whichever node holds each bot's lease.
+
+The daemon starts with no bot of its own. A `ClusterNode` (atlas/cluster/node.py) takes this
+node's fair share of the home's bots; for each bot gained, with its lease epoch:
+
+- its channels start (the Telegram poller, the Slack socket) and are registered in the
+  dispatcher, then its recovery runs as at a restart, with the moment of the gain as the
+  start: messages stored but not answered are answered (or the person told), its outbox rows
+  left unsent are resumed;
+- the outbox claims its rows with the lease's epoch, and every claim and mark also checks the
+  lease in its own transaction (`PgOutboxRows.lease_fence`): a node whose lease ended sends
+  nothing more, even before the next owner claims a row;
+- a turn stores its answer only while the lease is still held (`Dispatcher.holds`).
+
+For each bot lost: `fence` answers None at once (the sends stop), then its channels stop, its
+lanes (their turns, the sandboxed commands they run) are cancelled without a word and its
+outbox queues dropped; the rows stay in the database for the next owner.
+
+The `scheduler` lease: the routine scheduler runs only while this node holds it (started on
+gain, stopped on loss). A fire is keyed per (routine, slot) (`AlreadyFired`), so a handover
+never runs one twice; what was due during the handover is caught up by the catch-up rule.
+
+Between nodes (`node_messages`, LISTEN/NOTIFY; atlas/cluster/messages.py), each taken by the
+bot's holder: a message for a bot held elsewhere (the dashboard's chat, whose sending node then
+shows the holder's sent rows live; a notice; /stop), `message_agent` and its reply, a routine's
+report for a bot held elsewhere (an outbox row its holder sends), and the answer to an approval
+given on another node's dashboard (atlas/cluster/asks.py).
+
+Gains and losses are handled in a task per bot, in order, so a slow channel start never holds
+back the node's heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from atlas.cluster.asks import ASK_ANSWER, SharedAsks
+from atlas.cluster.messages import Inbox, NodeMessage, NodeMessages
+from atlas.cluster.node import ClusterNode, ClusterTiming
+from atlas.errors import AtlasError
+from atlas.outbox.engine import StaleEpoch
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from atlas.channels.base import Address
+    from atlas.channels.manager import RunningChannels
+    from atlas.cluster.leases import Fence
+    from atlas.dispatch import Detached, Dispatcher, Inbound
+    from atlas.home import Home
+    from atlas.outbox.rows import Kind
+    from atlas.outbox.sender import Delivery
+    from atlas.routines.scheduler import RoutineScheduler
+    from atlas.store.pg.server import PgServer
+    from atlas.tools.registry import Notifier
+
+log = logging.getLogger(__name__)
+
+# Node messages (kinds), each addressed to a bot and taken by the node holding it:
+OUTBOX_ROW = "outbox_row"  # send this outbox row (written by another node)
+INBOUND = "inbound"  # store this message and answer it (the dashboard's chat, a notice)
+AGENT_MESSAGE = "agent_message"  # message_agent from a bot on another node
+AGENT_REPLY = "agent_reply"  # the reply to a message_agent, back to the asking bot's node
+STOP_TURN = "stop_turn"  # /stop for a turn running on the bot's node
+
+HANDED_WAIT = 30.0  # seconds a routine's report handed to another node is followed
+WEB_FOLLOW = 300.0  # seconds the dashboard follows a chat answered on another node
+WEB_POLL = 0.3  # seconds between its reads of the holder's sent rows
+
+
+def inbound_body(inbound: Inbound) -> dict[str, Any]:
+    address = inbound.address
+    return {
+        "address": [address.bot, address.channel, address.chat, address.thread, address.user],
+        "text": inbound.text,
+        "event_id": inbound.event_id,
+        "kind": inbound.kind,
+        "files": [str(path) for path in inbound.files],
+        "run_kind": inbound.run_kind,
+        "unless_newer_than": inbound.unless_newer_than,
+    }
+
+
+def inbound_from(body: dict[str, Any]) -> Inbound:
+    from atlas.channels.base import Address
+    from atlas.dispatch import Inbound
+
+    return Inbound(
+        Address(*body["address"]),
+        body["text"],
+        event_id=body["event_id"],
+        kind=body["kind"],
+        files=tuple(Path(path) for path in body["files"]),
+        run_kind=body["run_kind"],
+        unless_newer_than=body["unless_newer_than"],
+    )
+
+
+class HomeNode:
+    """One node of a home on PostgreSQL; see the module docstring."""
+
+    def __init__(
+        self,
+        home: Home,
+        server: PgServer,
+        name: str,
+        dispatcher: Dispatcher,
+        running: RunningChannels,
+        *,
+        make_scheduler: Callable[[], RoutineScheduler],
+        on_scheduler_change: Callable[[RoutineScheduler | None], None] | None = None,
+    ) -> None:
+        from atlas.store.pg.outbox import PgOutboxRows
+
+        self.home = home
+        self.server = server
+        self.name = name
+        self.dispatcher = dispatcher
+        self.running = running
+        self.make_scheduler = make_scheduler
+        self.on_scheduler_change = on_scheduler_change
+        settings = home.settings.cluster
+        self.cluster = ClusterNode(
+            server,
+            name,
+            sorted(home.bots),
+            ClusterTiming(settings.lease_seconds, settings.heartbeat_seconds),
+            on_gained=self._gained,
+            on_lost=self._lost,
+            on_scheduler=self._scheduler,
+        )
+        self.messages = NodeMessages(server, name)
+        self.inbox = Inbox(
+            self.messages,
+            self.cluster.fence,
+            lambda: list(self.cluster.held),
+            self._deliver,
+            sweep_seconds=max(1.0, settings.heartbeat_seconds),
+        )
+        self.routines: RoutineScheduler | None = None
+        self.shared_asks = SharedAsks(self, dispatcher.asks)
+        self._chains: dict[str, asyncio.Task[None]] = {}  # per bot (and "scheduler"), in order
+        self._tasks: set[asyncio.Task[Any]] = set()
+        rows = dispatcher.outbox.rows
+        if not isinstance(rows, PgOutboxRows):
+            raise AtlasError("a node's outbox must be the home's PostgreSQL rows")
+        self.rows = rows
+        rows.lease_fence = self.cluster.fence
+        dispatcher.outbox.claim_with(self.epoch_of)
+        dispatcher.holds = self.holds
+        self.elsewhere = NodeElsewhere(self)
+        dispatcher.elsewhere = self.elsewhere  # a message for a bot held elsewhere goes there
+        home.served = frozenset()  # nothing is this node's until a lease says so
+        home.owned = frozenset()
+
+    # -- what the rest of the daemon asks ---------------------------------------------------
+
+    def holds(self, bot: str) -> bool:
+        return self.cluster.fence(bot) is not None
+
+    def epoch_of(self, bot: str) -> int:
+        """The bot's lease epoch, the outbox's claim epoch; StaleEpoch when not held here."""
+        fence: Fence | None = self.cluster.fence(bot)
+        if fence is None:
+            raise StaleEpoch(f"outbox of bot {bot}: node {self.name!r} does not hold its lease")
+        return fence.epoch
+
+    # -- running ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.inbox.start()
+        await self.cluster.start()
+        self.shared_asks.start()
+        log.info("node %s: started (lease %.1f s)", self.name, self.cluster.timing.lease)
+
+    async def stop(self) -> None:
+        """A clean stop: leases released (the others take the bots at their next round)."""
+        await self.shared_asks.stop()
+        await self.cluster.stop()
+        await self.inbox.stop()
+        await asyncio.gather(*self._chains.values(), return_exceptions=True)
+        for task in list(self._tasks):  # a dashboard chat followed, a reply forwarded
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.routines is not None:
+            await self.routines.stop()
+            self.routines = None
+
+    def keep(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _then(self, key: str, work: Callable[[], Awaitable[None]]) -> None:
+        """Run `work` after whatever runs for `key` already (a gain, then a loss, in order)."""
+        before = self._chains.get(key)
+
+        async def chained() -> None:
+            if before is not None:
+                await asyncio.gather(before, return_exceptions=True)
+            try:
+                await work()
+            except Exception:
+                log.exception("node %s: handling %s failed", self.name, key)
+
+        self._chains[key] = asyncio.create_task(chained(), name=f"node {self.name}: {key}")
+
+    # -- the callbacks of ClusterNode -------------------------------------------------------
+
+    def _gained(self, bot: str, epoch: int) -> None:
+        self._then(bot, lambda: self._start_bot(bot, epoch))
+
+    def _lost(self, bot: str) -> None:
+        self._then(bot, lambda: self._stop_bot(bot))
+
+    def _scheduler(self, epoch: int | None) -> None:
+        self._then("scheduler", lambda: self._switch_scheduler(epoch))
+
+    async def _start_bot(self, bot: str, epoch: int) -> None:
+        from atlas.channels.manager import start_channels
+        from atlas.recovery import resume_interrupted_turns
+
+        if not self.holds(bot):
+            return  # lost again before its start came up
+        gained_at = datetime.now(UTC)  # before its channels store anything
+        self.home.served = self.home.served | {bot}
+        self.home.owned = self.home.owned | {bot}
+        await start_channels(
+            self.home, self.dispatcher, bots=[self.home.bot(bot)], into=self.running
+        )
+        try:
+            recovered = await resume_interrupted_turns(
+                self.dispatcher, started_at=gained_at, bots=[bot]
+            )
+        except StaleEpoch as exc:  # released or lost while starting: its loss comes next
+            log.info("node %s: bot %s not recovered here: %s", self.name, bot, exc)
+            return
+        log.info(
+            "node %s: serving bot %s (epoch %d); interrupted turns: %s",
+            self.name,
+            bot,
+            epoch,
+            recovered.summary(),
+        )
+        self.inbox.wake(bot)
+
+    async def _stop_bot(self, bot: str) -> None:
+        from atlas.channels.manager import stop_bot_channels
+
+        self.home.served = self.home.served - {bot}
+        self.home.owned = self.home.owned - {bot}
+        names = await stop_bot_channels(self.running, bot)
+        for name in names:
+            self.dispatcher.channels.pop(name, None)
+        await self.dispatcher.forget_bot(bot, f"node {self.name!r} lost its lease")
+        log.info("node %s: stopped bot %s (%s)", self.name, bot, ", ".join(names) or "no channels")
+
+    async def _switch_scheduler(self, epoch: int | None) -> None:
+        if epoch is not None and self.routines is None:
+            scheduler = self.make_scheduler()
+            scheduler.node = self.name
+            report = await scheduler.start()
+            self.routines = scheduler
+            log.info(
+                "node %s: runs the routines (epoch %d): %s", self.name, epoch, report.summary()
+            )
+        elif epoch is None and self.routines is not None:
+            scheduler, self.routines = self.routines, None
+            await scheduler.stop()
+            log.info("node %s: no longer runs the routines", self.name)
+        else:
+            return
+        if self.on_scheduler_change is not None:
+            self.on_scheduler_change(self.routines)
+
+    # -- messages from other nodes ----------------------------------------------------------
+
+    async def _deliver(self, conn: asyncpg.Connection, messages: list[NodeMessage]) -> None:
+        """Inside the claiming transaction: what other nodes sent to a bot held here."""
+        for message in messages:
+            try:
+                await self._handle(message)
+            except Exception:  # one bad message must not hold back the bot's others
+                log.exception("node %s: node message %d (%s)", self.name, message.id, message.kind)
+
+    async def _handle(self, message: NodeMessage) -> None:
+        body = message.body
+        if message.kind == OUTBOX_ROW:
+            row = await self.rows.get(message.to_bot, int(body["row"]))
+            if row is not None and row.state in ("pending", "kept"):
+                self.dispatcher.outbox.queue([row])
+        elif message.kind == INBOUND:
+            # Stored once: its event id (when it has one) is the platform's or the sender's.
+            await self.dispatcher.submit(inbound_from(body))
+        elif message.kind == STOP_TURN:
+            await self.dispatcher.stop_turn_anywhere(inbound_from(body).address)
+        elif message.kind == AGENT_MESSAGE:
+            await self.elsewhere.deliver_here(body)
+        elif message.kind == AGENT_REPLY:
+            self.elsewhere.reply_here(body)
+        elif message.kind == ASK_ANSWER:
+            self.shared_asks.answer_here(body)
+        else:
+            log.warning("node %s: unknown node message %r", self.name, message.kind)
+
+
+class NodeElsewhere:
+    """The bots held by other nodes, as the dispatcher sees them (`Dispatcher.elsewhere`):
+    a message for one is a node message its holder takes (the dashboard's chat on any node,
+    a notice); `message_agent` to one is delivered there and its reply comes back as a node
+    message to the asking bot, whose node holds the callback that brings it into the asking
+    conversation."""
+
+    def __init__(self, node: HomeNode) -> None:
+        self.node = node
+        self._notifiers: dict[str, Notifier] = {}  # delivery id -> the asking conversation's
+
+    def is_here(self, address: Address) -> bool:
+        return self.node.holds(address.bot)
+
+    async def submit(self, inbound: Inbound) -> bool:
+        from atlas.dashboard.chat_channel import WEB_CHANNEL
+
+        address = inbound.address
+        if address.channel == WEB_CHANNEL and inbound.kind == "message":
+            # This node's Chat page shows the holder's answer as it is sent (its rows).
+            after = await self._newest_row(address)
+            self.node.keep(asyncio.create_task(self._follow_web(address, after)))
+        await self.node.messages.send(address.bot, INBOUND, inbound_body(inbound))
+        return True
+
+    async def _newest_row(self, address: Address) -> int:
+        newest = await self.node.server.pool.fetchval(
+            "SELECT max(id) FROM outbox WHERE bot = $1 AND channel = $2 AND chat = $3",
+            address.bot,
+            address.channel,
+            address.chat,
+        )
+        return int(newest or 0)
+
+    async def _follow_web(self, address: Address, after: int) -> None:
+        """Show on this node's Chat page what the bot's holder sends to its dashboard chat
+        (its own page has no tab open): each row once sent, until the answer."""
+        browser = self.node.dispatcher.channels.get(address.channel)
+        if browser is None:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WEB_FOLLOW
+        while loop.time() < deadline:
+            await asyncio.sleep(WEB_POLL)
+            rows = await self.node.server.pool.fetch(
+                "SELECT id, kind, text, state FROM outbox WHERE bot = $1 AND channel = $2 "
+                "AND chat = $3 AND id > $4 ORDER BY id",
+                address.bot,
+                address.channel,
+                address.chat,
+                after,
+            )
+            for row in rows:
+                if row["state"] in ("pending", "sending", "kept"):
+                    break  # shown in order: wait for this one
+                after = int(row["id"])
+                if row["state"] == "delivered":
+                    await browser.send(address, row["text"])
+                if row["kind"] == "answer":
+                    return
+
+    async def stop_turn(self, address: Address) -> bool:
+        from atlas.dispatch import Inbound
+
+        body = inbound_body(Inbound(address, "/stop"))
+        await self.node.messages.send(address.bot, STOP_TURN, body)
+        return True  # asked; the holder says "Stopped." if a turn was running
+
+    async def conversation_mode(self, address: Address, conversation_id: int) -> str | None:
+        return None  # held in the holder's memory; /mode there (not between nodes yet)
+
+    async def deliver(
+        self, delivery_id: str, sender: str, target: str, text: str, notify: Notifier | None
+    ) -> None:
+        """message_agent from `sender` (held here) to `target` (held elsewhere)."""
+        if notify is not None:
+            self._notifiers[delivery_id] = notify
+        body = {"id": delivery_id, "sender": sender, "target": target, "text": text}
+        await self.node.messages.send(target, AGENT_MESSAGE, body)
+
+    async def deliver_here(self, body: dict[str, Any]) -> None:
+        """A message_agent from another node to a bot held here: its turn runs here; its reply
+        goes back to the asking bot as a node message."""
+        from atlas.agents.channel import AGENTS_CHANNEL, AgentChannel, Delivery
+        from atlas.channels.base import Address
+
+        channel = self.node.dispatcher.channels.get(AGENTS_CHANNEL)
+        if not isinstance(channel, AgentChannel):
+            raise AtlasError(f"the {AGENTS_CHANNEL!r} channel is not running on this node")
+        delivery_id, sender = str(body["id"]), str(body["sender"])
+
+        async def reply(text: str) -> None:
+            back = {"id": delivery_id, "text": text}
+            await self.node.messages.send(sender, AGENT_REPLY, back)
+
+        delivery = Delivery(
+            id=delivery_id,
+            sender=sender,
+            target=str(body["target"]),
+            address=Address(str(body["target"]), AGENTS_CHANNEL, sender),
+            notify=reply,
+        )
+        await channel.deliver(self.node.dispatcher, delivery, str(body["text"]))
+
+    def reply_here(self, body: dict[str, Any]) -> None:
+        notify = self._notifiers.pop(str(body["id"]), None)
+        if notify is None:
+            # The asking bot moved to this node after it asked: its turn's callback was on
+            # the old node. Logged, not lost silently.
+            log.warning(
+                "node %s: reply to %s with nobody waiting: %.200s",
+                self.node.name,
+                body["id"],
+                body["text"],
+            )
+            return
+        task = asyncio.create_task(notify(str(body["text"])), name=f"reply {body['id']}")
+        self.node.keep(task)
+
+
+class NodeRuns:
+    """What the routine scheduler runs through on a node (routines.runner.RunsDetached).
+
+    A routine's run (its model turn) runs on the node holding the scheduler lease, whoever
+    holds its bot: it writes only to the database. Its report for a bot held here goes out
+    through this node's outbox; for a bot held elsewhere it is written as an outbox row and
+    the holder told (a node message) to send it, so only the bot's owner sends."""
+
+    def __init__(self, node: HomeNode) -> None:
+        self.node = node
+        self.outbox = self
+
+    async def run_detached(self, bot_name: str, prompt: str, **options: Any) -> Detached:
+        return await self.node.dispatcher.run_detached(bot_name, prompt, **options)
+
+    async def enqueue(
+        self,
+        address: Address,
+        text: str,
+        files: Sequence[Path] = (),
+        *,
+        kind: Kind,
+        key: str | None = None,
+    ) -> int:
+        outbox = self.node.dispatcher.outbox
+        if self.node.holds(address.bot):
+            return await outbox.enqueue(address, text, tuple(files), kind=kind, key=key)
+        row = await self.node.rows.add(address, kind, text, tuple(files), key=key)
+        if row.state in ("pending", "kept"):
+            await self.node.messages.send(address.bot, OUTBOX_ROW, {"row": row.id})
+        return row.id
+
+    async def wait(self, address: Address, row_id: int) -> Delivery:
+        from atlas.outbox.sender import Delivery
+
+        if self.node.holds(address.bot):
+            return await self.node.dispatcher.outbox.wait(address, row_id)
+        # The holder sends it: its state is read back until it settles (the run's record
+        # then says what happened), or said to be with the holder after HANDED_WAIT.
+        deadline = asyncio.get_running_loop().time() + HANDED_WAIT
+        while True:
+            row = await self.node.rows.get(address.bot, row_id)
+            if row is None:
+                raise AtlasError(f"outbox of bot {address.bot}: no row {row_id}")
+            if row.state not in ("pending", "kept", "sending"):
+                return Delivery(row.state, row.error, row.platform_id)
+            if asyncio.get_running_loop().time() > deadline:
+                return Delivery("kept", "with the node that holds the bot, not sent yet")
+            await asyncio.sleep(0.2)
+
+    async def send(
+        self,
+        address: Address,
+        text: str,
+        files: Sequence[Path] = (),
+        *,
+        kind: Kind,
+        key: str | None = None,
+    ) -> Delivery:
+        row_id = await self.enqueue(address, text, files, kind=kind, key=key)
+        return await self.wait(address, row_id)
+
+
+__all__ = ["HomeNode", "NodeElsewhere", "NodeRuns", "inbound_body", "inbound_from"]

@@ -1,0 +1,461 @@
+"""`atlas run --node NAME`: two nodes of one home on PostgreSQL, each bot owned by a lease.
+
+Two `atlas run --node` children (short lease timing) share one home folder and one database on
+the tests' throwaway server, with the fake Telegram Bot API and fake model server of the load
+runs. The home's two bots split one per node. The node holding a bot is killed with SIGKILL
+while a person's message waits on its turn: the other node takes the bot over within the
+lease plus a heartbeat (and the start of its channel), answers the message once, and nothing
+is answered twice. Then a node is paused with SIGSTOP while its turn waits on the model, past
+its lease; the other node takes the bot over and answers; the paused node, resumed with SIGCONT,
+finishes its turn late and sends nothing (its answer is not stored, its sends are fenced).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import aiohttp
+import asyncpg
+import pytest
+
+from atlas.dashboard.auth import issue_login_token
+from scripts.loadkit import FIRST_CHAT, Fakes, bot_name, free_port
+from tests.dashboard_rig import CSRF
+
+REPO = Path(__file__).resolve().parents[2]
+PASSWORD = "pw-not-in-any-message"
+LEASE, HEARTBEAT = 3.0, 0.5
+# A takeover: the lease runs out, the next round takes it, the channel starts and polls.
+TAKEOVER = LEASE + HEARTBEAT + 12.0
+
+
+class Node:
+    """`atlas run --node NAME` as a child process, its output in a log file."""
+
+    def __init__(self, name: str, env: dict[str, str], log: Path) -> None:
+        self.name, self.env, self.log = name, env, log
+        self.process: subprocess.Popen[bytes] | None = None
+        self.port = free_port()  # its dashboard's
+
+    def start(self) -> None:
+        command = [sys.executable, "-m", "atlas.cli", "run", "--node", self.name]
+        command += ["--listen", f"127.0.0.1:{self.port}"]
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                command, env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO
+            )
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    async def wait_logged(self, text: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.text():
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"node {self.name} ended:\n{self.text()}")
+            assert time.monotonic() < deadline, f"{text!r} not logged:\n{self.text()}"
+            await asyncio.sleep(0.05)
+
+    def signal(self, sig: int) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, sig)
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGCONT)
+        self.process.kill()
+        self.process.wait()
+
+
+@pytest.fixture
+async def fakes() -> AsyncIterator[Fakes]:
+    async with Fakes(bots=2, latency=1.0) as made:  # latency: a kill lands mid-turn
+        yield made
+
+
+@pytest.fixture
+def nodes() -> AsyncIterator[list[Node]]:
+    started: list[Node] = []
+    yield started  # type: ignore[misc]
+    for node in started:
+        node.stop()
+
+
+def home_with_nodes(fakes: Fakes, home: Path, url: str) -> dict[str, str]:
+    fakes.write_home(home, conversations=1)
+    config = home / "config.toml"
+    config.write_text(
+        config.read_text()
+        + f'\n[store]\nurl = "{url}"\n'
+        + f"\n[cluster]\nlease_seconds = {LEASE}\nheartbeat_seconds = {HEARTBEAT}\n"
+    )
+    env = fakes.env(home)
+    env["ATLAS_STORE_PASSWORD"] = PASSWORD
+    return env
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> float:
+    """Seconds until `check` held."""
+    started = time.monotonic()
+    while not await check():
+        assert time.monotonic() - started < timeout, f"not within {timeout} s: {what}"
+        await asyncio.sleep(0.05)
+    return time.monotonic() - started
+
+
+async def holders(db: asyncpg.Connection) -> dict[str, str]:
+    rows = await db.fetch(
+        "SELECT substr(resource, 5) AS bot, holder FROM leases WHERE holder IS NOT NULL "
+        "AND expires_at > clock_timestamp() AND starts_with(resource, 'bot:')"
+    )
+    return {row["bot"]: row["holder"] for row in rows}
+
+
+def replied(fakes: Fakes, index: int, tag: str) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return any(tag in text for text in fakes.telegrams[index].sent_texts(FIRST_CHAT))
+
+    return check
+
+
+async def split_and_serving(
+    fakes: Fakes, nodes: list[Node], db: asyncpg.Connection, round_no: int
+) -> dict[str, str]:
+    """Both bots held, one per node, and each answering (a message to each, answered once)."""
+
+    async def split() -> bool:
+        held = await holders(db)
+        return len(held) == 2 and len(set(held.values())) == 2
+
+    await until(split, 60, "the two bots split one per node")
+    for index in range(2):
+        tag = f"T{index}-0-{round_no}"
+        telegram = fakes.telegrams[index]
+        await telegram.push(telegram.message(f"{tag} hello", user_id=FIRST_CHAT))
+    for index in range(2):
+        await until(replied(fakes, index, f"T{index}-0-{round_no}"), 60, "both bots answer")
+    return await holders(db)
+
+
+def no_answer_twice(fakes: Fakes) -> None:
+    replies = fakes.replies_per_tag()
+    assert replies and all(count == 1 for count in replies.values()), replies
+
+
+@pytest.mark.postgres
+async def test_a_killed_nodes_bot_is_taken_over_and_its_waiting_message_answered_once(
+    tmp_path: Path, fakes: Fakes, postgres_url: str, nodes: list[Node]
+) -> None:
+    home = tmp_path / "home"
+    env = home_with_nodes(fakes, home, postgres_url)
+    for name in ("n1", "n2"):
+        node = Node(name, env, tmp_path / f"{name}.log")
+        nodes.append(node)
+        node.start()
+    for node in nodes:
+        await node.wait_logged("ready; stop with Ctrl-C or SIGTERM")
+    db = await asyncpg.connect(postgres_url)
+    try:
+        held = await split_and_serving(fakes, nodes, db, 1)
+        victim_name = held[bot_name(0)]
+        victim = next(node for node in nodes if node.name == victim_name)
+        survivor = next(node for node in nodes if node.name != victim_name)
+        # A message whose turn is with the model when its node dies: stored, not answered.
+        telegram = fakes.telegrams[0]
+        await telegram.push(telegram.message("T0-0-2 [tool] read note.txt", user_id=FIRST_CHAT))
+
+        async def asked() -> bool:
+            return "T0-0-2" in fakes.model.first_request_at
+
+        await until(asked, 30, "the turn reached the model")
+        victim.signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        took = await until(replied(fakes, 0, "T0-0-2"), TAKEOVER, "the survivor answers")
+        assert (await holders(db))[bot_name(0)] == survivor.name
+        assert "serving bot " + bot_name(0) in survivor.text()
+        # A later message for the moved bot: answered once, by the survivor.
+        await telegram.push(telegram.message("T0-0-3 still there?", user_id=FIRST_CHAT))
+        await until(replied(fakes, 0, "T0-0-3"), 30, "the moved bot answers")
+        await asyncio.sleep(2 * HEARTBEAT)  # a second answer would come about now
+        no_answer_twice(fakes)
+        # A plain `atlas run` beside the live node would serve its bots a second time.
+        plain = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "atlas.cli", "run", "--listen", f"127.0.0.1:{free_port()}"],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert plain.returncode != 0, plain.stdout + plain.stderr
+        assert "nodes of this home are running" in plain.stderr + plain.stdout
+        assert survivor.name in plain.stderr + plain.stdout
+        unsent = await db.fetchval(
+            "SELECT COUNT(*) FROM outbox WHERE state NOT IN ('delivered', 'maybe', 'failed')"
+        )
+        assert unsent == 0
+        print(f"takeover after SIGKILL: answered {took:.1f} s after the kill")
+        assert time.monotonic() - killed_at < TAKEOVER
+    finally:
+        await db.close()
+    assert all(PASSWORD not in node.text() for node in nodes)
+
+
+@pytest.mark.postgres
+async def test_a_node_paused_past_its_lease_sends_nothing_when_it_wakes(
+    tmp_path: Path, fakes: Fakes, postgres_url: str, nodes: list[Node]
+) -> None:
+    home = tmp_path / "home"
+    env = home_with_nodes(fakes, home, postgres_url)
+    for name in ("n1", "n2"):
+        node = Node(name, env, tmp_path / f"{name}.log")
+        nodes.append(node)
+        node.start()
+    for node in nodes:
+        await node.wait_logged("ready; stop with Ctrl-C or SIGTERM")
+    db = await asyncpg.connect(postgres_url)
+    try:
+        held = await split_and_serving(fakes, nodes, db, 1)
+        paused = next(node for node in nodes if node.name == held[bot_name(0)])
+        other = next(node for node in nodes if node.name != paused.name)
+        # Paused while a turn waits on the model: the answer reaches it while it sleeps.
+        telegram = fakes.telegrams[0]
+        await telegram.push(telegram.message("T0-0-2 [tool] read note.txt", user_id=FIRST_CHAT))
+
+        async def asked() -> bool:
+            return "T0-0-2" in fakes.model.first_request_at
+
+        await until(asked, 30, "the turn reached the model")
+        paused.signal(signal.SIGSTOP)
+
+        async def moved() -> bool:
+            return (await holders(db)).get(bot_name(0)) == other.name
+
+        await until(moved, TAKEOVER, "the paused node's bot moves")
+        await until(replied(fakes, 0, "T0-0-2"), TAKEOVER, "the other node answers")
+        sent_before = len(telegram.sent_texts())
+        paused_log = len(paused.text())
+        paused.signal(signal.SIGCONT)
+        await paused.wait_logged("stopped bot " + bot_name(0), timeout=30)
+        await asyncio.sleep(LEASE)  # what the woken node might still send, it sends by now
+        assert len(telegram.sent_texts()) == sent_before, telegram.sent_texts()
+        no_answer_twice(fakes)
+        woke = paused.text()[paused_log:]
+        assert "Traceback" not in woke, woke
+        # It rejoins: the two bots split again and both answer.
+        await split_and_serving(fakes, nodes, db, 3)
+        no_answer_twice(fakes)
+    finally:
+        await db.close()
+
+
+def routine_for(index: int, at: datetime) -> str:
+    return "\n".join(
+        [
+            f'schedule = "{at.strftime("%Y-%m-%dT%H:%M:%S+00:00")}"',
+            f'bot = "{bot_name(index)}"',
+            f'prompt = "T{index}-0-9 say that the routine ran."',
+            "",
+            "[target]",
+            f'channel = "telegram:{bot_name(index)}"',
+            f'chat = "{FIRST_CHAT}"',
+            "",
+        ]
+    )
+
+
+@pytest.mark.postgres
+async def test_routines_and_message_agent_between_nodes(
+    tmp_path: Path, fakes: Fakes, postgres_url: str, nodes: list[Node]
+) -> None:
+    """One node runs the scheduler; a routine of each bot fires once, its report sent by the
+    bot's own node (one of them held by the other node: handed over as a node message). Then
+    a bot asks the bot on the other node with message_agent: the turn runs there, the reply
+    comes back to the asking conversation."""
+    home = tmp_path / "home"
+    due = (datetime.now(UTC) + timedelta(seconds=15)).replace(microsecond=0)
+    env = home_with_nodes(fakes, home, postgres_url)
+    for index in range(2):
+        (home / "routines" / f"r{index}.toml").write_text(routine_for(index, due))
+    for name in ("n1", "n2"):
+        node = Node(name, env, tmp_path / f"{name}.log")
+        nodes.append(node)
+        node.start()
+    for node in nodes:
+        await node.wait_logged("ready; stop with Ctrl-C or SIGTERM")
+    db = await asyncpg.connect(postgres_url)
+    try:
+        held = await split_and_serving(fakes, nodes, db, 1)
+        scheduler = await db.fetchval(
+            "SELECT holder FROM leases WHERE resource = 'scheduler' "
+            "AND expires_at > clock_timestamp()"
+        )
+        assert scheduler in ("n1", "n2")
+        for index in range(2):
+            await until(replied(fakes, index, f"T{index}-0-9"), 40, "each routine reports")
+        for _ in range(100):  # a run's record says "delivered" once its report's row does
+            runs = await db.fetch("SELECT status, delivery FROM routine_runs ORDER BY id")
+            if len(runs) == 2 and all(
+                (run["delivery"] or "").startswith("delivered") for run in runs
+            ):
+                break
+            await asyncio.sleep(0.1)
+        assert sorted((run["status"], run["delivery"]) for run in runs) == sorted(
+            ("ok", f"delivered to telegram:{bot_name(index)}:{FIRST_CHAT}") for index in range(2)
+        ), runs
+        # The report of the bot the scheduler's node does not hold went through a node message.
+        elsewhere = next(bot for bot, holder in held.items() if holder != scheduler)
+        handed = await db.fetch("SELECT to_bot, taken_by FROM node_messages")
+        assert [(row["to_bot"], row["taken_by"]) for row in handed] == [
+            (elsewhere, held[elsewhere])
+        ]
+
+        # message_agent from bot 0 to bot 1, held by the other node.
+        from tests.fakes.model_servers import Scripted
+
+        ask = {"target": bot_name(1), "message": "T1-0-7 please say hello"}
+        fakes.model.script.append(Scripted(calls=[("message_agent", ask)]))
+        telegram = fakes.telegrams[0]
+        await telegram.push(telegram.message("T0-0-7 ask the other bot", user_id=FIRST_CHAT))
+        # bot 1's answer ("Answer to T1-0-7.") comes back to bot 0's chat in its next turn.
+        await until(replied(fakes, 0, "T1-0-7"), 60, "the reply comes back across nodes")
+        assert not any("T1-0-7" in text for text in fakes.telegrams[1].sent_texts())
+        taken = await db.fetch("SELECT kind, to_bot, taken_by FROM node_messages ORDER BY id")
+        kinds = [(row["kind"], row["to_bot"]) for row in taken]
+        assert ("agent_message", bot_name(1)) in kinds and ("agent_reply", bot_name(0)) in kinds
+        assert all(row["taken_by"] == held[row["to_bot"]] for row in taken), taken
+        no_answer_twice(fakes)
+
+        # The dashboard's chat of the node that does not hold bot 1: the turn runs on the
+        # holder, and this node's Chat page shows the answer from the conversation's rows.
+        other = next(node for node in nodes if node.name != held[bot_name(1)])
+        base = f"http://127.0.0.1:{other.port}"
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as web:
+            token = issue_login_token(home)
+            async with web.post(f"{base}/login", data={"token": token}) as login:
+                assert login.status == 200, await login.text()
+            async with web.get(f"{base}/") as page:
+                csrf = CSRF.search(await page.text()).group(1)  # type: ignore[union-attr]
+            stream = await web.get(f"{base}/events", headers={"Accept": "text/event-stream"})
+            said = {"text": "T1-3-1 hello from the dashboard", "csrf": csrf}
+            async with web.post(f"{base}/chat/{bot_name(1)}", data=said) as sent:
+                assert sent.status == 200, await sent.text()
+
+            async def streamed() -> None:  # the live Chat page of this node shows it too
+                while True:
+                    line = (await stream.content.readline()).decode()
+                    if line.startswith("data:") and "Answer to T1-3-1." in line:
+                        return
+
+            await asyncio.wait_for(streamed(), 30)
+            stream.close()
+
+            async def on_page() -> bool:
+                async with web.get(f"{base}/chat/{bot_name(1)}") as page:
+                    return "Answer to T1-3-1." in await page.text()
+
+            await until(on_page, 30, "the answer shows on the sending node's Chat page")
+        inbound = await db.fetchrow(
+            "SELECT taken_by FROM node_messages WHERE kind = 'inbound' AND to_bot = $1",
+            bot_name(1),
+        )
+        assert inbound is not None and inbound["taken_by"] == held[bot_name(1)]
+    finally:
+        await db.close()
+
+
+@pytest.mark.postgres
+async def test_an_approval_is_answered_on_the_other_nodes_dashboard(
+    tmp_path: Path, fakes: Fakes, postgres_url: str, nodes: list[Node]
+) -> None:
+    """A turn on the node holding bot 1 waits on an approval (a write outside its folder);
+    the other node's Waiting page lists it and answers it; the turn goes on where it runs."""
+    import re
+
+    from tests.fakes.model_servers import Scripted
+
+    home = tmp_path / "home"
+    env = home_with_nodes(fakes, home, postgres_url)
+    for name in ("n1", "n2"):
+        node = Node(name, env, tmp_path / f"{name}.log")
+        nodes.append(node)
+        node.start()
+    for node in nodes:
+        await node.wait_logged("ready; stop with Ctrl-C or SIGTERM")
+    db = await asyncpg.connect(postgres_url)
+    try:
+        held = await split_and_serving(fakes, nodes, db, 1)
+        other = next(node for node in nodes if node.name != held[bot_name(1)])
+        outside = tmp_path / "outside" / "approved.txt"
+        write = {"path": str(outside), "content": "written after an approval elsewhere"}
+        fakes.model.script.append(Scripted(calls=[("write_file", write)]))
+        telegram = fakes.telegrams[1]
+        await telegram.push(telegram.message("T1-0-5 write it", user_id=FIRST_CHAT))
+        base = f"http://127.0.0.1:{other.port}"
+        form = re.compile(r'action="/waiting/([0-9a-f]+)/approval"')
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as web:
+            async with web.post(f"{base}/login", data={"token": issue_login_token(home)}) as login:
+                assert login.status == 200
+            found: list[str] = []
+
+            async def listed() -> bool:
+                async with web.get(f"{base}/waiting") as page:
+                    text = await page.text()
+                found[:] = [*form.findall(text), *CSRF.findall(text)]
+                return len(found) >= 2
+
+            await until(listed, 30, "the other node's Waiting page lists the approval")
+            ask_id, csrf = found[0], found[-1]
+            answer = {"choice": "allow once", "csrf": csrf}
+            async with web.post(f"{base}/waiting/{ask_id}/approval", data=answer) as sent:
+                assert sent.status == 200, await sent.text()
+        await until(replied(fakes, 1, "T1-0-5"), 30, "the turn goes on and answers")
+        assert outside.read_text() == "written after an approval elsewhere"
+        taken = await db.fetchrow(
+            "SELECT taken_by FROM node_messages WHERE kind = 'ask_answer' AND to_bot = $1",
+            bot_name(1),
+        )
+        assert taken is not None and taken["taken_by"] == held[bot_name(1)]
+        outcome = await db.fetchval("SELECT outcome FROM node_asks WHERE id = $1", ask_id)
+        assert outcome is not None and "allow once" in outcome
+        no_answer_twice(fakes)
+    finally:
+        await db.close()
+
+
+def test_atlas_run_node_needs_a_postgresql_store(tmp_path: Path) -> None:
+    from scripts.loadkit import write_home
+
+    home = tmp_path / "home"
+    write_home(
+        home,
+        bots=1,
+        model_url="http://127.0.0.1:9/v1",
+        telegram_urls=["http://127.0.0.1:9"],
+        allowed_users=[FIRST_CHAT],
+        concurrent_turns=1,
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "ATLAS_HOME": str(home)}
+    done = subprocess.run(
+        [sys.executable, "-m", "atlas.cli", "run", "--node", "n1"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said
+    assert "atlas run --node n1" in said and "[store] url" in said, said
+    assert "ready" not in said
