@@ -220,6 +220,7 @@ async def serve(
             running,
             make_scheduler=node_scheduler,
             on_scheduler_change=scheduler_changed,
+            routine_store=runtime.engines.routines,
         )
     health: HealthWriter | None = None
     dashboard: DashboardServer | None = None

@@ -55,9 +55,11 @@ if TYPE_CHECKING:
     from atlas.home import Home
     from atlas.outbox.rows import Kind
     from atlas.outbox.sender import Delivery
+    from atlas.routines.engine import RoutineEngine
     from atlas.routines.scheduler import RoutineScheduler
+    from atlas.routines.store import Routine
     from atlas.store.pg.server import PgServer
-    from atlas.tools.registry import Notifier
+    from atlas.tools.registry import Notifier, RunKind, ToolResult
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,7 @@ INBOUND = "inbound"  # store this message and answer it (the dashboard's chat, a
 AGENT_MESSAGE = "agent_message"  # message_agent from a bot on another node
 AGENT_REPLY = "agent_reply"  # the reply to a message_agent, back to the asking bot's node
 STOP_TURN = "stop_turn"  # /stop for a turn running on the bot's node
+ROUTINE_RUN = "routine_run"  # run this routine's fired run here (the scheduler is elsewhere)
 
 HANDED_WAIT = 30.0  # seconds a routine's report handed to another node is followed
 WEB_FOLLOW = 300.0  # seconds the dashboard follows a chat answered on another node
@@ -114,7 +117,10 @@ class HomeNode:
         *,
         make_scheduler: Callable[[], RoutineScheduler],
         on_scheduler_change: Callable[[RoutineScheduler | None], None] | None = None,
+        routine_store: RoutineEngine | None = None,
     ) -> None:
+        """`routine_store`: the home's routines and runs, for the runs handed to this node
+        (`ROUTINE_RUN`); by default the dispatcher's engines'."""
         from atlas.store.pg.outbox import PgOutboxRows
 
         self.home = home
@@ -124,6 +130,7 @@ class HomeNode:
         self.running = running
         self.make_scheduler = make_scheduler
         self.on_scheduler_change = on_scheduler_change
+        self.routine_store = routine_store
         settings = home.settings.cluster
         self.cluster = ClusterNode(
             server,
@@ -141,6 +148,7 @@ class HomeNode:
             lambda: list(self.cluster.held),
             self._deliver,
             sweep_seconds=max(1.0, settings.heartbeat_seconds),
+            taken=self._taken,
         )
         self.routines: RoutineScheduler | None = None
         self.shared_asks = SharedAsks(self, dispatcher.asks)
@@ -304,8 +312,57 @@ class HomeNode:
             self.elsewhere.reply_here(body)
         elif message.kind == ASK_ANSWER:
             self.shared_asks.answer_here(body)
+        elif message.kind == ROUTINE_RUN:
+            pass  # started once the claim committed (`_taken`): never by a claim undone
         else:
             log.warning("node %s: unknown node message %r", self.name, message.kind)
+
+    def _taken(self, messages: list[NodeMessage]) -> None:
+        """After the claim committed: the routine runs handed to this node start here."""
+        for message in messages:
+            if message.kind == ROUTINE_RUN:
+                body = message.body
+                task = asyncio.create_task(
+                    self._run_routine(int(body["routine"]), int(body["run"]), body.get("due")),
+                    name=f"node {self.name}: routine run {body['run']}",
+                )
+                self.keep(task)
+
+    async def _run_routine(self, routine_id: int, run_id: int, due: str | None) -> None:
+        """A run the scheduler's node started for a bot held here: its pre-check, its turn,
+        its sandboxed commands and its report all here; its record finished here."""
+        from zoneinfo import ZoneInfo
+
+        from atlas.routines.runner import execute_run
+        from atlas.routines.store import RunResult
+
+        store = self.routine_store or self.dispatcher.runtime.engines.routines
+        run = await store.get_run(run_id)
+        if run is None or run.status != "running":
+            # Closed meanwhile (a new scheduler recorded it interrupted and told its person).
+            log.info("node %s: routine run %d is no longer running; not run", self.name, run_id)
+            return
+        routine = await store.get(routine_id)
+        if routine is None:
+            await store.finish_run(run_id, RunResult("failed", error="the routine was removed"))
+            return
+        log.info(
+            "node %s: runs routine %s (run %d) of bot %s",
+            self.name,
+            routine.name,
+            run_id,
+            routine.bot,
+        )
+        settings = self.home.settings
+        await execute_run(
+            routine,
+            run_id,
+            datetime.fromisoformat(due) if due else None,
+            dispatcher=NodeRuns(self),
+            store=store,
+            time_limit=settings.routines.time_limit,
+            tz=ZoneInfo(settings.timezone),
+        )
 
 
 class NodeElsewhere:
@@ -431,10 +488,12 @@ class NodeElsewhere:
 class NodeRuns:
     """What the routine scheduler runs through on a node (routines.runner.RunsDetached).
 
-    A routine's run (its model turn) runs on the node holding the scheduler lease, whoever
-    holds its bot: it writes only to the database. Its report for a bot held here goes out
-    through this node's outbox; for a bot held elsewhere it is written as an outbox row and
-    the holder told (a node message) to send it, so only the bot's owner sends."""
+    A routine's run (its pre-check, its model turn, its sandboxed commands) runs on its bot's
+    holder: the scheduler's node runs it itself when it holds the bot, and hands it to the
+    holder otherwise (`hand_run`: a `ROUTINE_RUN` node message, taken once by whoever holds
+    the bot, waiting in `node_messages` while nobody does). Its report for a bot held here goes
+    out through this node's outbox; for a bot held elsewhere (lost during the run) it is
+    written as an outbox row and the holder told to send it, so only the bot's owner sends."""
 
     def __init__(self, node: HomeNode) -> None:
         self.node = node
@@ -442,6 +501,35 @@ class NodeRuns:
 
     async def run_detached(self, bot_name: str, prompt: str, **options: Any) -> Detached:
         return await self.node.dispatcher.run_detached(bot_name, prompt, **options)
+
+    async def call_tool_detached(
+        self,
+        bot_name: str,
+        tool_name: str,
+        arguments: dict[str, object],
+        *,
+        run_kind: RunKind,
+        chat: str,
+    ) -> ToolResult:
+        return await self.node.dispatcher.call_tool_detached(
+            bot_name, tool_name, arguments, run_kind=run_kind, chat=chat
+        )
+
+    async def hand_run(self, routine: Routine, run_id: int, due: datetime | None) -> bool:
+        """False when the bot is held here (the scheduler runs it); else the run is sent to
+        the bot's holder (now or later) and True."""
+        if self.node.holds(routine.bot):
+            return False
+        body = {"run": run_id, "routine": routine.id, "due": due.isoformat() if due else None}
+        await self.node.messages.send(routine.bot, ROUTINE_RUN, body)
+        log.info(
+            "node %s: routine %s (run %d) handed to bot %s's holder",
+            self.node.name,
+            routine.name,
+            run_id,
+            routine.bot,
+        )
+        return True
 
     async def enqueue(
         self,

@@ -108,7 +108,9 @@ class Inbox:
     """Listens for notices and takes the messages of the bots this node holds.
 
     `fence_for(bot)` is the node's (ClusterNode.fence): None for a bot held elsewhere, whose
-    notices are ignored. `deliver(conn, messages)` runs inside the claiming transaction.
+    notices are ignored. `deliver(conn, messages)` runs inside the claiming transaction;
+    `taken(messages)`, when given, after it committed (work that must start only once the
+    claim is sure, such as a routine's run).
     """
 
     def __init__(
@@ -119,12 +121,14 @@ class Inbox:
         deliver: Handler,
         *,
         sweep_seconds: float = 5.0,
+        taken: Callable[[list[NodeMessage]], None] | None = None,
     ):
         self.messages = messages
         self.fence_for = fence_for
         self.held_bots = held_bots
         self.deliver = deliver
         self.sweep_seconds = sweep_seconds
+        self.taken = taken
         self._woken: set[str] = set()
         self._wake = asyncio.Event()
         self._listener: asyncpg.Connection | None = None
@@ -169,7 +173,7 @@ class Inbox:
                 if fence is None:
                     continue
                 try:
-                    await self.messages.take(bot, fence, handle=self.deliver)
+                    messages = await self.messages.take(bot, fence, handle=self.deliver)
                 except FenceError as exc:
                     log.info("inbox %s: %s", self.messages.node, exc)
                 except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
@@ -177,3 +181,9 @@ class Inbox:
                         "inbox %s: taking %s's messages failed: %s", self.messages.node, bot, exc
                     )
                     self._woken.add(bot)  # retried at the next wake or sweep
+                else:
+                    if messages and self.taken is not None:
+                        try:
+                            self.taken(messages)
+                        except Exception:  # one bad message must not stop the inbox
+                            log.exception("inbox %s: after taking %s's", self.messages.node, bot)

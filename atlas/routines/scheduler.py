@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 
 # How far back a start looks for reports an older Atlas left owed (before the outbox).
 OWED_LOOK_BACK = timedelta(hours=24)
+# A run handed to its bot's node (`_handed`): how often its record is read, and how long past
+# the time limit it is followed (it may wait for a holder).
+HANDED_POLL = 0.5
+HANDED_MARGIN = 120.0
 
 
 @dataclass(frozen=True)
@@ -293,6 +297,8 @@ class RoutineScheduler:
 
     async def _finish(self, routine: Routine, run_id: int, due: datetime | None) -> None:
         try:
+            if await self._handed(routine, run_id, due):
+                return
             await execute_run(
                 routine,
                 run_id,
@@ -305,6 +311,28 @@ class RoutineScheduler:
         finally:
             self._running.discard(routine.id)
             self._changed()  # the run's end is recorded (or it was cut short)
+
+    async def _handed(self, routine: Routine, run_id: int, due: datetime | None) -> bool:
+        """On a node (`NodeRuns.hand_run`): a run of a bot held by another node runs there.
+        Its record is then followed here until it ends (so the next slot is not started
+        while it runs), for at most the time limit plus HANDED_MARGIN."""
+        hand = getattr(self.dispatcher, "hand_run", None)
+        if hand is None:
+            return False
+        try:
+            if not await hand(routine, run_id, due):
+                return False
+        except Exception:  # not handed: run here rather than lose the fire
+            log.exception("routine %s (run %d): not handed to its bot's node", routine.name, run_id)
+            return False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.time_limit + HANDED_MARGIN
+        while loop.time() < deadline:
+            run = await self.store.get_run(run_id)
+            if run is None or run.status != "running":
+                break
+            await asyncio.sleep(HANDED_POLL)
+        return True
 
     async def _catch_up(self) -> None:
         """After downtime: each routine that missed slots runs once (within grace) or has one
