@@ -266,6 +266,7 @@ def routine_for(index: int, at: datetime) -> str:
             f'schedule = "{at.strftime("%Y-%m-%dT%H:%M:%S+00:00")}"',
             f'bot = "{bot_name(index)}"',
             f'prompt = "T{index}-0-9 say that the routine ran."',
+            f'precheck = "echo checked-{index}"',  # a sandboxed command, on the bot's holder
             "",
             "[target]",
             f'channel = "telegram:{bot_name(index)}"',
@@ -286,6 +287,7 @@ async def test_routines_and_message_agent_between_nodes(
     home = tmp_path / "home"
     due = (datetime.now(UTC) + timedelta(seconds=15)).replace(microsecond=0)
     env = home_with_nodes(fakes, home, postgres_url)
+    fakes.model.keep_requests = True  # the pre-checks' output shows in the runs' prompts
     for index in range(2):
         (home / "routines" / f"r{index}.toml").write_text(routine_for(index, due))
     for name in ("n1", "n2"):
@@ -314,12 +316,28 @@ async def test_routines_and_message_agent_between_nodes(
         assert sorted((run["status"], run["delivery"]) for run in runs) == sorted(
             ("ok", f"delivered to telegram:{bot_name(index)}:{FIRST_CHAT}") for index in range(2)
         ), runs
-        # The report of the bot the scheduler's node does not hold went through a node message.
+        # The run of the bot the scheduler's node does not hold went to its holder as a node
+        # message, taken once there: its pre-check, its turn and its report ran there.
         elsewhere = next(bot for bot, holder in held.items() if holder != scheduler)
-        handed = await db.fetch("SELECT to_bot, taken_by FROM node_messages")
-        assert [(row["to_bot"], row["taken_by"]) for row in handed] == [
-            (elsewhere, held[elsewhere])
+        handed = await db.fetch("SELECT kind, to_bot, taken_by FROM node_messages")
+        assert [(row["kind"], row["to_bot"], row["taken_by"]) for row in handed] == [
+            ("routine_run", elsewhere, held[elsewhere])
         ]
+        by_name = {node.name: node for node in nodes}
+        for index in range(2):
+            ran = f"routine r{index} run "
+            holder, other = by_name[held[bot_name(index)]], by_name[held[bot_name(1 - index)]]
+            assert ran in holder.text() and ran not in other.text(), index
+        assert "runs routine" in by_name[held[elsewhere]].text()
+        assert "runs routine" not in by_name[scheduler].text()
+        assert "handed to bot" in by_name[scheduler].text()
+        checked = sorted(
+            found
+            for body in fakes.model.requests
+            for found in ("checked-0", "checked-1")
+            if found in str(body["messages"][-1])
+        )
+        assert checked == ["checked-0", "checked-1"]  # each pre-check ran once, in the prompt
 
         # message_agent from bot 0 to bot 1, held by the other node.
         from tests.fakes.model_servers import Scripted
