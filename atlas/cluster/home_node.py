@@ -19,11 +19,13 @@ outbox queues dropped; the rows stay in the database for the next owner.
 The `scheduler` lease: the routine scheduler runs only while this node holds it (started on
 gain, stopped on loss). A fire is keyed per (routine, slot) (`AlreadyFired`), so a handover
 never runs one twice; what was due during the handover is caught up by the catch-up rule.
+A fired run of a bot held by another node runs there (`NodeRuns.hand_run`, `ROUTINE_RUN`):
+its pre-check, turn, sandboxed commands and report on the bot's holder.
 
 Between nodes (`node_messages`, LISTEN/NOTIFY; atlas/cluster/messages.py), each taken by the
 bot's holder: a message for a bot held elsewhere (the dashboard's chat, whose sending node then
 shows the holder's sent rows live; a notice; /stop), `message_agent` and its reply, a routine's
-report for a bot held elsewhere (an outbox row its holder sends), and the answer to an approval
+run, a routine's report for a bot held elsewhere (an outbox row its holder sends), and the answer to an approval
 given on another node's dashboard (atlas/cluster/asks.py).
 
 Gains and losses are handled in a task per bot, in order, so a slow channel start never holds
