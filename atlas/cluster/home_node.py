@@ -14,9 +14,9 @@ node's fair share of the home's bots; for each bot gained, with its lease epoch:
 
 For each bot lost: `fence` answers None at once (the sends stop), then its routine runs
 handed here (`BotTasks`: their turns, their sandboxed commands) are cancelled, each recorded
-failed with the lost lease as why, then its channels stop, its lanes (their turns, the
-sandboxed commands they run) are cancelled without a word and its outbox queues dropped; the
-rows stay in the database for the next owner.
+failed with the lost lease as why (its target told by the next holder), then its channels
+stop, its lanes (their turns, the sandboxed commands they run) are cancelled without a word
+and its outbox queues dropped; the rows stay in the database for the next owner.
 
 The `scheduler` lease: the routine scheduler runs only while this node holds it (started on
 gain, stopped on loss). A fire is keyed per (routine, slot) (`AlreadyFired`), so a handover
@@ -365,16 +365,40 @@ class HomeNode:
         )
         settings = self.home.settings
         this_run = asyncio.current_task()
-        await execute_run(
-            routine,
-            run_id,
-            datetime.fromisoformat(due) if due else None,
-            dispatcher=NodeRuns(self),
-            store=store,
-            time_limit=settings.routines.time_limit,
-            tz=ZoneInfo(settings.timezone),
-            why_cancelled=lambda: self.bot_runs.why_stopped(this_run),
-        )
+        runs = NodeRuns(self)
+        try:
+            await execute_run(
+                routine,
+                run_id,
+                datetime.fromisoformat(due) if due else None,
+                dispatcher=runs,
+                store=store,
+                time_limit=settings.routines.time_limit,
+                tz=ZoneInfo(settings.timezone),
+                why_cancelled=lambda: self.bot_runs.why_stopped(this_run),
+            )
+        except asyncio.CancelledError:
+            why = self.bot_runs.why_stopped(this_run)
+            if why is not None:  # the bot was lost, not Atlas stopped: its person is told
+                await self._tell_stopped(runs, store, routine, run_id, why)
+            raise
+
+    async def _tell_stopped(
+        self, runs: NodeRuns, store: RoutineEngine, routine: Routine, run_id: int, why: str
+    ) -> None:
+        """A run stopped by the bot's loss: its target told once (keyed by the run), by the
+        bot's new holder (an outbox row and a node message: not waited for here)."""
+        from atlas.routines.runner import report_key
+
+        address = routine.address()
+        if address is None:
+            return
+        notice = f'Routine "{routine.name}" was {why}; it runs again at its next time.'
+        try:
+            await runs.enqueue(address, notice, kind="notice", key=report_key(routine, run_id))
+            await store.record_delivery(run_id, f"notice queued for {routine.target}")
+        except Exception:  # the run's record already says why; the notice is a courtesy
+            log.exception("node %s: routine run %d: its stop not told", self.name, run_id)
 
 
 class NodeElsewhere:

@@ -20,6 +20,7 @@ from atlas.cluster.home_node import ROUTINE_RUN, HomeNode
 from atlas.cluster.messages import NodeMessage
 from atlas.dispatch import Detached
 from atlas.routines.runner import SHUT_DOWN
+from atlas.routines.store import Target
 from atlas.store.pg.outbox import PgOutboxRows
 from atlas.store.pg.routines import PgRoutineStore
 from atlas.store.pg.server import PgServer
@@ -81,7 +82,8 @@ async def test_a_lost_bot_s_run_is_stopped_and_another_bot_s_goes_on(postgres_ur
         )
         runs: dict[str, int] = {}
         for number, bot in enumerate(("b", "c"), start=1):
-            routine = await store.create(bot, "news", "Tell the news.", "every 1h", None)
+            target = Target("fake", "chat-1") if bot == "b" else None
+            routine = await store.create(bot, "news", "Tell the news.", "every 1h", target)
             runs[bot] = await store.start_run(routine, "manual", None)
             node._taken([handed(number, bot, routine.id, runs[bot])])
         try:
@@ -93,6 +95,18 @@ async def test_a_lost_bot_s_run_is_stopped_and_another_bot_s_goes_on(postgres_ur
             stopped = await store.get_run(runs["b"])
             assert stopped is not None and stopped.status == "failed"
             assert stopped.error == "stopped: node n1 lost bot b's lease mid-run"
+            # Its person is told, by b's next holder: an outbox row and a node message for it.
+            rows = await server.pool.fetch("SELECT kind, text FROM outbox")
+            assert [(row["kind"], row["text"]) for row in rows] == [
+                (
+                    "notice",
+                    'Routine "news" was stopped: node n1 lost bot b\'s lease mid-run; '
+                    "it runs again at its next time.",
+                )
+            ]
+            sent = await server.pool.fetch("SELECT to_bot, kind FROM node_messages")
+            assert [(row["to_bot"], row["kind"]) for row in sent] == [("b", "outbox_row")]
+            assert stopped.delivery == "notice queued for fake:chat-1"
             going = await store.get_run(runs["c"])
             assert going is not None and going.status == "running"  # "c" is still held here
             turns.go["c"].set()
