@@ -12,9 +12,11 @@ node's fair share of the home's bots; for each bot gained, with its lease epoch:
   nothing more, even before the next owner claims a row;
 - a turn stores its answer only while the lease is still held (`Dispatcher.holds`).
 
-For each bot lost: `fence` answers None at once (the sends stop), then its channels stop, its
-lanes (their turns, the sandboxed commands they run) are cancelled without a word and its
-outbox queues dropped; the rows stay in the database for the next owner.
+For each bot lost: `fence` answers None at once (the sends stop), then its routine runs
+handed here (`BotTasks`: their turns, their sandboxed commands) are cancelled, each recorded
+failed with the lost lease as why (its target told by the next holder), then its channels
+stop, its lanes (their turns, the sandboxed commands they run) are cancelled without a word
+and its outbox queues dropped; the rows stay in the database for the next owner.
 
 The `scheduler` lease: the routine scheduler runs only while this node holds it (started on
 gain, stopped on loss). A fire is keyed per (routine, slot) (`AlreadyFired`), so a handover
@@ -42,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from atlas.cluster.asks import ASK_ANSWER, SharedAsks
+from atlas.cluster.bot_tasks import BotTasks
 from atlas.cluster.messages import Inbox, NodeMessage, NodeMessages
 from atlas.cluster.node import ClusterNode, ClusterTiming
 from atlas.errors import AtlasError
@@ -156,6 +159,7 @@ class HomeNode:
         self.shared_asks = SharedAsks(self, dispatcher.asks)
         self._chains: dict[str, asyncio.Task[None]] = {}  # per bot (and "scheduler"), in order
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.bot_runs = BotTasks()  # the routine runs handed here, per bot (also in _tasks)
         rows = dispatcher.outbox.rows
         if not isinstance(rows, PgOutboxRows):
             raise AtlasError("a node's outbox must be the home's PostgreSQL rows")
@@ -263,6 +267,9 @@ class HomeNode:
 
         self.home.served = self.home.served - {bot}
         self.home.owned = self.home.owned - {bot}
+        # Its routine runs are tasks of their own, not lanes (forget_bot does not reach them):
+        # first, so their sandboxed commands end before the channels' stop is waited for.
+        await self.bot_runs.stop(bot, f"stopped: node {self.name} lost bot {bot}'s lease mid-run")
         names = await stop_bot_channels(self.running, bot)
         for name in names:
             self.dispatcher.channels.pop(name, None)
@@ -329,6 +336,7 @@ class HomeNode:
                     name=f"node {self.name}: routine run {body['run']}",
                 )
                 self.keep(task)
+                self.bot_runs.add(message.to_bot, task)
 
     async def _run_routine(self, routine_id: int, run_id: int, due: str | None) -> None:
         """A run the scheduler's node started for a bot held here: its pre-check, its turn,
@@ -356,15 +364,41 @@ class HomeNode:
             routine.bot,
         )
         settings = self.home.settings
-        await execute_run(
-            routine,
-            run_id,
-            datetime.fromisoformat(due) if due else None,
-            dispatcher=NodeRuns(self),
-            store=store,
-            time_limit=settings.routines.time_limit,
-            tz=ZoneInfo(settings.timezone),
-        )
+        this_run = asyncio.current_task()
+        runs = NodeRuns(self)
+        try:
+            await execute_run(
+                routine,
+                run_id,
+                datetime.fromisoformat(due) if due else None,
+                dispatcher=runs,
+                store=store,
+                time_limit=settings.routines.time_limit,
+                tz=ZoneInfo(settings.timezone),
+                why_cancelled=lambda: self.bot_runs.why_stopped(this_run),
+            )
+        except asyncio.CancelledError:
+            why = self.bot_runs.why_stopped(this_run)
+            if why is not None:  # the bot was lost, not Atlas stopped: its person is told
+                await self._tell_stopped(runs, store, routine, run_id, why)
+            raise
+
+    async def _tell_stopped(
+        self, runs: NodeRuns, store: RoutineEngine, routine: Routine, run_id: int, why: str
+    ) -> None:
+        """A run stopped by the bot's loss: its target told once (keyed by the run), by the
+        bot's new holder (an outbox row and a node message: not waited for here)."""
+        from atlas.routines.runner import report_key
+
+        address = routine.address()
+        if address is None:
+            return
+        notice = f'Routine "{routine.name}" was {why}; it runs again at its next time.'
+        try:
+            await runs.enqueue(address, notice, kind="notice", key=report_key(routine, run_id))
+            await store.record_delivery(run_id, f"notice queued for {routine.target}")
+        except Exception:  # the run's record already says why; the notice is a courtesy
+            log.exception("node %s: routine run %d: its stop not told", self.name, run_id)
 
 
 class NodeElsewhere:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Protocol
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SILENT = "[SILENT]"
+SHUT_DOWN = "stopped: Atlas shut down during the run"  # a cancelled run's error by default
 TIME_LIMIT_PREFIX = "stopped after its time limit"  # how Dispatcher.run_detached says it
 
 
@@ -74,15 +76,18 @@ async def execute_run(
     store: RoutineEngine,
     time_limit: float,
     tz: tzinfo,
+    why_cancelled: Callable[[], str | None] | None = None,
 ) -> RunResult:
     """Run the turn, record how it went, deliver what it says, record that. Never raises but
-    for cancellation (which is recorded first). The report is an outbox row (keyed by the run)
+    for cancellation (which is recorded first: `why_cancelled()` when it says, else that Atlas
+    shut down). The report is an outbox row (keyed by the run)
     before the run's outcome is recorded: a crash from there on leaves it to the outbox's
     resume (sent once, or, caught while sending, its target told once), never lost."""
     try:
         result, message = await _outcome(routine, run_id, due, dispatcher, time_limit, tz)
     except asyncio.CancelledError:
-        result = RunResult("failed", error="stopped: Atlas shut down during the run")
+        why = why_cancelled() if why_cancelled is not None else None
+        result = RunResult("failed", error=why or SHUT_DOWN)
         await store.finish_run(run_id, result)
         raise
     except Exception as exc:  # a bug in a run must not stop the scheduler: record it
