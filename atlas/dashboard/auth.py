@@ -46,12 +46,21 @@ def ensure_secret(home_root: Path) -> bool:
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
     value = base64.urlsafe_b64encode(secrets.token_bytes(SECRET_BYTES)).decode()
-    try:  # O_EXCL: two processes making it at once keep the first one's
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    # Written whole under a name of its own, then linked into place: a link never replaces an
+    # existing file, so of two processes making it at once (nodes starting together on one
+    # home folder) the first one's stays, and nobody ever reads it half written.
+    draft = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as out:
+            out.write(value + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.link(draft, path)
     except FileExistsError:
         return False
-    with os.fdopen(fd, "w", encoding="ascii") as out:
-        out.write(value + "\n")
+    finally:
+        draft.unlink(missing_ok=True)
     return True
 
 

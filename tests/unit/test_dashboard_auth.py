@@ -3,17 +3,19 @@ where it listens and what the log and atlas doctor say of it."""
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from atlas.config import load_bot_settings
 from atlas.dashboard.app import CSP
 from atlas.dashboard.auth import Signer, issue_login_token, read_secret, secret_path
-from atlas.errors import ConfigError
+from atlas.errors import AtlasError, ConfigError
 from atlas.providers.base import Message
 from tests.dashboard_rig import (
     Rig,
@@ -209,3 +211,30 @@ async def test_serving_beyond_loopback_says_so_in_the_log(
     finally:
         await server.stop()
     assert running_url(rig.home.root) is None
+
+
+def _read_after(barrier: Any, root: str, out: Any) -> None:
+    barrier.wait()
+    try:
+        out.put(read_secret(Path(root)))
+    except AtlasError as exc:
+        out.put(str(exc))
+
+
+def test_processes_making_the_secret_at_once_all_read_the_same_whole_one(tmp_path: Path) -> None:
+    """Nodes starting together on one home folder: none may read the file half written."""
+    context = multiprocessing.get_context("fork")
+    for round_ in range(6):
+        root = tmp_path / str(round_)
+        root.mkdir()
+        barrier, out = context.Barrier(6), context.Queue()
+        workers = [
+            context.Process(target=_read_after, args=(barrier, str(root), out)) for _ in range(6)
+        ]
+        for worker in workers:
+            worker.start()
+        seen = {out.get(timeout=20) for _ in workers}
+        for worker in workers:
+            worker.join(timeout=20)
+        assert len(seen) == 1 and isinstance(next(iter(seen)), bytes), seen
+        assert [p.name for p in root.iterdir()] == ["dashboard.key"]  # no draft left
