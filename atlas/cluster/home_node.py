@@ -12,8 +12,8 @@ node's fair share of the home's bots; for each bot gained, with its lease epoch:
   nothing more, even before the next owner claims a row;
 - a turn stores its answer only while the lease is still held (`Dispatcher.holds`).
 
-For each bot lost: `fence` answers None at once (the sends stop), then its routine runs
-handed here (`BotTasks`: their turns, their sandboxed commands) are cancelled, each recorded
+For each bot lost: `fence` answers None at once (the sends stop), then its routine runs on
+this node (`BotTasks`: their turns, their sandboxed commands) are cancelled, each recorded
 failed with the lost lease as why (its target told by the next holder), then its channels
 stop, its lanes (their turns, the sandboxed commands they run) are cancelled without a word
 and its outbox queues dropped; the rows stay in the database for the next owner.
@@ -21,8 +21,9 @@ and its outbox queues dropped; the rows stay in the database for the next owner.
 The `scheduler` lease: the routine scheduler runs only while this node holds it (started on
 gain, stopped on loss). A fire is keyed per (routine, slot) (`AlreadyFired`), so a handover
 never runs one twice; what was due during the handover is caught up by the catch-up rule.
-A fired run of a bot held by another node runs there (`NodeRuns.hand_run`, `ROUTINE_RUN`):
-its pre-check, turn, sandboxed commands and report on the bot's holder.
+A fired run runs on its bot's holder (`NodeRuns.hand_run`): on this node's own run path
+(`run_here`) when the bot is held here, else handed over (`ROUTINE_RUN`): its pre-check,
+turn, sandboxed commands and report on the holder.
 
 Between nodes (`node_messages`, LISTEN/NOTIFY; atlas/cluster/messages.py), each taken by the
 bot's holder: a message for a bot held elsewhere (the dashboard's chat, whose sending node then
@@ -331,12 +332,20 @@ class HomeNode:
         for message in messages:
             if message.kind == ROUTINE_RUN:
                 body = message.body
-                task = asyncio.create_task(
-                    self._run_routine(int(body["routine"]), int(body["run"]), body.get("due")),
-                    name=f"node {self.name}: routine run {body['run']}",
+                self.run_here(
+                    message.to_bot, int(body["routine"]), int(body["run"]), body.get("due")
                 )
-                self.keep(task)
-                self.bot_runs.add(message.to_bot, task)
+
+    def run_here(self, bot: str, routine_id: int, run_id: int, due: str | None) -> None:
+        """Start a routine run of a bot held here, kept under the bot (`bot_runs`): its loss
+        stops the run, whether another node's scheduler handed it over or this node's own
+        scheduler fired it."""
+        task = asyncio.create_task(
+            self._run_routine(routine_id, run_id, due),
+            name=f"node {self.name}: routine run {run_id}",
+        )
+        self.keep(task)
+        self.bot_runs.add(bot, task)
 
     async def _run_routine(self, routine_id: int, run_id: int, due: str | None) -> None:
         """A run the scheduler's node started for a bot held here: its pre-check, its turn,
@@ -525,11 +534,12 @@ class NodeRuns:
     """What the routine scheduler runs through on a node (routines.runner.RunsDetached).
 
     A routine's run (its pre-check, its model turn, its sandboxed commands) runs on its bot's
-    holder: the scheduler's node runs it itself when it holds the bot, and hands it to the
-    holder otherwise (`hand_run`: a `ROUTINE_RUN` node message, taken once by whoever holds
+    holder: the scheduler's node starts it on its own run path (`HomeNode.run_here`, kept under
+    the bot) when it holds the bot, and hands it to the holder otherwise (`hand_run`: a `ROUTINE_RUN` node message, taken once by whoever holds
     the bot, waiting in `node_messages` while nobody does). Its report for a bot held here goes
     out through this node's outbox; for a bot held elsewhere (lost during the run) it is
-    written as an outbox row and the holder told to send it, so only the bot's owner sends."""
+    written as an outbox row and the holder told to send it, so only the bot's owner sends.
+    Either way the scheduler only follows the run's record until it ends."""
 
     def __init__(self, node: HomeNode) -> None:
         self.node = node
@@ -552,11 +562,14 @@ class NodeRuns:
         )
 
     async def hand_run(self, routine: Routine, run_id: int, due: datetime | None) -> bool:
-        """False when the bot is held here (the scheduler runs it); else the run is sent to
-        the bot's holder (now or later) and True."""
+        """Always True: the run goes to the node's own run path when the bot is held here
+        (kept under the bot, so losing the bot stops it), else to the bot's holder (now or
+        later); the scheduler follows its record either way."""
+        when = due.isoformat() if due else None
         if self.node.holds(routine.bot):
-            return False
-        body = {"run": run_id, "routine": routine.id, "due": due.isoformat() if due else None}
+            self.node.run_here(routine.bot, routine.id, run_id, when)
+            return True
+        body = {"run": run_id, "routine": routine.id, "due": when}
         await self.node.messages.send(routine.bot, ROUTINE_RUN, body)
         log.info(
             "node %s: routine %s (run %d) handed to bot %s's holder",

@@ -34,9 +34,17 @@ async def server(postgres_url: str) -> AsyncIterator[PgServer]:
         yield opened
 
 
-def scheduler_node(server: PgServer, *, holds: bool) -> NodeRuns:
-    """The NodeRuns of the scheduler's node "s" (only what `hand_run` asks of a HomeNode)."""
-    node = SimpleNamespace(name="s", messages=NodeMessages(server, "s"), holds=lambda bot: holds)
+def scheduler_node(
+    server: PgServer, *, holds: bool, ran: list[tuple[Any, ...]] | None = None
+) -> NodeRuns:
+    """The NodeRuns of the scheduler's node "s" (only what `hand_run` asks of a HomeNode);
+    `ran` records the runs it starts itself (`HomeNode.run_here`)."""
+    node = SimpleNamespace(
+        name="s",
+        messages=NodeMessages(server, "s"),
+        holds=lambda bot: holds,
+        run_here=lambda *run: (ran if ran is not None else []).append(run),
+    )
     return NodeRuns(node)  # type: ignore[arg-type]
 
 
@@ -69,7 +77,11 @@ async def test_a_run_of_a_bot_held_elsewhere_is_taken_once_by_its_holder(
         await inbox.start()
     try:
         due = datetime(2026, 12, 6, 3, 0, tzinfo=UTC)
-        assert not await scheduler_node(server, holds=True).hand_run(ROUTINE, 5, due)  # type: ignore[arg-type]
+        # Held by the scheduler's own node: run there, on the node's own path (kept under the
+        # bot, so losing it stops the run), with no node message.
+        ran: list[tuple[Any, ...]] = []
+        assert await scheduler_node(server, holds=True, ran=ran).hand_run(ROUTINE, 4, due)  # type: ignore[arg-type]
+        assert ran == [("helper", 11, 4, due.isoformat())]
         assert await scheduler_node(server, holds=False).hand_run(ROUTINE, 5, due)  # type: ignore[arg-type]
         for _ in range(60):
             if got:
