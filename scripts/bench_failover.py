@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from atlas.cluster.demo_node import prepare, stale_sends
 from atlas.store.pg.server import apply_schema
+from tests.postgres_cluster import database_for_script
 
 
 class Nodes:
@@ -226,22 +227,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=36)
     parser.add_argument("--unfenced", action="store_true", help="show the checks failing")
     args = parser.parse_args()
-    cluster = None
-    url = args.url
-    if url is None:
-        from tests.postgres_cluster import find_postgres_bin, start_cluster
-
-        bin_dir = find_postgres_bin()
-        if bin_dir is None:
-            sys.exit("PostgreSQL is not installed: give --url")
-        cluster = start_cluster(bin_dir)
-        url = cluster.url()
-    try:
-        with tempfile.TemporaryDirectory() as folder:
-            results = asyncio.run(bench(url, args, Path(folder)))
-    finally:
-        if cluster is not None:
-            cluster.stop()
+    with database_for_script(args.url) as url, tempfile.TemporaryDirectory() as folder:
+        results = asyncio.run(bench(url, args, Path(folder)))
     for key, value in results.items():
         print(f"{key}: {value}")
 

@@ -36,6 +36,7 @@ from atlas.store.pg.migrate import copy_bot
 from atlas.store.pg.server import PgServer
 from atlas.store.search import MessageFilter, TextQuery, has_cjk
 from scripts.bench_search import CJK_TERM, COMMON_TERM, RARE_TERM, SEED, _fill, _messages
+from tests.postgres_cluster import database_for_script
 
 RUNS = 10
 QUERIES = (RARE_TERM, COMMON_TERM, CJK_TERM, "budget review", "deploy")
@@ -165,22 +166,8 @@ def main() -> None:
         "--explain", action="store_true", help="print PostgreSQL's plans (EXPLAIN ANALYZE)"
     )
     args = parser.parse_args()
-    cluster = None
-    url = args.url
-    if url is None:
-        from tests.postgres_cluster import find_postgres_bin, start_cluster
-
-        bin_dir = find_postgres_bin()
-        if bin_dir is None:
-            sys.exit("PostgreSQL is not installed: give --url")
-        cluster = start_cluster(bin_dir)
-        url = cluster.url()
-    try:
-        with tempfile.TemporaryDirectory() as folder:
-            results = asyncio.run(bench(args.messages, url, Path(folder), args.explain))
-    finally:
-        if cluster is not None:
-            cluster.stop()
+    with database_for_script(args.url) as url, tempfile.TemporaryDirectory() as folder:
+        results = asyncio.run(bench(args.messages, url, Path(folder), args.explain))
     for key, value in results.items():
         print(f"{key}: {value}")
 

@@ -50,6 +50,7 @@ sys.path.insert(0, str(REPO))
 from scripts.loadkit import FIRST_CHAT, Fakes, bot_name, free_port  # noqa: E402
 from tests.fakes.load_fakes import TAG  # noqa: E402
 from tests.fakes.slack_server import FakeSlack  # noqa: E402
+from tests.postgres_cluster import database_for_script  # noqa: E402
 
 PASSWORD = "crash-nodes-password"
 SLACK_USER = "UALICE"
@@ -427,27 +428,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=36)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    cluster = None
-    url = args.url
-    if url is None:
-        from tests.postgres_cluster import SUPERUSER, find_postgres_bin, start_cluster
-
-        bin_dir = find_postgres_bin()
-        if bin_dir is None:
-            sys.exit("PostgreSQL is not installed: give --url")
-        cluster = start_cluster(bin_dir)
-        subprocess.run(
-            [str(bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(cluster.port)]
-            + ["-U", SUPERUSER, "crash_nodes"],
-            check=True,
-            capture_output=True,
-        )
-        url = cluster.url("crash_nodes")
-    try:
+    with database_for_script(args.url, "crash_nodes") as url:
         figures = asyncio.run(main_async(args, url))
-    finally:
-        if cluster is not None:
-            cluster.stop()
     if args.json:
         print(json.dumps(figures, indent=2))
     else:

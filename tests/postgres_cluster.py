@@ -14,7 +14,10 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,3 +145,27 @@ def _tail(path: Path) -> str:
         return path.read_text(errors="replace")[-2000:]
     except OSError:
         return ""
+
+
+@contextmanager
+def database_for_script(url: str | None, name: str | None = None) -> Iterator[str]:
+    """A script's database: the url it was given, or a throwaway cluster's (database `name`,
+    made first; the default database without one), stopped when the script is done."""
+    if url is not None:
+        yield url
+        return
+    bin_dir = find_postgres_bin()
+    if bin_dir is None:
+        sys.exit("PostgreSQL is not installed: give --url")
+    cluster = start_cluster(bin_dir)
+    try:
+        if name is not None:
+            subprocess.run(
+                [str(bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(cluster.port)]
+                + ["-U", SUPERUSER, name],
+                check=True,
+                capture_output=True,
+            )
+        yield cluster.url(name) if name is not None else cluster.url()
+    finally:
+        cluster.stop()

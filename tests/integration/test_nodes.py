@@ -147,6 +147,16 @@ async def split_and_serving(
     return await holders(db)
 
 
+async def start_nodes(env: dict[str, str], tmp_path: Path, nodes: list[Node]) -> None:
+    """Nodes n1 and n2 of the home `env` names, each logging to tmp_path/NAME.log, ready."""
+    for name in ("n1", "n2"):
+        node = Node(name, env, tmp_path / f"{name}.log")
+        nodes.append(node)
+        node.start()
+    for node in nodes:
+        await node.wait_logged("ready; stop with Ctrl-C or SIGTERM")
+
+
 def no_answer_twice(fakes: Fakes) -> None:
     replies = fakes.replies_per_tag()
     assert replies and all(count == 1 for count in replies.values()), replies
@@ -158,12 +168,7 @@ async def test_a_killed_nodes_bot_is_taken_over_and_its_waiting_message_answered
 ) -> None:
     home = tmp_path / "home"
     env = home_with_nodes(fakes, home, postgres_url)
-    for name in ("n1", "n2"):
-        node = Node(name, env, tmp_path / f"{name}.log")
-        nodes.append(node)
-        node.start()
-    for node in nodes:
-        await node.wait_logged("ready; stop with Ctrl-C or SIGTERM")
+    await start_nodes(env, tmp_path, nodes)
     db = await asyncpg.connect(postgres_url)
     try:
         held = await split_and_serving(fakes, nodes, db, 1)
@@ -218,12 +223,7 @@ async def test_a_node_paused_past_its_lease_sends_nothing_when_it_wakes(
 ) -> None:
     home = tmp_path / "home"
     env = home_with_nodes(fakes, home, postgres_url)
-    for name in ("n1", "n2"):
-        node = Node(name, env, tmp_path / f"{name}.log")
-        nodes.append(node)
-        node.start()
-    for node in nodes:
-        await node.wait_logged("ready; stop with Ctrl-C or SIGTERM")
+    await start_nodes(env, tmp_path, nodes)
     db = await asyncpg.connect(postgres_url)
     try:
         held = await split_and_serving(fakes, nodes, db, 1)
@@ -290,12 +290,7 @@ async def test_routines_and_message_agent_between_nodes(
     fakes.model.keep_requests = True  # the pre-checks' output shows in the runs' prompts
     for index in range(2):
         (home / "routines" / f"r{index}.toml").write_text(routine_for(index, due))
-    for name in ("n1", "n2"):
-        node = Node(name, env, tmp_path / f"{name}.log")
-        nodes.append(node)
-        node.start()
-    for node in nodes:
-        await node.wait_logged("ready; stop with Ctrl-C or SIGTERM")
+    await start_nodes(env, tmp_path, nodes)
     db = await asyncpg.connect(postgres_url)
     try:
         held = await split_and_serving(fakes, nodes, db, 1)
@@ -409,12 +404,7 @@ async def test_an_approval_is_answered_on_the_other_nodes_dashboard(
 
     home = tmp_path / "home"
     env = home_with_nodes(fakes, home, postgres_url)
-    for name in ("n1", "n2"):
-        node = Node(name, env, tmp_path / f"{name}.log")
-        nodes.append(node)
-        node.start()
-    for node in nodes:
-        await node.wait_logged("ready; stop with Ctrl-C or SIGTERM")
+    await start_nodes(env, tmp_path, nodes)
     db = await asyncpg.connect(postgres_url)
     try:
         held = await split_and_serving(fakes, nodes, db, 1)
