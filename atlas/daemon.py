@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from atlas.channels.health_file import HealthWriter
     from atlas.channels.supervisor import ChannelHealth
     from atlas.cluster.home_node import HomeNode
+    from atlas.cluster.run_lock import RunLock
     from atlas.dashboard.server import DashboardServer
     from atlas.executors.bridge import ExecutorBridge
     from atlas.routines.scheduler import RoutineScheduler
@@ -150,6 +151,7 @@ async def serve(
     here = [home.bot(name) for name in sorted(placement.served_by(0))]  # the home's share
     sdks = None if start.forked else start_loading_sdks(home, here)
     engines = None
+    run_lock: RunLock | None = None
     try:
         # The rest of the daemon loads only now: spawned workers load theirs meanwhile (forked
         # ones have them already), so their start-up overlaps this process's imports.
@@ -169,8 +171,15 @@ async def serve(
         # one writer, for the workers too) and the bots' files, or the PostgreSQL server,
         # reached here or the start stops naming the url and what failed.
         engines = await HomeEngines.open(home)
-        if engines.server is not None and node is None:
-            await refuse_beside_nodes(home, engines.server)
+        if engines.server is not None:
+            from atlas.cluster.run_lock import RunLock
+
+            if node is None:
+                await refuse_beside_nodes(home, engines.server)
+            # Held for the process's life: a node shares it, a plain daemon holds it alone, so
+            # neither starts beside a plain daemon of the same database (atlas/cluster/run_lock.py).
+            run_lock = RunLock(engines.server)
+            await run_lock.take(node)
         audit = engines.audit
         home.served = placement.served_by(HOME_SHARE)
         home.owned = frozenset(placement.shares[HOME_SHARE])
@@ -182,6 +191,8 @@ async def serve(
     except BaseException:
         if pool is not None:
             await pool.stop()
+        if run_lock is not None:
+            await run_lock.release()
         if engines is not None:
             await engines.close()
         raise
@@ -311,5 +322,7 @@ async def serve(
         if health is not None:
             health.close()
         await runtime.close()
+        if run_lock is not None:
+            await run_lock.release()  # last: nothing of this process serves the home any more
         remember_clean_stop(home)  # the next start need not check these files again
         log.info("stopped cleanly")
