@@ -40,13 +40,15 @@ TAKEOVER = LEASE + HEARTBEAT + 12.0
 class Node:
     """`atlas run --node NAME` as a child process, its output in a log file."""
 
-    def __init__(self, name: str, env: dict[str, str], log: Path) -> None:
+    def __init__(self, name: str, env: dict[str, str], log: Path, *, plain: bool = False) -> None:
         self.name, self.env, self.log = name, env, log
+        self.plain = plain  # a plain `atlas run`, without --node
         self.process: subprocess.Popen[bytes] | None = None
         self.port = free_port()  # its dashboard's
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "atlas.cli", "run", "--node", self.name]
+        command = [sys.executable, "-m", "atlas.cli", "run"]
+        command += [] if self.plain else ["--node", self.name]
         command += ["--listen", f"127.0.0.1:{self.port}"]
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
@@ -444,6 +446,53 @@ async def test_an_approval_is_answered_on_the_other_nodes_dashboard(
         no_answer_twice(fakes)
     finally:
         await db.close()
+
+
+async def refused_start(env: dict[str, str], *args: str) -> str:
+    """`atlas run ARGS` that must stop before it serves: its output."""
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "atlas.cli", "run", *args, "--listen", f"127.0.0.1:{free_port()}"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said
+    assert "ready; stop with" not in said, said
+    return said
+
+
+@pytest.mark.postgres
+async def test_a_plain_atlas_run_keeps_nodes_and_other_plain_runs_away_until_it_dies(
+    tmp_path: Path, fakes: Fakes, postgres_url: str, nodes: list[Node]
+) -> None:
+    env = home_with_nodes(fakes, tmp_path / "home", postgres_url)
+    plain = Node("plain", env, tmp_path / "plain.log", plain=True)
+    nodes.append(plain)
+    plain.start()
+    await plain.wait_logged("ready; stop with Ctrl-C or SIGTERM")
+    running = "a plain `atlas run` (without --node) of this home is running on its PostgreSQL"
+    # A node started beside it would answer the bots it serves a second time.
+    said = await refused_start(env, "--node", "n1")
+    assert running in said and "atlas run --node n1" in said, said
+    # So would a second plain daemon, here or on another machine with the same url.
+    said = await refused_start(env)
+    assert running in said, said
+    assert PASSWORD not in said
+    # Killed, it holds nothing any more: its session's lock went with its connection.
+    plain.signal(signal.SIGKILL)
+    assert plain.process is not None
+    plain.process.wait()
+    node = Node("n1", env, tmp_path / "n1.log")
+    nodes.append(node)
+    node.start()
+    await node.wait_logged("ready; stop with Ctrl-C or SIGTERM")
+    # And now a plain daemon is the one refused, the node named.
+    said = await refused_start(env)
+    assert "nodes of this home are running" in said and "n1" in said, said
 
 
 def test_atlas_run_node_needs_a_postgresql_store(tmp_path: Path) -> None:
