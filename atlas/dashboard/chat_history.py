@@ -15,6 +15,7 @@ turn looks the same while it runs and after.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,20 @@ class StoredRow:
     tool_calls: tuple[dict[str, Any], ...] = ()
     tool_call_id: str | None = None
     kind: str = "message"
+
+    @classmethod
+    def read(cls, row: Mapping[str, Any]) -> StoredRow:
+        """From a row of the history's query, either engine's (columns id, role, content cut,
+        length, tool_calls as JSON text, tool_call_id, kind)."""
+        return cls(
+            id=row["id"],
+            role=row["role"],
+            content=row["content"] or "",
+            length=row["length"] or 0,
+            tool_calls=tuple(json.loads(row["tool_calls"] or "[]")),
+            tool_call_id=row["tool_call_id"],
+            kind=row["kind"],
+        )
 
 
 @dataclass
@@ -161,18 +176,7 @@ def read_rows(db: sqlite_utils.Database, conversation_id: int) -> list[StoredRow
         [conversation_id, TURNS_SHOWN - 1],
     ).fetchone()
     params = {"c": conversation_id, "start": start[0] if start else 0, "rows": ROWS_READ}
-    rows = [
-        StoredRow(
-            id=row["id"],
-            role=row["role"],
-            content=row["content"] or "",
-            length=row["length"] or 0,
-            tool_calls=tuple(json.loads(row["tool_calls"] or "[]")),
-            tool_call_id=row["tool_call_id"],
-            kind=row["kind"],
-        )
-        for row in db.query(_ROWS_SQL, {**params, "chars": TEXT_CHARS})
-    ]
+    rows = [StoredRow.read(row) for row in db.query(_ROWS_SQL, {**params, "chars": TEXT_CHARS})]
     rows.reverse()
     return rows
 

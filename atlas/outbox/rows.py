@@ -72,7 +72,8 @@ def row_from(record: dict[str, Any], bot: str) -> OutboxRow:
     )
 
 
-def _files_json(files: tuple[Path, ...] | list[Path]) -> str | None:
+def files_json(files: tuple[Path, ...] | list[Path]) -> str | None:
+    """A row's files as stored (the same text on both engines), None for none."""
     return json.dumps([str(p) for p in files]) if files else None
 
 
@@ -100,7 +101,7 @@ def _row_values(
         address.user,
         kind,
         text,
-        _files_json(files),
+        files_json(files),
         message_id,
         key,
         state,
@@ -220,7 +221,7 @@ def mark_kept(
     if unsent is not None and row_ids:
         db.execute(
             "UPDATE outbox SET text = ?, files = ? WHERE id = ?",
-            [unsent, _files_json(unsent_files), row_ids[0]],
+            [unsent, files_json(unsent_files), row_ids[0]],
         )
     db.conn.executemany(
         "UPDATE outbox SET state = 'kept', error = ? WHERE id = ?",

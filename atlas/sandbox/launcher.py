@@ -123,13 +123,11 @@ def _starts(bwrap: str, variant: Variant) -> str | None:
     return None if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
 
 
-_bwrap_found: list[str] = []  # where bwrap is, once found: not searched on the PATH per command
-
-
+@functools.cache
 def _bwrap_once() -> str:
-    if not _bwrap_found:
-        _bwrap_found.append(_bwrap())
-    return _bwrap_found[0]
+    """Where bwrap is, once found: not searched on the PATH per command (not found raises,
+    and is not remembered)."""
+    return _bwrap()
 
 
 @functools.cache

@@ -7,7 +7,6 @@ conversation's or a message's id is the database's, not the bot's own.
 
 from __future__ import annotations
 
-import json
 from itertools import takewhile
 from typing import Any
 
@@ -216,18 +215,7 @@ class PgConversationReads:
                 TEXT_CHARS,
                 ROWS_READ,
             )
-        rows = [
-            StoredRow(
-                id=row["id"],
-                role=row["role"],
-                content=row["content"] or "",
-                length=row["length"] or 0,
-                tool_calls=tuple(json.loads(row["tool_calls"] or "[]")),
-                tool_call_id=row["tool_call_id"],
-                kind=row["kind"],
-            )
-            for row in found
-        ]
+        rows = [StoredRow.read(row) for row in found]
         rows.reverse()
         return int(conversation), fold(rows)
 

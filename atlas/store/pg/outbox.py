@@ -20,7 +20,6 @@ Times are UTC ISO 8601 text, as in SQLite, so rows copy across unchanged.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +28,7 @@ import asyncpg
 
 from atlas.channels.base import Address
 from atlas.outbox.engine import StaleEpoch
-from atlas.outbox.rows import Kind, OutboxRow, Outgoing, State, row_from
+from atlas.outbox.rows import Kind, OutboxRow, Outgoing, State, files_json, row_from
 from atlas.store.db import utc_now_iso
 from atlas.store.pg.server import PgServer
 from atlas.store.pg.text import words_text, words_vector
@@ -49,10 +48,6 @@ _INSERT = (
 )
 # A row this sender may still mark: not settled, and not claimed since by a newer epoch.
 _MINE = "bot = $1 AND settled_at IS NULL AND (epoch IS NULL OR epoch <= $2)"
-
-
-def _files_json(files: tuple[Path, ...] | list[Path]) -> str | None:
-    return json.dumps([str(p) for p in files]) if files else None
 
 
 def _row(record: asyncpg.Record) -> OutboxRow:
@@ -83,7 +78,7 @@ async def insert_row(
         address.user,
         kind,
         text,
-        _files_json(files),
+        files_json(files),
         message_id,
         key,
         state,
@@ -308,7 +303,7 @@ class PgOutboxRows:
                     bot,
                     epoch,
                     unsent,
-                    _files_json(unsent_files),
+                    files_json(unsent_files),
                     row_ids[0],
                 )
             # The first row is the one this sender tried; a row behind it that is `sending`
