@@ -35,12 +35,7 @@ class RunLock:
 
     async def take(self, node: str | None) -> None:
         """Shared for a node, alone for a plain daemon; an AtlasError names what runs."""
-        try:
-            conn = await asyncpg.connect(self.server.url, password=self.server.password)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            raise AtlasError(
-                f"cannot reach the PostgreSQL store {self.server.where}: {exc}"
-            ) from exc
+        conn = await self.server.connect_alone()
         try:
             function = "pg_try_advisory_lock_shared" if node else "pg_try_advisory_lock"
             if await conn.fetchval(f"SELECT {function}($1)", RUN_LOCK):

@@ -21,6 +21,8 @@ from atlas.store.pg.schema import SCHEMA_VERSION, STEPS
 
 log = logging.getLogger(__name__)
 
+# What a connection attempt raises when the server is out of reach or refuses us.
+_UNREACHABLE = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 # Any fixed number: every Atlas process takes the same lock around schema changes.
 _SCHEMA_LOCK = 0x41544C53  # "ATLS"
 _VERSION_TABLE = (
@@ -130,8 +132,8 @@ class PgServer:
                 max_size=self.max_connections,
                 reset=_keep_session,
             )
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            raise AtlasError(f"cannot reach the PostgreSQL store {self.where}: {exc}") from exc
+        except _UNREACHABLE as exc:
+            raise self._unreachable(exc) from exc
         if migrate:
             try:
                 async with self._pool.acquire() as conn:
@@ -141,6 +143,17 @@ class PgServer:
                 raise
             if applied:
                 log.info("%s: applied schema steps %s", self.where, applied)
+
+    async def connect_alone(self) -> asyncpg.Connection:
+        """A connection of its own, outside the pool, for what lives as long as a session (a
+        lock held for the process's life); a server out of reach raises as `open` does."""
+        try:
+            return await asyncpg.connect(self.url, password=self.password)
+        except _UNREACHABLE as exc:
+            raise self._unreachable(exc) from exc
+
+    def _unreachable(self, exc: BaseException) -> AtlasError:
+        return AtlasError(f"cannot reach the PostgreSQL store {self.where}: {exc}")
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
