@@ -83,6 +83,9 @@ class Lane:
     turn: asyncio.Task[None] | None = None
     worker: asyncio.Task[None] | None = None
     answered_upto: int | None = None  # the newest message the last finished turn saw
+    # The turn's answer is stored and on its way out: nothing is left to stop, and a
+    # "Stopped." after the answer arrived would tell the person something false.
+    delivering: bool = False
 
 
 class OtherProcesses(Protocol):
@@ -249,7 +252,7 @@ class Dispatcher:
     def stop_turn(self, address: Address) -> bool:
         """Cancel the conversation's running turn, if any. True when one was running."""
         lane = self._lanes.get(address)
-        if lane and lane.turn and not lane.turn.done():
+        if lane and lane.turn and not lane.turn.done() and not lane.delivering:
             lane.turn.cancel()
             return True
         return False
@@ -318,6 +321,7 @@ class Dispatcher:
             except Exception:
                 log.exception("lane %s: a fault after a turn; the lane goes on", lane.address)
                 lane.turn = None
+                lane.delivering = False
                 if not lane.wake.is_set():
                     lane.idle.set()
                 await asyncio.sleep(LANE_FAULT_PAUSE)  # a fault that repeats at once must not spin
@@ -339,6 +343,7 @@ class Dispatcher:
                 await self._safe_send(lane.address, f"Sorry, something went wrong: {exc}")
             finally:
                 lane.turn = None
+                lane.delivering = False
         if lane.wake.is_set() and await self._already_answered(lane):
             lane.wake.clear()  # woken by a message the finished turn had already seen
         if not lane.wake.is_set():
@@ -422,6 +427,7 @@ class Dispatcher:
             return
         lane.answered_upto = outcome.answers_upto
         if outcome.outgoing is not None:  # its notes and the answer, stored with it
+            lane.delivering = True
             await self.outbox.deliver(outcome.outgoing.rows)
 
     def _run_context(

@@ -13,6 +13,7 @@ import pytest
 
 from atlas.channels.access import approve_pairing, list_pairings
 from atlas.channels.base import Address
+from atlas.channels.chat_common import NEW_CONVERSATION
 from atlas.channels.manager import RunningChannels, start_channels, stop_channels
 from atlas.channels.telegram import sending as telegram_sending
 from atlas.channels.telegram.channel import TelegramChannel
@@ -331,6 +332,23 @@ async def test_new_starts_a_fresh_conversation_and_status_reports(tg: Harness) -
     await tg.fake.push(tg.fake.message(f"/status@{'atlas_test_bot'}", user_id=OWNER))
     status = (await tg.replies(OWNER, 4))[-1]
     assert "fake/test-model" in status and "Pending approvals" in status
+
+
+async def test_new_while_the_answer_goes_out_stops_nothing(tg: Harness) -> None:
+    """/new sent while the answer is in flight (stored, its sendMessage not yet answered) finds
+    no turn to stop: the person gets the answer and the note, never a "Stopped." after an
+    answer they already have."""
+    tg.model.add(Reply("first"))
+    answer_in_flight = tg.fake.hold("sendMessage")
+    await tg.fake.push(tg.fake.message("remember 7", user_id=OWNER))
+    await tg.fake.wait_for(lambda: len(tg.fake.calls_to("sendMessage")) == 1)
+    await tg.fake.push(tg.fake.message("/new", user_id=OWNER))
+    # /new has been handled once the chat's next generation is stored.
+    await tg.fake.wait_for(lambda: tg.channel.generations._known.get((str(OWNER), "", "")) == 1)
+    answer_in_flight.set()
+    texts = await tg.replies(OWNER, 2)
+    await tg.dispatcher.wait_idle(Address("atlas", "telegram:atlas", str(OWNER)))
+    assert tg.fake.sent_texts(OWNER) == texts == ["first", NEW_CONVERSATION]
 
 
 async def test_stop_cancels_the_running_turn(tg: Harness) -> None:
