@@ -82,10 +82,42 @@ TEST_SETTINGS = (
 )
 
 
+OWNER_FILE = "owner.pid"  # the pid of the process that made the cluster, beside its data
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_orphans(bin_dir: Path) -> list[Path]:
+    """Stop and remove the throwaway clusters whose maker is gone (a pytest or a script killed
+    before its cleanup ran), so a killed run leaves no server running for long: the next one
+    that starts a cluster takes them down. The folders it removed."""
+    removed: list[Path] = []
+    for top in Path(tempfile.gettempdir()).glob("atlas-pg-*"):
+        try:
+            owner = int((top / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # being made right now, or not ours
+        if _alive(owner):
+            continue
+        Cluster(bin_dir, top / "data", 0).stop()
+        removed.append(top)
+    return removed
+
+
 def start_cluster(bin_dir: Path, settings: str = TEST_SETTINGS) -> Cluster:
     """initdb + pg_ctl start; `settings` are the server's `-c name=value` options (the tests'
     by default; scripts/bench_turns.py passes its own)."""
+    sweep_orphans(bin_dir)
     top = Path(tempfile.mkdtemp(prefix="atlas-pg-"))
+    (top / OWNER_FILE).write_text(str(os.getpid()))
     data_dir = top / "data"
     data_dir.mkdir()
     if os.geteuid() == 0:
