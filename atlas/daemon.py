@@ -136,6 +136,12 @@ async def serve(
         loop.add_signal_handler(sig, stop.set)
     pool: WorkerPool | None = None
     routines: RoutineScheduler | None = None  # a worker's cronjob_manage reaches it, once set
+    lost: list[str] = []
+
+    def lost_lock(why: str) -> None:
+        # Another `atlas run` serves the home now: this one stops, and says why as it exits.
+        lost.append(why)
+        stop.set()
 
     def serve_worker(link: Link) -> None:
         serve_home_db(link, audit)
@@ -178,7 +184,7 @@ async def serve(
                 await refuse_beside_nodes(home, engines.server)
             # Held for the process's life: a node shares it, a plain daemon holds it alone, so
             # neither starts beside a plain daemon of the same database (atlas/cluster/run_lock.py).
-            run_lock = RunLock(engines.server)
+            run_lock = RunLock(engines.server, on_lost=lost_lock)
             await run_lock.take(node)
         audit = engines.audit
         home.served = placement.served_by(HOME_SHARE)
@@ -326,3 +332,5 @@ async def serve(
             await run_lock.release()  # last: nothing of this process serves the home any more
         remember_clean_stop(home)  # the next start need not check these files again
         log.info("stopped cleanly")
+    if lost:
+        raise AtlasError(lost[0])

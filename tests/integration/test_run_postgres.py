@@ -8,7 +8,8 @@ delivered), the gate's log and a routine's run are in PostgreSQL, and nothing of
 home's SQLite files. The daemon is stopped with SIGTERM and started again: one more message is
 answered once, nothing is sent again and the routine does not fire again. A url whose server
 cannot be reached stops `atlas run` at once, naming the url (never its password) and what
-failed.
+failed. A run lock whose session ends is taken again; one another run took meanwhile stops the
+daemon.
 """
 
 from __future__ import annotations
@@ -349,3 +350,50 @@ async def test_a_turn_cut_by_sigkill_is_answered_once_after_the_restart(
     finally:
         daemon.kill()
     assert sqlite_messages(home) == 0
+
+
+async def _cut_run_lock(url: str, *, then_take: bool) -> asyncpg.Connection:
+    """End the daemon's run-lock session, as a server restart or a cut network would; with
+    `then_take`, this connection queues for the lock first, as a second plain `atlas run`
+    starting in that moment would, and holds it (close the returned connection)."""
+    admin = await asyncpg.connect(url)
+    lock = "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND granted"
+    key = await admin.fetchval(lock)
+    ended = await admin.fetch(
+        "SELECT pg_terminate_backend(pid) FROM pg_locks "
+        "WHERE locktype = 'advisory' AND objid::bigint = $1",
+        key,
+    )
+    assert len(ended) == 1
+    if then_take:
+        await admin.execute("SELECT pg_advisory_lock($1)", key)  # waits for the session's end
+    return admin
+
+
+async def test_atlas_run_takes_its_run_lock_again_and_stops_when_another_took_it(
+    tmp_path: Path, fakes: Fakes, postgres_url: str
+) -> None:
+    home = tmp_path / "home"
+    fakes.write_home(home, conversations=1)
+    with_store_url(home, postgres_url)
+    daemon = AtlasRun(home, environment(fakes, home), tmp_path / "atlas-run.log")
+    try:
+        daemon.start()
+        await daemon.wait_logged("ready; stop with Ctrl-C or SIGTERM")
+        await (await _cut_run_lock(postgres_url, then_take=False)).close()
+        await daemon.wait_logged("the run lock is held again", timeout=20)
+        telegram = fakes.telegrams[0]
+        await telegram.push(telegram.message("T0-0-1 still here?", user_id=FIRST_CHAT))
+        await answers_in_order(fakes, ["T0-0-1"])
+
+        other = await _cut_run_lock(postgres_url, then_take=True)
+        try:
+            assert daemon.process is not None
+            code = await asyncio.to_thread(daemon.process.wait, 30)
+        finally:
+            await other.close()
+        assert code == 2, daemon.text()
+        assert "this process lost the home's run lock and could not take it again" in daemon.text()
+        assert "stopped cleanly" in daemon.text()
+    finally:
+        daemon.kill()
