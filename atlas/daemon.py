@@ -269,7 +269,9 @@ async def serve(
             ready = await pool.wait_ready(WORKERS_READY_WAIT)
             log.info("workers ready: %d of %d", len(ready), placement.count - 1)
         # For `atlas doctor`, another process: each channel's health, rewritten as it changes.
-        health = HealthWriter(health_path(home.root), every_health())
+        health = HealthWriter(health_path(home.root, node), every_health)
+        if cluster is not None:  # a node's channels start and stop with its leases
+            cluster.channels_changed = health.refresh
         # After the channels, so that catch-up runs of missed routines can be delivered.
         runs = RoutedRuns(dispatcher, elsewhere) if pool is not None else dispatcher
         # The scheduler and the executor bridge (APScheduler, the plugin's socket) load only
@@ -285,7 +287,7 @@ async def serve(
         if listen is not None:  # the web dashboard (docs/dashboard.md), over this runtime
             from atlas.dashboard.server import start_dashboard  # aiohttp.web, the pages: late
 
-            dashboard = await start_dashboard(runtime, listen, every_health, dispatcher)
+            dashboard = await start_dashboard(runtime, listen, every_health, dispatcher, node)
         # The Claude Code plugin's socket: the person's own sessions (docs/executors.md).
         services = home_services(dispatcher)
         if cluster is not None:

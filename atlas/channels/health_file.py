@@ -1,8 +1,9 @@
-"""The daemon's channel health in `<home>/run/channels.json`, for `atlas doctor` to read.
+"""The daemon's channel health in `<home>/run/channels.json` (a node's in
+`<home>/run/nodes/<name>/`, atlas/run_files.py), for `atlas doctor` to read.
 
 `atlas doctor` is another process, so the daemon writes each channel's health there whenever it
-changes, with its pid: a record whose pid is gone belongs to a daemon that is not running. The
-file is replaced atomically (written beside, then renamed); one that cannot be read (torn,
+changes, with its host and pid: a record whose pid is gone on this host belongs to a daemon that
+is not running. The file is replaced atomically (written beside, then renamed); one that cannot be read (torn,
 edited, from another version) counts as unknown, never as an error of doctor's own.
 """
 
@@ -11,19 +12,21 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from atlas.channels.supervisor import ChannelHealth, Health, utc_now
+from atlas.run_files import THIS_HOST, run_dir, run_dirs, writer_alive
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1
 
 
-def health_path(home_root: Path) -> Path:
-    return home_root / "run" / "channels.json"
+def health_path(home_root: Path, node: str | None = None) -> Path:
+    return run_dir(home_root, node) / "channels.json"
 
 
 @dataclass
@@ -34,26 +37,36 @@ class HealthRecord:
     updated: datetime
     running: bool  # False once the daemon stopped cleanly
     channels: dict[str, Health] = field(default_factory=dict)
+    host: str = THIS_HOST  # where the daemon ran (files of older versions: here)
 
 
 class HealthWriter:
-    """Keeps the run file up to date with the daemon's channels."""
+    """Keeps the run file up to date with the daemon's channels. `healths` is read at each
+    write: a node's channels come and go with its leases (`refresh` after a change)."""
 
-    def __init__(self, path: Path, healths: dict[str, ChannelHealth]) -> None:
+    def __init__(self, path: Path, healths: Callable[[], Mapping[str, ChannelHealth]]) -> None:
         self.path = path
         self.healths = healths
         self.running = True
-        for health in healths.values():
-            health.listen(lambda _name, _health: self.write())
+        self._heard: set[int] = set()  # the healths listened to already, by identity
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Listen to channels started since, and write the file."""
+        for health in self.healths().values():
+            if id(health) not in self._heard:
+                self._heard.add(id(health))
+                health.listen(lambda _name, _health: self.write())
         self.write()
 
     def write(self) -> None:
         record = {
             "format": FORMAT,
             "pid": os.getpid(),
+            "host": THIS_HOST,
             "updated": utc_now().isoformat(),
             "running": self.running,
-            "channels": {name: h.current.as_json() for name, h in self.healths.items()},
+            "channels": {name: h.current.as_json() for name, h in self.healths().items()},
         }
         # A few hundred bytes, only when a channel changes state: cheap enough on the loop.
         partial = self.path.with_name(self.path.name + ".partial")
@@ -80,6 +93,7 @@ def read_health(path: Path) -> HealthRecord | None:
             datetime.fromisoformat(data["updated"]),
             bool(data["running"]),
             channels,
+            str(data.get("host") or THIS_HOST),
         )
     except FileNotFoundError:
         return None
@@ -88,21 +102,9 @@ def read_health(path: Path) -> HealthRecord | None:
         return None
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this id exists (it may, rarely, be another program by now)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists, owned by someone else
-    return True
-
-
 def daemon_alive(record: HealthRecord) -> bool:
-    return record.running and pid_alive(record.pid)
+    """Running, as far as this machine can tell (a daemon on another host: as it last said)."""
+    return record.running and writer_alive(record.pid, record.host) is not False
 
 
 # (name, ok, detail, fix): atlas doctor's Check, without importing doctor here.
@@ -113,25 +115,39 @@ STOPPED_FIX = "fix what the reason says, then restart `atlas run`"
 
 def channel_health_checks(home_root: Path) -> list[DoctorLine]:
     """What `atlas doctor` says of the daemon's channels: each one's health while the daemon
-    runs, else that it is not running. Only a channel in trouble is a failure."""
-    path = health_path(home_root)
-    if not path.exists():
+    runs, else that it is not running; for a home served by nodes, each node's, named. Only a
+    channel in trouble is a failure."""
+    found = [(node, folder / "channels.json") for node, folder in run_dirs(home_root)]
+    present = [(node, path) for node, path in found if path.exists()]
+    if not present:
         return [("channels", True, "daemon not running (it has not run with this home)", "")]
+    lines: list[DoctorLine] = []
+    for node, path in present:
+        lines.extend(_daemon_lines(node, path))
+    return lines
+
+
+def _daemon_lines(node: str | None, path: Path) -> list[DoctorLine]:
+    who = f"node {node}: " if node else ""
+    what = f"node {node}" if node else "daemon"
     record = read_health(path)
     if record is None:
-        return [("channels", True, f"health unknown: {path} could not be read", "")]
+        return [(f"{who}channels", True, f"health unknown: {path} could not be read", "")]
     when = record.updated.strftime("%Y-%m-%d %H:%M:%S UTC")
     if not record.running:
-        return [("channels", True, f"daemon not running (it stopped at {when})", "")]
-    if not pid_alive(record.pid):
-        gone = f"daemon not running (pid {record.pid} is gone; last heard of at {when})"
-        return [("channels", True, gone, "")]
+        return [(f"{who}channels", True, f"{what} not running (it stopped at {when})", "")]
+    alive = writer_alive(record.pid, record.host)
+    if alive is False:
+        gone = f"{what} not running (pid {record.pid} is gone; last heard of at {when})"
+        return [(f"{who}channels", True, gone, "")]
+    where = f"pid {record.pid}" if alive else f"pid {record.pid} on host {record.host}"
     if not record.channels:
-        return [("channels", True, f"daemon running (pid {record.pid}), no chat channels", "")]
+        return [(f"{who}channels", True, f"{what} running ({where}), no chat channels", "")]
     lines: list[DoctorLine] = []
     for name, health in sorted(record.channels.items()):
         fix = {"reconnecting": RECONNECTING_FIX, "stopped": STOPPED_FIX}.get(health.state, "")
-        lines.append((f"channel {name}", not fix, health.describe(), fix))
+        detail = health.describe() if alive else f"{health.describe()} (as of {when}, {where})"
+        lines.append((f"{who}channel {name}", not fix, detail, fix))
     return lines
 
 
@@ -142,6 +158,5 @@ __all__ = [
     "channel_health_checks",
     "daemon_alive",
     "health_path",
-    "pid_alive",
     "read_health",
 ]

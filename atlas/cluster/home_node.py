@@ -137,6 +137,8 @@ class HomeNode:
         self.make_scheduler = make_scheduler
         self.on_scheduler_change = on_scheduler_change
         self.routine_store = routine_store
+        # Told when this node's channels change (a bot gained or lost): `atlas doctor`'s file.
+        self.channels_changed: Callable[[], None] | None = None
         settings = home.settings.cluster
         self.cluster = ClusterNode(
             server,
@@ -247,6 +249,8 @@ class HomeNode:
         await start_channels(
             self.home, self.dispatcher, bots=[self.home.bot(bot)], into=self.running
         )
+        if self.channels_changed is not None:
+            self.channels_changed()
         try:
             recovered = await resume_interrupted_turns(
                 self.dispatcher, started_at=gained_at, bots=[bot]
@@ -274,6 +278,8 @@ class HomeNode:
         names = await stop_bot_channels(self.running, bot)
         for name in names:
             self.dispatcher.channels.pop(name, None)
+        if self.channels_changed is not None:
+            self.channels_changed()
         await self.dispatcher.forget_bot(bot, f"node {self.name!r} lost its lease")
         log.info("node %s: stopped bot %s (%s)", self.name, bot, ", ".join(names) or "no channels")
 

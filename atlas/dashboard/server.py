@@ -19,6 +19,7 @@ from atlas.dashboard.context import Dashboard
 from atlas.dashboard.listen import Listen, listen_of
 from atlas.dashboard.port import taken_by
 from atlas.errors import AtlasError, ConfigError
+from atlas.run_files import THIS_HOST, run_dir, run_dirs, writer_alive
 
 if TYPE_CHECKING:
     from atlas.channels.supervisor import ChannelHealth
@@ -32,9 +33,10 @@ log = logging.getLogger(__name__)
 class DashboardServer:
     """The dashboard's aiohttp runner inside the daemon."""
 
-    def __init__(self, dashboard: Dashboard, listen: Listen) -> None:
+    def __init__(self, dashboard: Dashboard, listen: Listen, node: str | None = None) -> None:
         self.dashboard = dashboard
         self.listen = listen
+        self.node = node  # a node's address is recorded in its own run folder
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -50,7 +52,7 @@ class DashboardServer:
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self.listen = dataclasses.replace(self.listen, port=port)  # port 0: the one given
         try:
-            await asyncio.to_thread(write_url, self.dashboard.home.root, self.listen.url)
+            await asyncio.to_thread(write_url, self.dashboard.home.root, self.listen.url, self.node)
         except OSError as exc:  # served all the same; `atlas dashboard` names listen's address
             log.warning("dashboard: could not record its address for `atlas dashboard`: %s", exc)
         where = f"{self.listen.url} (listening on {self.dashboard.home.settings.dashboard.listen})"
@@ -69,33 +71,36 @@ class DashboardServer:
         if self.dashboard.chat is not None:
             await self.dashboard.chat.stop()  # the Chat page's streams too
         if runner is not None:
-            url_path(self.dashboard.home.root).unlink(missing_ok=True)
+            url_path(self.dashboard.home.root, self.node).unlink(missing_ok=True)
             await runner.cleanup()
 
 
-def url_path(home_root: Path) -> Path:
-    """Where the running daemon says its dashboard is, for `atlas dashboard`'s link."""
-    return home_root / "run" / "dashboard.json"
+def url_path(home_root: Path, node: str | None = None) -> Path:
+    """Where the running daemon (or node) says its dashboard is, for `atlas dashboard`'s link."""
+    return run_dir(home_root, node) / "dashboard.json"
 
 
-def write_url(home_root: Path, url: str) -> None:
-    path = url_path(home_root)
+def write_url(home_root: Path, url: str, node: str | None = None) -> None:
+    path = url_path(home_root, node)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps({"url": url, "pid": os.getpid()}) + "\n", encoding="utf-8")
+    record = {"url": url, "pid": os.getpid(), "host": THIS_HOST}
+    partial.write_text(json.dumps(record) + "\n", encoding="utf-8")
     os.replace(partial, path)
 
 
 def running_url(home_root: Path) -> str | None:
-    """The URL of the dashboard a live daemon serves for this home; None when none does."""
-    from atlas.channels.health_file import pid_alive
-
-    try:
-        data = json.loads(url_path(home_root).read_text(encoding="utf-8"))
-        url, pid = str(data["url"]), int(data["pid"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return url if pid_alive(pid) else None
+    """The URL of the dashboard a live daemon on this machine serves for this home: the plain
+    daemon's, else the first node's (by name) running here; None when none does."""
+    for _node, folder in run_dirs(home_root):
+        try:
+            data = json.loads((folder / "dashboard.json").read_text(encoding="utf-8"))
+            url, pid, host = str(data["url"]), int(data["pid"]), str(data.get("host", THIS_HOST))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if writer_alive(pid, host):
+            return url
+    return None
 
 
 async def start_dashboard(
@@ -103,6 +108,7 @@ async def start_dashboard(
     listen: Listen,
     channel_health: Callable[[], Mapping[str, ChannelHealth]],
     dispatcher: Dispatcher | None = None,
+    node: str | None = None,
 ) -> DashboardServer | None:
     """Serve the dashboard over the daemon's runtime. A port in use is logged, and the daemon
     goes on without the dashboard rather than not at all."""
@@ -121,7 +127,7 @@ async def start_dashboard(
     if dispatcher is not None:  # the questions its turns wait on: the Waiting page
         dashboard.attach(dispatcher)
     dashboard.watch_channels()
-    server = DashboardServer(dashboard, listen)
+    server = DashboardServer(dashboard, listen, node)
     try:
         await server.start()
     except OSError as exc:

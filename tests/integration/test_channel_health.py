@@ -92,7 +92,7 @@ async def test_a_poller_that_dies_is_logged_restarted_and_answers_again(
     running: RunningChannels = await start_channels(home, dispatcher, wait=5)
     channel = running["telegram:atlas"]
     assert isinstance(channel, TelegramChannel)
-    writer = HealthWriter(health_path(root), running.health)
+    writer = HealthWriter(health_path(root), lambda: running.health)
     try:
         assert channel.health.current.state == "up"
         assert channel.health.current.activity == "polling"

@@ -26,7 +26,9 @@ import aiohttp
 import asyncpg
 import pytest
 
+from atlas.channels.health_file import channel_health_checks
 from atlas.dashboard.auth import issue_login_token
+from atlas.dashboard.server import running_url
 from scripts.loadkit import FIRST_CHAT, Fakes, bot_name, free_port
 from tests.dashboard_rig import CSRF
 
@@ -296,6 +298,11 @@ async def test_routines_and_message_agent_between_nodes(
     db = await asyncpg.connect(postgres_url)
     try:
         held = await split_and_serving(fakes, nodes, db, 1)
+        # `atlas doctor` on this machine: each node's channels, from its own run folder, the
+        # channel of the bot it gained among them.
+        named = {name for name, _ok, _detail, _fix in channel_health_checks(home)}
+        assert {f"node {node}: channel telegram:{bot}" for bot, node in held.items()} <= named
+        assert running_url(home) == f"http://127.0.0.1:{nodes[0].port}"
         scheduler = await db.fetchval(
             "SELECT holder FROM leases WHERE resource = 'scheduler' "
             "AND expires_at > clock_timestamp()"

@@ -135,7 +135,8 @@ def test_doctor_reads_each_channels_health_from_the_run_file(tmp_path: Path) -> 
         ("channels", True, "daemon not running (it has not run with this home)", "")
     ]
     polling, slack = ChannelHealth("telegram:atlas"), ChannelHealth("slack:atlas")
-    writer = HealthWriter(health_path(tmp_path), {"telegram:atlas": polling, "slack:atlas": slack})
+    healths = {"telegram:atlas": polling, "slack:atlas": slack}
+    writer = HealthWriter(health_path(tmp_path), lambda: healths)
     polling.up("polling")
     slack.reconnecting("the Socket Mode connection is down")
     checks = {name: (ok, detail, fix) for name, ok, detail, fix in channel_health_checks(tmp_path)}
@@ -151,7 +152,8 @@ def test_doctor_reads_each_channels_health_from_the_run_file(tmp_path: Path) -> 
 
 def test_a_dead_daemons_record_says_not_running_and_a_torn_one_unknown(tmp_path: Path) -> None:
     path = health_path(tmp_path)
-    HealthWriter(path, {"telegram:atlas": ChannelHealth("telegram:atlas")})
+    only = {"telegram:atlas": ChannelHealth("telegram:atlas")}
+    HealthWriter(path, lambda: only)
     record = json.loads(path.read_text())
     assert record["pid"] == os.getpid() and record["running"] is True
     record["pid"] = dead_pid()  # a daemon that was killed: it never wrote "running": false
@@ -165,6 +167,51 @@ def test_a_dead_daemons_record_says_not_running_and_a_torn_one_unknown(tmp_path:
     assert ok and detail == f"health unknown: {path} could not be read"
 
 
+def test_each_node_records_its_own_channels_and_one_on_another_host_is_named(
+    tmp_path: Path,
+) -> None:
+    """Nodes of one home folder write run/nodes/<name>/channels.json each; a node's channels
+    come with its leases (`refresh`); a record from another machine is shown as it last said,
+    naming its host, since its pid means nothing here."""
+    n1: dict[str, ChannelHealth] = {}
+    writer = HealthWriter(health_path(tmp_path, "n1"), lambda: n1)
+    [(name, ok, detail, _)] = channel_health_checks(tmp_path)
+    assert (name, ok) == ("node n1: channels", True)
+    assert detail == f"node n1 running (pid {os.getpid()}), no chat channels"
+    n1["telegram:a"] = gained = ChannelHealth("telegram:a")  # a bot's lease gained
+    writer.refresh()
+    gained.up("polling")  # heard: the file follows the new channel's changes
+    other = ChannelHealth("telegram:b")
+    HealthWriter(health_path(tmp_path, "n2"), lambda: {"telegram:b": other})
+    path = health_path(tmp_path, "n2")
+    record = json.loads(path.read_text())
+    record["host"], record["pid"] = "elsewhere.example", dead_pid()
+    path.write_text(json.dumps(record))
+    checks = {name: (ok, detail) for name, ok, detail, _ in channel_health_checks(tmp_path)}
+    assert checks["node n1: channel telegram:a"][1].startswith("polling since ")
+    ok, detail = checks["node n2: channel telegram:b"]
+    assert f"pid {record['pid']} on host elsewhere.example" in detail
+    assert not (tmp_path / "run" / "channels.json").exists()  # the plain daemon's is apart
+
+
+def test_atlas_dashboard_finds_a_nodes_address_on_this_machine(tmp_path: Path) -> None:
+    from atlas.dashboard.server import running_url, url_path, write_url
+
+    assert running_url(tmp_path) is None
+    write_url(tmp_path, "http://127.0.0.1:9001", "n2")
+    write_url(tmp_path, "http://127.0.0.1:9000", "n1")
+    assert url_path(tmp_path, "n1").parent == tmp_path / "run" / "nodes" / "n1"
+    assert running_url(tmp_path) == "http://127.0.0.1:9000"  # the first node by name
+    record = json.loads(url_path(tmp_path, "n1").read_text())
+    url_path(tmp_path, "n1").write_text(json.dumps(record | {"pid": dead_pid()}))
+    assert running_url(tmp_path) == "http://127.0.0.1:9001"
+    record = json.loads(url_path(tmp_path, "n2").read_text())
+    url_path(tmp_path, "n2").write_text(json.dumps(record | {"host": "elsewhere.example"}))
+    assert running_url(tmp_path) is None  # a dashboard on another machine: no link to it here
+    write_url(tmp_path, "http://127.0.0.1:8080")
+    assert running_url(tmp_path) == "http://127.0.0.1:8080"  # the plain daemon's first
+
+
 async def test_atlas_doctor_shows_the_channels(
     home: Home, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -172,7 +219,7 @@ async def test_atlas_doctor_shows_the_channels(
 
     monkeypatch.setattr(doctor, "_sandbox_check", lambda home: Check("sandbox", True, "stub"))
     stopped = ChannelHealth("telegram:atlas")
-    HealthWriter(health_path(home.root), {"telegram:atlas": stopped})
+    HealthWriter(health_path(home.root), lambda: {"telegram:atlas": stopped})
     stopped.stopped("could not start: the token is not a Telegram token")
     await doctor.doctor(home.root, offline=True)
     out = capsys.readouterr().out
