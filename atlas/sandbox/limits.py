@@ -20,6 +20,7 @@ command with the same limits (group_pool.py): no mkdir and rmdir per command.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import itertools
 import logging
@@ -296,6 +297,12 @@ def _limit_files(kind: Mechanism, folder: Path, limits: Limits) -> list[tuple[st
     return []
 
 
+def _gone(exc: OSError) -> bool:
+    """A group's file read as its folder is removed: ENOENT, or ENODEV once the kernel has
+    begun taking the cgroup down (seen on v1 between `exists()` and the read)."""
+    return exc.errno in (errno.ENOENT, errno.ENODEV)
+
+
 def _empty(folder: Path) -> bool:
     """No process in the folder (v1's `tasks` too: every thread), or the folder gone (False)."""
     try:
@@ -303,8 +310,10 @@ def _empty(folder: Path) -> bool:
             return False
         tasks = folder / "tasks"
         return not (tasks.exists() and tasks.read_text().strip())
-    except FileNotFoundError:
-        return False
+    except OSError as exc:
+        if _gone(exc):
+            return False
+        raise
 
 
 def _rewrite_limits(group: Group, limits: Limits) -> None:
@@ -340,8 +349,10 @@ def recycle(group: Group) -> None:
 def _members(folder: Path) -> list[int]:
     try:
         return [int(pid) for pid in (folder / "cgroup.procs").read_text().split()]
-    except FileNotFoundError:
-        return []
+    except OSError as exc:
+        if _gone(exc):
+            return []
+        raise
 
 
 _released: set[Path] = set()  # groups released while their processes were still exiting

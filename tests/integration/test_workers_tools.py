@@ -81,9 +81,16 @@ async def test_cronjob_manage_in_a_worker_schedules_at_once_and_runs_now(
             fakes, "T1-0-2 run it now", lambda sent: any("Answer to T1-0-9." in t for t in sent)
         )
         assert any(result.startswith("Started run ") for result in tool_results(fakes))
-        with sqlite3.connect(home.db_path) as db:
-            runs = list(db.execute("SELECT bot, trigger, status FROM routine_runs"))
-        assert runs == [("bot01", "manual", "ok")]
+
+        def runs() -> list[tuple[str, str, str]]:
+            with sqlite3.connect(home.db_path) as db:
+                return list(db.execute("SELECT bot, trigger, status FROM routine_runs"))
+
+        # The run's record is closed just after its report went out: wait for that moment.
+        async with asyncio.timeout(20):
+            while [status for _, _, status in runs()] == ["running"]:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        assert runs() == [("bot01", "manual", "ok")]
     finally:
         stop.set()
         await asyncio.wait_for(daemon, 30)
