@@ -115,7 +115,8 @@ class SharedAsks:
         live = await NodeRegistry(self.node.server).live_nodes(self.node.cluster.timing.lease)
         rows = await self.node.server.pool.fetch(
             "SELECT id, node, bot, address, conversation_id, question, choices, outcome, kind, "
-            "questions, asker FROM node_asks WHERE node <> $1 AND (outcome IS NULL OR id = ANY($2::text[]))",
+            "questions, asker FROM node_asks "
+            "WHERE node <> $1 AND (outcome IS NULL OR id = ANY($2::text[]))",
             self.node.name,
             list(self._mirrored),
         )
