@@ -28,8 +28,9 @@ turn, sandboxed commands and report on the holder.
 Between nodes (`node_messages`, LISTEN/NOTIFY; atlas/cluster/messages.py), each taken by the
 bot's holder: a message for a bot held elsewhere (the dashboard's chat, whose sending node then
 shows the holder's sent rows live; a notice; /stop), `message_agent` and its reply, a routine's
-run, a routine's report for a bot held elsewhere (an outbox row its holder sends), and the answer to an approval
-given on another node's dashboard (atlas/cluster/asks.py).
+run, a routine's report for a bot held elsewhere (an outbox row its holder sends), and the answer
+to a question (an approval, a question set, a subagent's) given on another node's dashboard
+(atlas/cluster/asks.py).
 
 Gains and losses are handled in a task per bot, in order, so a slow channel start never holds
 back the node's heartbeat.

@@ -455,6 +455,106 @@ async def test_an_approval_is_answered_on_the_other_nodes_dashboard(
         await db.close()
 
 
+@pytest.mark.postgres
+async def test_a_question_set_is_answered_once_on_the_other_nodes_dashboard(
+    tmp_path: Path, fakes: Fakes, postgres_url: str, nodes: list[Node]
+) -> None:
+    """A turn on the node holding bot 1 waits on ask_user's two questions; the other node's
+    Waiting page lists them, checks an answer as the holder's page would (every question
+    answered), and sends the answer to the turn, which gets it once; a second answer, on
+    either page, is refused as already answered."""
+    import re
+
+    from tests.fakes.model_servers import Scripted
+
+    home = tmp_path / "home"
+    env = home_with_nodes(fakes, home, postgres_url)
+    await start_nodes(env, tmp_path, nodes)
+    db = await asyncpg.connect(postgres_url)
+    try:
+        held = await split_and_serving(fakes, nodes, db, 1)
+        holder = next(node for node in nodes if node.name == held[bot_name(1)])
+        other = next(node for node in nodes if node.name != held[bot_name(1)])
+        questions = [
+            {"question": "Which database?", "choices": ["Postgres", "SQLite"]},
+            {"question": "Which days?", "choices": ["Mon", "Tue", "Wed"], "multi_select": True},
+        ]
+        fakes.model.script.append(Scripted(calls=[("ask_user", {"questions": questions})]))
+        telegram = fakes.telegrams[1]
+        await telegram.push(telegram.message("T1-0-6 ask me", user_id=FIRST_CHAT))
+        form = re.compile(r'action="/waiting/([0-9a-f]+)/questions"')
+        htmx = {"HX-Request": "true"}
+        async with (
+            aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as web,
+            aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as web_holder,
+        ):
+            base, holder_base = f"http://127.0.0.1:{other.port}", f"http://127.0.0.1:{holder.port}"
+            for session, url in ((web, base), (web_holder, holder_base)):
+                token = {"token": issue_login_token(home)}
+                async with session.post(f"{url}/login", data=token) as login:
+                    assert login.status == 200
+            found: list[str] = []
+
+            async def listed() -> bool:
+                async with web.get(f"{base}/waiting") as page:
+                    text = await page.text()
+                found[:] = [*form.findall(text), *CSRF.findall(text)]
+                return len(found) >= 2 and "Which days?" in text
+
+            await until(listed, 30, "the other node's Waiting page lists the question set")
+            ask_id, csrf = found[0], found[-1]
+            half = [("csrf", csrf), ("q0", "SQLite")]  # the second question left unanswered
+            async with web.post(f"{base}/waiting/{ask_id}/questions", data=half) as refused:
+                assert refused.status == 400
+                assert "every question needs a choice" in await refused.text()
+            answer = [*half, ("q1", "Mon"), ("q1", "Wed"), ("q1-other", "Fri")]
+            url = f"{base}/waiting/{ask_id}/questions"
+            async with web.post(url, data=answer, headers=htmx) as sent:
+                body = await sent.text()
+                assert sent.status == 200 and "Answered." in body, body
+                assert f"/waiting/{ask_id}/questions" not in body  # closed on this page at once
+            again = [("csrf", csrf), ("q0", "Postgres"), ("q1", "Tue")]
+            async with web.post(url, data=again, headers=htmx) as second:
+                assert "Those questions were already answered" in await second.text()
+            await until(replied(fakes, 1, "T1-0-6"), 30, "the turn goes on and answers")
+            async with web_holder.get(f"{holder_base}/waiting") as page:
+                holder_csrf = CSRF.findall(await page.text())[-1]
+            again[0] = ("csrf", holder_csrf)
+            holder_url = f"{holder_base}/waiting/{ask_id}/questions"
+            async with web_holder.post(holder_url, data=again, headers=htmx) as second:
+                assert "Those questions were already answered" in await second.text()
+
+            async def settled_here() -> bool:
+                async with web.get(f"{base}/waiting/live", headers=htmx) as page:
+                    text = await page.text()
+                return "Answered lately" in text and "SQLite" in text
+
+            await until(settled_here, 10, "the other node's page shows the set answered")
+        received = [
+            row["content"]
+            for row in await db.fetch(
+                "SELECT content FROM messages WHERE bot = $1 AND role = 'tool' "
+                "AND content LIKE '%The user answered%'",
+                bot_name(1),
+            )
+        ]
+        assert len(received) == 1, received  # the turn got one answer, the first
+        assert "1. Which database?\n   → SQLite" in received[0], received
+        assert "2. Which days?\n   → Mon; Wed; in their own words: Fri" in received[0], received
+        assert "Postgres" not in received[0] and "Tue" not in received[0]
+        taken = await db.fetch(
+            "SELECT taken_by FROM node_messages WHERE kind = 'ask_answer' AND to_bot = $1",
+            bot_name(1),
+        )
+        assert [row["taken_by"] for row in taken] == [holder.name]
+        row = await db.fetchrow("SELECT kind, outcome FROM node_asks WHERE id = $1", ask_id)
+        assert row is not None and row["kind"] == "questions"
+        assert row["outcome"] is not None and "SQLite" in row["outcome"]
+        no_answer_twice(fakes)
+    finally:
+        await db.close()
+
+
 async def refused_start(env: dict[str, str], *args: str) -> str:
     """`atlas run ARGS` that must stop before it serves: its output."""
     done = await asyncio.to_thread(

@@ -1,5 +1,5 @@
-"""PostgreSQL schema steps 30-39: nodes, leases, messages and approvals between nodes
-(atlas/cluster/).
+"""PostgreSQL schema steps 30-39: nodes, leases, messages and the questions turns wait on,
+between nodes (atlas/cluster/).
 
 Times here are `TIMESTAMPTZ` set by the server (`now()`), not the UTC text of the other
 tables: lease expiry compares them with the server's clock only, because the machines' own
@@ -45,6 +45,17 @@ STEPS: list[SchemaStep] = [
             "question TEXT NOT NULL, choices JSONB NOT NULL, "
             "asked_at TIMESTAMPTZ NOT NULL DEFAULT now(), outcome TEXT)",
             "CREATE INDEX node_asks_open ON node_asks (node) WHERE outcome IS NULL",
+        ),
+    ),
+    (
+        32,
+        "node_asks_question_sets",
+        (
+            # Every question a turn waits on, not approvals only: ask_user's sets (each
+            # question's text, choices, multi_select) and a subagent's question (who asks).
+            "ALTER TABLE node_asks ADD COLUMN kind TEXT NOT NULL DEFAULT 'approval', "
+            "ADD COLUMN questions JSONB NOT NULL DEFAULT '[]'::jsonb, "
+            "ADD COLUMN asker TEXT NOT NULL DEFAULT ''",
         ),
     ),
 ]
