@@ -27,7 +27,8 @@ turn, sandboxed commands and report on the holder.
 
 Between nodes (`node_messages`, LISTEN/NOTIFY; atlas/cluster/messages.py), each taken by the
 bot's holder: a message for a bot held elsewhere (the dashboard's chat, whose sending node then
-shows the holder's sent rows live; a notice; /stop), `message_agent` and its reply, a routine's
+shows the holder's sent rows live, and the reply as it is written meanwhile: `live`,
+atlas/cluster/live_chat.py; a notice; /stop), `message_agent` and its reply, a routine's
 run, a routine's report for a bot held elsewhere (an outbox row its holder sends), and the answer to an approval
 given on another node's dashboard (atlas/cluster/asks.py).
 
