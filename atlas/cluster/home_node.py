@@ -158,7 +158,8 @@ class HomeNode:
             sweep_seconds=max(1.0, settings.heartbeat_seconds),
             taken=self._taken,
         )
-        self.live = LiveChatRelay(server, name, WEB_FOLLOW)  # the dashboard's reply as written
+        # The dashboard's reply as it is written, to and from the other nodes.
+        self.live = LiveChatRelay(server, name, WEB_FOLLOW, holds=self.holds)
         self.routines: RoutineScheduler | None = None
         self.shared_asks = SharedAsks(self, dispatcher.asks)
         self._chains: dict[str, asyncio.Task[None]] = {}  # per bot (and "scheduler"), in order
@@ -252,6 +253,7 @@ class HomeNode:
         if not self.holds(bot):
             return  # lost again before its start came up
         gained_at = datetime.now(UTC)  # before its channels store anything
+        self.live.clear_shown(bot)  # its replies are written here now, not relayed
         self.home.served = self.home.served | {bot}
         self.home.owned = self.home.owned | {bot}
         await start_channels(

@@ -23,6 +23,7 @@ import asyncio
 import json
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -70,9 +71,16 @@ def pieces(bot: str, node: str, sent: Reply, now: Reply) -> list[dict[str, Any]]
 class LiveChatRelay:
     """Both ends: the holder's relay (`arm`, `on_event`) and the follower's (`follow`, `show`)."""
 
-    def __init__(self, server: PgServer, node: str, armed_for: float) -> None:
+    def __init__(
+        self,
+        server: PgServer,
+        node: str,
+        armed_for: float,
+        holds: Callable[[str], bool] = lambda bot: False,
+    ) -> None:
         self.server = server
         self.node = node
+        self.holds = holds  # whether this node holds the bot's lease
         self.armed_for = armed_for  # seconds a bot's reply is relayed after a message
         self._armed: dict[str, float] = {}  # bot -> until (loop time)
         self._newest: dict[str, Reply] = {}  # bot -> the reply so far not sent yet
@@ -160,11 +168,19 @@ class LiveChatRelay:
         if self._following[bot] > 0:
             return
         del self._following[bot]
+        if answered:
+            self._shown.pop(bot, None)
+        else:
+            self.clear_shown(bot)
+
+    def clear_shown(self, bot: str) -> None:
+        """Take the relayed reply so far off this node's page (if it is still what it shows):
+        a follow ended without its answer, or this node now holds the bot and writes its own."""
         shown = self._shown.pop(bot, None)
-        if answered or shown is None or self.browser is None:
+        if shown is None or self.browser is None:
             return
         feed = self.browser.feed(web_address(bot))
-        if Reply(feed.partial, tuple(feed.tools)) == shown:  # still the relayed one
+        if Reply(feed.partial, tuple(feed.tools)) == shown:
             self.browser.show_reply(web_address(bot), "", [])
 
     def on_notice(self, conn: object, pid: int, channel: str, payload: str) -> None:
@@ -180,6 +196,8 @@ class LiveChatRelay:
         bot = str(piece["bot"])
         if piece["node"] == self.node or not self._following[bot] or self.browser is None:
             return
+        if self.holds(bot):
+            return  # this node writes the bot's replies itself now
         at, tools_at = int(piece["at"]), int(piece["tools_at"])
         feed = self.browser.feed(web_address(bot))
         text: str

@@ -79,6 +79,13 @@ def test_the_follower_shows_only_what_continues_its_reply() -> None:
     assert feed.partial == ""
     follower.show({**piece, "text": "late"})  # after the follow: not shown
     assert feed.partial == ""
+    # This node gains the bot mid-reply: the relayed draft goes, its own turn writes the next.
+    follower.follow("bot")
+    follower.show(piece)
+    follower.holds = {"bot"}.__contains__
+    follower.clear_shown("bot")
+    follower.show({**piece, "at": 5, "text": " again"})
+    assert feed.partial == ""
 
 
 async def test_a_slow_database_never_holds_the_turn_and_the_newest_reply_wins() -> None:
