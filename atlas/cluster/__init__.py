@@ -3,5 +3,6 @@ through leases with fencing epochs, a fair share of bots per node, messages betw
 
 Modules: nodes (registration, heartbeat, who is alive), leases (acquire, renew, release, the
 Fence), balance (each node's share, a pure function), node (the loop that ties them together),
-messages (rows plus LISTEN/NOTIFY), demo_node (a runner for the failover benchmark).
+messages (rows plus LISTEN/NOTIFY), live_chat (the dashboard's reply as it is written, to the
+node whose Chat page sent the message), demo_node (a runner for the failover benchmark).
 """

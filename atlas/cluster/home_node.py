@@ -27,9 +27,10 @@ turn, sandboxed commands and report on the holder.
 
 Between nodes (`node_messages`, LISTEN/NOTIFY; atlas/cluster/messages.py), each taken by the
 bot's holder: a message for a bot held elsewhere (the dashboard's chat, whose sending node then
-shows the holder's sent rows live; a notice; /stop), `message_agent` and its reply, a routine's
-run, a routine's report for a bot held elsewhere (an outbox row its holder sends), and the answer
-to a question (an approval, a question set, a subagent's) given on another node's dashboard
+shows the holder's sent rows live, and the reply as it is written meanwhile: `live`,
+atlas/cluster/live_chat.py; a notice; /stop), `message_agent` and its reply, a routine's run, a
+routine's report for a bot held elsewhere (an outbox row its holder sends), and the answer to a
+question (an approval, a question set, a subagent's) given on another node's dashboard
 (atlas/cluster/asks.py).
 
 Gains and losses are handled in a task per bot, in order, so a slow channel start never holds
@@ -47,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from atlas.cluster.asks import ASK_ANSWER, SharedAsks
 from atlas.cluster.bot_tasks import BotTasks
+from atlas.cluster.live_chat import LIVE_CHANNEL, LiveChatRelay
 from atlas.cluster.messages import Inbox, NodeMessage, NodeMessages
 from atlas.cluster.node import ClusterNode, ClusterTiming
 from atlas.errors import AtlasError
@@ -55,7 +57,7 @@ from atlas.outbox.engine import StaleEpoch
 if TYPE_CHECKING:
     import asyncpg
 
-    from atlas.channels.base import Address
+    from atlas.channels.base import Address, Channel
     from atlas.channels.manager import RunningChannels
     from atlas.cluster.leases import Fence
     from atlas.dispatch import Detached, Dispatcher, Inbound
@@ -159,6 +161,8 @@ class HomeNode:
             sweep_seconds=max(1.0, settings.heartbeat_seconds),
             taken=self._taken,
         )
+        # The dashboard's reply as it is written, to and from the other nodes.
+        self.live = LiveChatRelay(server, name, WEB_FOLLOW, holds=self.holds)
         self.routines: RoutineScheduler | None = None
         self.shared_asks = SharedAsks(self, dispatcher.asks)
         self._chains: dict[str, asyncio.Task[None]] = {}  # per bot (and "scheduler"), in order
@@ -191,7 +195,13 @@ class HomeNode:
     # -- running ----------------------------------------------------------------------------
 
     async def start(self) -> None:
+        from atlas.dashboard.chat_channel import WEB_CHANNEL, BrowserChannel
+
         await self.inbox.start()
+        browser = self.dispatcher.channels.get(WEB_CHANNEL)
+        if isinstance(browser, BrowserChannel):  # a dashboard: its chat's replies go live
+            self.live.watch(browser)
+            await self.inbox.listen(LIVE_CHANNEL, self.live.on_notice)
         await self.cluster.start()
         self.shared_asks.start()
         log.info("node %s: started (lease %.1f s)", self.name, self.cluster.timing.lease)
@@ -200,6 +210,7 @@ class HomeNode:
         """A clean stop: leases released (the others take the bots at their next round)."""
         await self.shared_asks.stop()
         await self.cluster.stop()
+        await self.live.stop()
         await self.inbox.stop()
         await asyncio.gather(*self._chains.values(), return_exceptions=True)
         for task in list(self._tasks):  # a dashboard chat followed, a reply forwarded
@@ -245,6 +256,7 @@ class HomeNode:
         if not self.holds(bot):
             return  # lost again before its start came up
         gained_at = datetime.now(UTC)  # before its channels store anything
+        self.live.clear_shown(bot)  # its replies are written here now, not relayed
         self.home.served = self.home.served | {bot}
         self.home.owned = self.home.owned | {bot}
         await start_channels(
@@ -273,6 +285,7 @@ class HomeNode:
 
         self.home.served = self.home.served - {bot}
         self.home.owned = self.home.owned - {bot}
+        self.live.disarm(bot)  # its replies are written elsewhere now
         # Its routine runs are tasks of their own, not lanes (forget_bot does not reach them):
         # first, so their sandboxed commands end before the channels' stop is waited for.
         await self.bot_runs.stop(bot, f"stopped: node {self.name} lost bot {bot}'s lease mid-run")
@@ -313,14 +326,19 @@ class HomeNode:
                 log.exception("node %s: node message %d (%s)", self.name, message.id, message.kind)
 
     async def _handle(self, message: NodeMessage) -> None:
+        from atlas.dashboard.chat_channel import WEB_CHANNEL
+
         body = message.body
         if message.kind == OUTBOX_ROW:
             row = await self.rows.get(message.to_bot, int(body["row"]))
             if row is not None and row.state in ("pending", "kept"):
                 self.dispatcher.outbox.queue([row])
         elif message.kind == INBOUND:
+            inbound = inbound_from(body)
+            if inbound.address.channel == WEB_CHANNEL and inbound.kind == "message":
+                self.live.arm(message.to_bot)  # its node shows the reply as it is written
             # Stored once: its event id (when it has one) is the platform's or the sender's.
-            await self.dispatcher.submit(inbound_from(body))
+            await self.dispatcher.submit(inbound)
         elif message.kind == STOP_TURN:
             await self.dispatcher.stop_turn_anywhere(inbound_from(body).address)
         elif message.kind == AGENT_MESSAGE:
@@ -453,10 +471,20 @@ class NodeElsewhere:
 
     async def _follow_web(self, address: Address, after: int) -> None:
         """Show on this node's Chat page what the bot's holder sends to its dashboard chat
-        (its own page has no tab open): each row once sent, until the answer."""
+        (its own page has no tab open): each row once sent, until the answer; meanwhile the
+        reply as it is written (`HomeNode.live`)."""
         browser = self.node.dispatcher.channels.get(address.channel)
         if browser is None:
             return
+        self.node.live.follow(address.bot)
+        answered = False
+        try:
+            answered = await self._show_rows(browser, address, after)
+        finally:
+            self.node.live.unfollow(address.bot, answered=answered)
+
+    async def _show_rows(self, browser: Channel, address: Address, after: int) -> bool:
+        """True once the answer was shown; False when WEB_FOLLOW ran out first."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + WEB_FOLLOW
         while loop.time() < deadline:
@@ -476,7 +504,8 @@ class NodeElsewhere:
                 if row["state"] == "delivered":
                     await browser.send(address, row["text"])
                 if row["kind"] == "answer":
-                    return
+                    return True
+        return False
 
     async def stop_turn(self, address: Address) -> bool:
         from atlas.dispatch import Inbound

@@ -141,6 +141,12 @@ class Inbox:
         self._task = asyncio.create_task(self._run(), name=f"inbox {self.messages.node}")
         self.wake(*self.held_bots())  # rows sent before we listened
 
+    async def listen(self, channel: str, callback: Callable[..., None]) -> None:
+        """Also hear `channel`'s notices on the inbox's listening connection (after start)."""
+        if self._listener is None:
+            raise RuntimeError(f"inbox {self.messages.node}: listen before start")
+        await self._listener.add_listener(channel, callback)
+
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()

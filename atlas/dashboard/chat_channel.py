@@ -107,6 +107,12 @@ class BrowserChannel:
         feed.tools.append(call)
         self._publish(address, ChatEvent("reply", feed.partial, tuple(feed.tools)))
 
+    def show_reply(self, address: Address, text: str, tools: list[ToolCall]) -> None:
+        """The reply so far as another node writes it (atlas/cluster/live_chat.py)."""
+        feed = self.feed(address)
+        feed.partial, feed.tools = text, tools
+        self._publish(address, ChatEvent("reply", text, tuple(tools)))
+
     async def typing(self, address: Address) -> None:
         feed = self.feed(address)
         self._publish(address, ChatEvent("reply", feed.partial, tuple(feed.tools)))

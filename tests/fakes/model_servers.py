@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,6 +55,12 @@ class Scripted:
     body: dict[str, Any] | str | None = None  # for failures; a default error body when None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    pace: float = 0.0  # streamed: its text word by word, this many seconds between frames
+
+
+def words(text: str) -> list[str]:
+    """`text` cut before each word (its spaces kept), the way a paced answer streams it."""
+    return re.findall(r"\s*\S+", text)
 
 
 class FakeModelServer:
@@ -153,7 +160,7 @@ class FakeModelServer:
         if item.status != 200 or item.body is not None:
             return self._failure(item)  # as scripted, status and body
         if body.get("stream"):
-            return await self._stream(request, self._events(body, item))
+            return await self._stream(request, self._events(body, item), item.pace)
         return web.json_response(self._answer(body, item))
 
     def _failure(self, item: Scripted) -> web.Response:  # or a raw answer
@@ -166,16 +173,17 @@ class FakeModelServer:
             return web.Response(status=item.status, text=body, headers=item.headers)
         return web.json_response(body, status=item.status, headers=item.headers)
 
-    async def _stream(self, request: web.Request, frames: list[str]) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, frames: list[str], pace: float = 0.0
+    ) -> web.StreamResponse:
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         await response.prepare(request)
-        for frame in frames:
+        for index, frame in enumerate(frames):
+            if index:  # each frame leaves as its own chunk, as a real server's would
+                await asyncio.sleep(pace)  # paced: a slow server's
             await response.write(frame.encode())
-            await asyncio.sleep(
-                0
-            )  # let each frame leave as its own chunk, as a real server's would
         await response.write_eof()
         return response
 
@@ -265,7 +273,8 @@ class FakeOpenAIServer(FakeModelServer):
             return f"data: {json.dumps(data)}\n\n"
 
         frames = [chunk({"role": "assistant", "content": ""})]
-        frames += [chunk({"content": piece}) for piece in pieces(item.text)]
+        cut = words(item.text) if item.pace else pieces(item.text)
+        frames += [chunk({"content": piece}) for piece in cut]
         for index, (name, args) in enumerate(item.calls):
             start = {
                 "index": index,

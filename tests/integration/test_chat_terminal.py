@@ -96,9 +96,11 @@ class StallingServer(FakeOpenAIServer):
         super().__init__()
         self.stalled = False
 
-    async def _stream(self, request: web.Request, frames: list[str]) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, frames: list[str], pace: float = 0.0
+    ) -> web.StreamResponse:
         if self.stalled:
-            return await super()._stream(request, frames)
+            return await super()._stream(request, frames, pace)
         self.stalled = True
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)

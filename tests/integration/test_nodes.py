@@ -13,7 +13,9 @@ finishes its turn late and sends nothing (its answer is not stored, its sends ar
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -280,6 +282,51 @@ def routine_for(index: int, at: datetime) -> str:
     )
 
 
+LIVE_WORDS = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+]
+LIVE_ANSWER = "T1-3-1: " + " ".join(LIVE_WORDS) + "."
+
+
+def words_shown(html: str) -> int:
+    """How many of LIVE_WORDS the reply so far shows, from the first."""
+    shown = set(re.findall(r"[a-z]+", html))
+    return next(
+        (index for index, word in enumerate(LIVE_WORDS) if word not in shown), len(LIVE_WORDS)
+    )
+
+
+async def chat_seen(stream: aiohttp.ClientResponse, bot: str) -> list[tuple[str, str]]:
+    """The `chat` events of `bot` the page's event stream brings, as (part, HTML), until a
+    second past the finished LIVE_ANSWER (a message shown twice would come by then)."""
+    seen: list[tuple[str, str]] = []
+    until: float | None = None
+    while until is None or time.monotonic() < until:
+        try:
+            line = await asyncio.wait_for(stream.content.readline(), 0.2)
+        except TimeoutError:
+            continue
+        text = line.decode()
+        if not text.startswith("data:") or not text[5:].strip().startswith("{"):
+            continue
+        event = json.loads(text[5:])
+        if event.get("bot") != bot:
+            continue
+        seen.append((event["part"], event["html"]))
+        if event["part"] == "message" and LIVE_ANSWER in event["html"] and until is None:
+            until = time.monotonic() + 1.0
+    return seen
+
+
 @pytest.mark.postgres
 async def test_routines_and_message_agent_between_nodes(
     tmp_path: Path, fakes: Fakes, postgres_url: str, nodes: list[Node]
@@ -364,9 +411,11 @@ async def test_routines_and_message_agent_between_nodes(
         no_answer_twice(fakes)
 
         # The dashboard's chat of the node that does not hold bot 1: the turn runs on the
-        # holder, and this node's Chat page shows the answer from the conversation's rows.
+        # holder; this node's Chat page shows the reply as it is written (relayed by the
+        # holder, word by word), then the finished message once, from the conversation's rows.
         other = next(node for node in nodes if node.name != held[bot_name(1)])
         base = f"http://127.0.0.1:{other.port}"
+        fakes.model.script.append(Scripted(text=LIVE_ANSWER, pace=0.25))
         async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as web:
             token = issue_login_token(home)
             async with web.post(f"{base}/login", data={"token": token}) as login:
@@ -377,19 +426,23 @@ async def test_routines_and_message_agent_between_nodes(
             said = {"text": "T1-3-1 hello from the dashboard", "csrf": csrf}
             async with web.post(f"{base}/chat/{bot_name(1)}", data=said) as sent:
                 assert sent.status == 200, await sent.text()
-
-            async def streamed() -> None:  # the live Chat page of this node shows it too
-                while True:
-                    line = (await stream.content.readline()).decode()
-                    if line.startswith("data:") and "Answer to T1-3-1." in line:
-                        return
-
-            await asyncio.wait_for(streamed(), 30)
+            seen = await asyncio.wait_for(chat_seen(stream, bot_name(1)), 30)
             stream.close()
+            # The reply so far, word by word and in order (each shown without the word still
+            # being written), then the finished message, shown once.
+            finished = [
+                index
+                for index, (part, html) in enumerate(seen)
+                if part == "message" and LIVE_ANSWER in html
+            ]
+            assert len(finished) == 1, seen
+            written = [words_shown(html) for part, html in seen[: finished[0]] if part == "reply"]
+            assert written == sorted(written), written
+            assert len({count for count in written if 0 < count < len(LIVE_WORDS)}) >= 3, seen
 
             async def on_page() -> bool:
                 async with web.get(f"{base}/chat/{bot_name(1)}") as page:
-                    return "Answer to T1-3-1." in await page.text()
+                    return LIVE_ANSWER in await page.text()
 
             await until(on_page, 30, "the answer shows on the sending node's Chat page")
         inbound = await db.fetchrow(
