@@ -25,11 +25,13 @@ from typing import Any
 import asyncpg
 
 from atlas.cluster.leases import Fence, FenceError, fenced
+from atlas.errors import AtlasError
 from atlas.store.pg.server import PgServer
 
 log = logging.getLogger(__name__)
 
 CHANNEL = "atlas_node_messages"
+RELISTEN_PAUSE = 1.0  # seconds between tries to listen again after the connection ended
 
 
 @dataclass(frozen=True)
@@ -132,12 +134,13 @@ class Inbox:
         self._woken: set[str] = set()
         self._wake = asyncio.Event()
         self._listener: asyncpg.Connection | None = None
+        self._heard: dict[str, Callable[..., None]] = {}  # channel -> callback, kept to relisten
+        self._relistening: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        server = self.messages.server
-        self._listener = await asyncpg.connect(server.url, password=server.password)
-        await self._listener.add_listener(CHANNEL, self._on_notice)
+        self._heard[CHANNEL] = self._on_notice
+        await self._open_listener()
         self._task = asyncio.create_task(self._run(), name=f"inbox {self.messages.node}")
         self.wake(*self.held_bots())  # rows sent before we listened
 
@@ -145,13 +148,47 @@ class Inbox:
         """Also hear `channel`'s notices on the inbox's listening connection (after start)."""
         if self._listener is None:
             raise RuntimeError(f"inbox {self.messages.node}: listen before start")
+        self._heard[channel] = callback
         await self._listener.add_listener(channel, callback)
 
+    async def _open_listener(self) -> None:
+        listener = await self.messages.server.connect_alone()
+        try:
+            for channel, callback in self._heard.items():
+                await listener.add_listener(channel, callback)
+        except BaseException:
+            await listener.close()
+            raise
+        self._listener = listener
+        listener.add_termination_listener(self._listener_ended)
+
+    def _listener_ended(self, conn: object) -> None:
+        if conn is not self._listener:
+            return  # closed by stop(), or an earlier connection
+        self._listener = None
+        log.warning("inbox %s: the listening connection ended; listening again", self.messages.node)
+        self._relistening = asyncio.get_running_loop().create_task(self._listen_again())
+
+    async def _listen_again(self) -> None:
+        """Until the server answers again: meanwhile the sweep still finds every message, every
+        `sweep_seconds`; notices sent in the gap are lost, so every held bot is looked at."""
+        while True:
+            try:
+                await self._open_listener()
+            except (AtlasError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                log.info("inbox %s: not listening yet (%s)", self.messages.node, exc)
+                await asyncio.sleep(RELISTEN_PAUSE)
+                continue
+            log.warning("inbox %s: listening again", self.messages.node)
+            self.wake(*self.held_bots())
+            return
+
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        for task in (self._task, self._relistening):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._task = self._relistening = None
         listener, self._listener = self._listener, None
         if listener is not None:
             await listener.close()

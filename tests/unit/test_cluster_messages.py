@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
+from atlas.cluster import messages as messages_module
 from atlas.cluster.leases import FenceError, Leases, bot_resource
 from atlas.cluster.messages import Inbox, NodeMessage, NodeMessages
 from atlas.cluster.node import ClusterNode, ClusterTiming
@@ -109,6 +110,48 @@ async def test_a_message_waiting_when_the_bot_changes_hands_goes_to_the_new_owne
     try:
         await asyncio.wait_for(arrived.wait(), 3)
         assert [(m.body["text"], m.from_node) for m in got] == [("anyone?", "a")]
+    finally:
+        await inbox.stop()
+        await owner.stop()
+
+
+async def test_an_inbox_whose_listening_connection_ends_listens_again(
+    server: PgServer, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server restart or a cut network ends the LISTEN session: the inbox listens again, so
+    a notice still wakes it at once (the sweep alone would take `sweep_seconds`)."""
+    monkeypatch.setattr(messages_module, "RELISTEN_PAUSE", 0.05)
+    owner = ClusterNode(server, "b", ["helper"], FAST, run_scheduler=False)
+    await owner.start()
+    got: list[NodeMessage] = []
+
+    async def deliver(conn: asyncpg.Connection, messages: list[NodeMessage]) -> None:
+        got.extend(messages)
+
+    inbox = Inbox(NodeMessages(server, "b"), owner.fence, lambda: owner.held, deliver)
+    inbox.sweep_seconds = 60.0  # only a notice can wake it within this test
+    await inbox.start()
+    sender = NodeMessages(server, "a")
+    first = inbox._listener
+    try:
+        admin = await asyncpg.connect(postgres_url)
+        try:
+            ended = await admin.fetch(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE query LIKE 'LISTEN %' AND datname = current_database() "
+                "AND pid <> pg_backend_pid()"
+            )
+        finally:
+            await admin.close()
+        assert len(ended) == 1
+        async with asyncio.timeout(10):
+            while inbox._listener is None or inbox._listener is first:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        sent = await sender.send("helper", "chat", {"text": "after the cut"})
+        async with asyncio.timeout(4):
+            while not got:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        assert [message.id for message in got] == [sent]
     finally:
         await inbox.stop()
         await owner.stop()
