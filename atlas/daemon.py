@@ -293,17 +293,15 @@ async def serve(
         if cluster is not None:
             # Only now: a bot gained starts its channels and recovery against a ready daemon.
             await cluster.start()
-        bridge = (
-            None
-            if cluster is not None
-            else await serve_plugin(
-                home,
-                dispatcher.channels,
-                lambda bot: runtime.store(home.bot(bot)),
-                lambda: services.workbench,  # the home's, delegate's tasks on it too
-                DelegationRecord(runtime.engines.records, home=home),  # the person's turns
-                dispatcher.asks,  # their prompts wait on the dashboard's Waiting page too
-            )
+        # A node's in its own run folder; its prompts are asked through the channels it runs.
+        bridge = await serve_plugin(
+            home,
+            dispatcher.channels,
+            lambda bot: runtime.store(home.bot(bot)),
+            lambda: services.workbench,  # the home's, delegate's tasks on it too
+            DelegationRecord(runtime.engines.records, home=home),  # the person's turns
+            dispatcher.asks,  # their prompts wait on the dashboard's Waiting page too
+            node,
         )
         freeze_long_lived_objects()
         log.info("ready; stop with Ctrl-C or SIGTERM")

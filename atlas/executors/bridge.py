@@ -1,4 +1,5 @@
-"""The daemon's side of the Claude Code plugin: an HTTP server on `<home>/run/executors.sock`.
+"""The daemon's side of the Claude Code plugin: an HTTP server on `<home>/run/executors.sock`
+(a node's, `atlas run --node NAME`: `<home>/run/nodes/NAME/executors.sock`, atlas/run_files.py).
 
 The plugin's hook (atlas/executors/claude_plugin/hooks/atlas_hook.py) posts every session event
 of the person's own Claude Code sessions here: they go on the workbench as the person's
@@ -9,6 +10,10 @@ hook, which tells Claude Code. No answer within `[trust] ask_timeout`, nobody to
 
 What arrives is untrusted (any process of the user may write to the socket): sizes are capped,
 the JSON is checked strictly, and only a person's answer ever allows.
+
+On a node, the channels asked through are the ones this node runs (the bots whose lease it
+holds, atlas/cluster/home_node.py): with the approvals' channel elsewhere, Claude Code asks at
+the desk as when there is none.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 from atlas.executors.desk_record import DeskEvent, DeskRecord
 from atlas.executors.task_model import short
 from atlas.executors.workbench import Instance, Workbench, new_instance_id
+from atlas.run_files import run_dir
 
 if TYPE_CHECKING:
     from atlas.channels.base import Address, Channel
@@ -42,6 +48,7 @@ log = logging.getLogger(__name__)
 
 EXECUTOR = "claude-code"
 DEFAULT_CONFIG_DIR = "~/.claude"  # Claude Code's, without CLAUDE_CONFIG_DIR
+SOCKET_NAME = "executors.sock"  # the hook looks for it by this name too
 MAX_BODY = 1 << 20  # the hook sends at most this much too
 MAX_WAIT = 590.0  # below hooks.json's 600 s: the answer reaches the hook before Claude Code's cut
 ALLOW_ONCE, DENY, AT_THE_DESK = "allow once", "deny", "answer at the desk"
@@ -103,13 +110,14 @@ class ExecutorBridge:
         *,
         wait_seconds: float | None = None,
         desk_record: DeskRecord | None = None,
+        node: str | None = None,
     ) -> None:
         self.home = home
         self.workbench = workbench
         self.asker = asker
         self.desk_record = desk_record  # the person's turns into the delegation record
         self.wait_seconds = min(wait_seconds or home.settings.trust.ask_timeout, MAX_WAIT)
-        self.path = socket_path(home)
+        self.path = socket_path(home, node)
         self._runner: web.AppRunner | None = None
 
     # ---- serving -----------------------------------------------------------------------------
@@ -298,10 +306,12 @@ async def serve_plugin(
     workbench: WorkbenchSource,
     record: DelegationRecord | None = None,
     asks: PendingAsks | None = None,
+    node: str | None = None,
 ) -> ExecutorBridge | None:
     """`atlas run`'s bridge, while `[executors.claude-code]` is on; None when it is off or its
     socket cannot be served (logged: the daemon runs on, the hooks fall back to the desk). With
-    `record`, the person's turns go into the delegation record too."""
+    `record`, the person's turns go into the delegation record too; with `node`, on that
+    node's socket."""
     from atlas.executors.desk_approvals import DeskApprovals
 
     settings = home.settings.executors.get(EXECUTOR)
@@ -309,7 +319,7 @@ async def serve_plugin(
         return None
     approvals = DeskApprovals(settings, home.settings.main, channels, store_of, asks)
     desk_record = DeskRecord(record, home) if record is not None else None
-    bridge = ExecutorBridge(home, workbench, approvals.asker, desk_record=desk_record)
+    bridge = ExecutorBridge(home, workbench, approvals.asker, desk_record=desk_record, node=node)
     try:
         await bridge.start()
     except OSError as exc:
@@ -318,8 +328,10 @@ async def serve_plugin(
     return bridge
 
 
-def socket_path(home: Home) -> Path:
-    return home.root / "run" / "executors.sock"
+def socket_path(home: Home, node: str | None = None) -> Path:
+    """The plain daemon's `run/executors.sock`, or the node's in its own run folder: nodes
+    sharing one home folder each serve their own (a Unix socket answers on its machine only)."""
+    return run_dir(home.root, node) / SOCKET_NAME
 
 
 def _prepare_socket(path: Path) -> None:

@@ -99,16 +99,21 @@ async def run_hook(home: Home, hook_input: object, **env: str) -> tuple[int, str
 
 
 class Bench:
-    """The bridge serving the plugin's socket over a workbench, with whom to ask."""
+    """The bridge serving the plugin's socket over a workbench, with whom to ask; with `node`,
+    a node's bridge (`atlas run --node NAME`), its socket in run/nodes/NAME/."""
 
-    def __init__(self, home: Home, person: Person | None, wait: float = 10.0) -> None:
+    def __init__(
+        self, home: Home, person: Person | None, wait: float = 10.0, node: str | None = None
+    ) -> None:
         self.workbench = Workbench()
         self.person = person
 
         async def asker() -> tuple[Person, Address] | None:
             return (self.person, WHERE) if self.person is not None else None
 
-        self.bridge = ExecutorBridge(home, lambda: self.workbench, asker, wait_seconds=wait)
+        self.bridge = ExecutorBridge(
+            home, lambda: self.workbench, asker, wait_seconds=wait, node=node
+        )
 
 
 @pytest.fixture
@@ -259,6 +264,56 @@ async def test_a_stale_socket_without_a_daemon_is_no_decision(home: Home) -> Non
     path = socket_path(home)
     path.parent.mkdir(parents=True)
     path.write_text("")  # not a socket at all
+    code, out, _, _ = await run_hook(home, bash("make deploy"))
+    assert (code, out) == (0, "")
+
+
+def stale_socket(path: Path) -> None:
+    """A socket file nobody listens on: a crashed node's, or a node's on another machine of a
+    shared home folder (its socket answers only there). Connecting to it is refused at once."""
+    import socket
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.close()  # bound and gone: the file stays
+
+
+async def test_without_a_plain_daemon_the_hook_finds_a_live_nodes_socket(home: Home) -> None:
+    stale_socket(socket_path(home, "n1"))  # first by name: refused, the next one is tried
+    node = Bench(home, Person("allow once"), node="n2")
+    await node.bridge.start()
+    try:
+        assert node.bridge.path == home.root / "run/nodes/n2/executors.sock"
+        assert not socket_path(home).exists()  # no plain daemon
+        code, out, err, _ = await run_hook(home, event("SessionStart", source="startup"))
+        assert (code, out) == (0, ""), err
+        code, out, err, _ = await run_hook(home, bash("make deploy"))
+    finally:
+        await node.bridge.stop()
+    assert code == 0 and decision(out) == {"behavior": "allow"}, err
+    [instance] = node.workbench.list()
+    assert instance.session_id == "sess-1" and instance.owner == "person"
+    [(question, _)] = node.person.asked
+    assert "make deploy" in question
+    assert not node.bridge.path.exists()
+
+
+async def test_the_plain_daemons_socket_comes_before_a_nodes(home: Home, served: Bench) -> None:
+    node = Bench(home, Person("deny"), node="n1")
+    await node.bridge.start()
+    try:
+        code, out, _, _ = await run_hook(home, bash("make deploy"))
+    finally:
+        await node.bridge.stop()
+    assert code == 0 and decision(out) == {"behavior": "allow"}  # the plain daemon's person
+    assert node.person.asked == []
+
+
+async def test_only_stale_sockets_is_no_decision(home: Home) -> None:
+    stale_socket(socket_path(home))
+    stale_socket(socket_path(home, "n1"))
+    (home.root / "run/nodes/n2").mkdir()  # a node folder without a socket
     code, out, _, _ = await run_hook(home, bash("make deploy"))
     assert (code, out) == (0, "")
 

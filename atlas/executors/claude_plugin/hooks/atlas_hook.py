@@ -3,6 +3,9 @@
 Claude Code runs it with the event's JSON on stdin (hooks/hooks.json). It hands the event to the
 Atlas daemon over `<home>/run/executors.sock` (atlas/executors/bridge.py) and, for a
 PermissionRequest, prints Claude Code's decision when the person answered through Atlas.
+Without a plain daemon there, the first node's `<home>/run/nodes/NAME/executors.sock` (by name)
+that accepts a connection: one of a node on another machine sharing the home folder, or one a
+crash left, refuses at once and the next is tried.
 
 Whatever goes wrong (no daemon, a timeout, a malformed answer), it prints nothing and exits 0:
 Claude Code then asks at the desk as it would without the plugin. It never allows by itself.
@@ -18,7 +21,7 @@ import socket
 import sys
 from pathlib import Path
 
-SOCKET = ("run", "executors.sock")  # under the Atlas home
+RUN, SOCKET, NODES = "run", "executors.sock", "nodes"  # <home>/run/[nodes/NAME/]executors.sock
 HOME_FILE = "atlas-home"  # in the plugin's root, written by `atlas executors install-plugin`
 MAX_INPUT = 1 << 20  # a larger event (a huge Write) is left to Claude Code's own prompt
 REPORT_SECONDS = 1.0  # session reports: SessionEnd hooks share a 1.5 s budget
@@ -29,19 +32,32 @@ REPORTED = ("SessionStart", "UserPromptSubmit", "Stop", "SessionEnd")
 
 
 class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
+    def __init__(self, paths: list[Path], timeout: float) -> None:
         super().__init__("atlas", timeout=timeout)
-        self._path = path
+        self._paths = paths
 
     def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
+        for path in self._paths:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(self.timeout)
+            try:
+                sock.connect(str(path))
+            except OSError:
+                sock.close()  # nobody serves it here: the next one
+                continue
+            self.sock = sock
+            return
+        raise ConnectionRefusedError("no Atlas daemon serves the plugin's socket")
+
+
+def socket_paths(home: Path) -> list[Path]:
+    """The plain daemon's socket, then each node's, by name (one folder read, no probing)."""
+    run = home / RUN
+    try:
+        nodes = sorted(entry.name for entry in os.scandir(run / NODES) if entry.is_dir())
+    except OSError:
+        nodes = []
+    return [run / SOCKET, *(run / NODES / name / SOCKET for name in nodes)]
 
 
 def atlas_home() -> Path:
@@ -58,8 +74,7 @@ def atlas_home() -> Path:
 
 def post(path: str, body: dict, timeout: float) -> dict | None:
     """POST JSON to the daemon; its JSON answer, or None when it cannot be had."""
-    target = atlas_home().joinpath(*SOCKET)
-    connection = _UnixConnection(str(target), timeout)
+    connection = _UnixConnection(socket_paths(atlas_home()), timeout)
     try:
         connection.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
         response = connection.getresponse()
