@@ -608,6 +608,82 @@ async def test_a_question_set_is_answered_once_on_the_other_nodes_dashboard(
         await db.close()
 
 
+@pytest.mark.postgres
+async def test_a_node_serves_the_claude_code_plugin_and_records_the_persons_session(
+    tmp_path: Path, postgres_url: str, nodes: list[Node]
+) -> None:
+    """With no plain daemon, the plugin's hook (run as Claude Code runs it) reaches the node's
+    socket in its own run folder; the person's turn goes into the home's PostgreSQL record."""
+    import shutil
+    import stat
+    import tempfile
+
+    hook = REPO / "atlas/executors/claude_plugin/hooks/atlas_hook.py"
+    root = Path(tempfile.mkdtemp(prefix="atlas-np-", dir="/tmp"))  # a socket's path: 108 bytes
+    try:
+        home = root / "home"
+        async with Fakes(bots=1, latency=0.0) as fakes:
+            env = home_with_nodes(fakes, home, postgres_url)
+            with (home / "config.toml").open("a") as config:
+                config.write("\n[executors.claude-code]\nenabled = true\n")
+            node = Node("n1", env, tmp_path / "n1.log")
+            nodes.append(node)
+            node.start()
+            await node.wait_logged("ready; stop with Ctrl-C or SIGTERM")
+            path = home / "run/nodes/n1/executors.sock"
+            assert stat.S_ISSOCK(path.stat().st_mode)
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600
+            assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+            assert not (home / "run/executors.sock").exists()
+            desk = root / "project"
+            desk.mkdir()
+            hook_env = {"PATH": env["PATH"], "HOME": str(root), "ATLAS_HOME": str(home)}
+            for name, fields in (
+                ("SessionStart", {"source": "startup"}),
+                ("UserPromptSubmit", {"prompt": "tidy the README"}),
+            ):
+                sent = {"session_id": "desk-1", "cwd": str(desk), "hook_event_name": name}
+                done = await asyncio.to_thread(
+                    subprocess.run,
+                    [sys.executable, str(hook)],
+                    input=json.dumps(sent | fields).encode(),
+                    env=hook_env,
+                    capture_output=True,
+                    timeout=30,
+                )
+                assert (done.returncode, done.stdout) == (0, b""), done.stderr
+            db = await asyncpg.connect(postgres_url)
+            try:
+
+                async def recorded() -> bool:
+                    return bool(
+                        await db.fetchval(
+                            "SELECT COUNT(*) FROM executor_turns WHERE session_id = 'desk-1'"
+                        )
+                    )
+
+                await until(recorded, 30, "the person's turn in PostgreSQL's record")
+                turn = await db.fetchrow(
+                    "SELECT owner, executor, prompt, folder FROM executor_turns "
+                    "WHERE session_id = 'desk-1'"
+                )
+            finally:
+                await db.close()
+            assert dict(turn) == {
+                "owner": "person",
+                "executor": "claude-code",
+                "prompt": "tidy the README",
+                "folder": str(desk),
+            }
+            assert "the Claude Code plugin's socket: " + str(path) in node.text()
+            node.signal(signal.SIGTERM)
+            assert node.process is not None
+            await asyncio.to_thread(node.process.wait, 60)
+            assert not path.exists()  # gone with the node: the hooks fall back to the desk
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 async def refused_start(env: dict[str, str], *args: str) -> str:
     """`atlas run ARGS` that must stop before it serves: its output."""
     done = await asyncio.to_thread(
