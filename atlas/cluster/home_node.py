@@ -167,6 +167,9 @@ class HomeNode:
         self.shared_asks = SharedAsks(self, dispatcher.asks)
         self._chains: dict[str, asyncio.Task[None]] = {}  # per bot (and "scheduler"), in order
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Per bot, the lease epochs this node has held: the outbox rows sent under them were
+        # shown by this node's own channels (a dashboard follow skips them).
+        self.epochs_held: dict[str, set[int]] = {}
         self.bot_runs = BotTasks()  # the routine runs handed here, per bot (also in _tasks)
         rows = dispatcher.outbox.rows
         if not isinstance(rows, PgOutboxRows):
@@ -241,6 +244,7 @@ class HomeNode:
     # -- the callbacks of ClusterNode -------------------------------------------------------
 
     def _gained(self, bot: str, epoch: int) -> None:
+        self.epochs_held.setdefault(bot, set()).add(epoch)  # before anything is sent under it
         self._then(bot, lambda: self._start_bot(bot, epoch))
 
     def _lost(self, bot: str) -> None:
@@ -484,13 +488,18 @@ class NodeElsewhere:
             self.node.live.unfollow(address.bot, answered=answered)
 
     async def _show_rows(self, browser: Channel, address: Address, after: int) -> bool:
-        """True once the answer was shown; False when WEB_FOLLOW ran out first."""
+        """True once the answer was shown; False when WEB_FOLLOW ran out first.
+
+        A row sent under a lease epoch of this node's (it took the bot over meanwhile: its
+        recovery answered the message) was shown already by this node's own channel when it
+        was sent: skipped, not shown twice; it still ends the follow when it is the answer.
+        A row the old holder sent before the takeover is still shown, once."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + WEB_FOLLOW
         while loop.time() < deadline:
             await asyncio.sleep(WEB_POLL)
             rows = await self.node.server.pool.fetch(
-                "SELECT id, kind, text, state FROM outbox WHERE bot = $1 AND channel = $2 "
+                "SELECT id, kind, text, state, epoch FROM outbox WHERE bot = $1 AND channel = $2 "
                 "AND chat = $3 AND id > $4 ORDER BY id",
                 address.bot,
                 address.channel,
@@ -501,7 +510,8 @@ class NodeElsewhere:
                 if row["state"] in ("pending", "sending", "kept"):
                     break  # shown in order: wait for this one
                 after = int(row["id"])
-                if row["state"] == "delivered":
+                sent_here = row["epoch"] in self.node.epochs_held.get(address.bot, ())
+                if row["state"] == "delivered" and not sent_here:
                     await browser.send(address, row["text"])
                 if row["kind"] == "answer":
                     return True

@@ -8,6 +8,7 @@ lease plus a heartbeat (and the start of its channel), answers the message once,
 is answered twice. Then a node is paused with SIGSTOP while its turn waits on the model, past
 its lease; the other node takes the bot over and answers; the paused node, resumed with SIGCONT,
 finishes its turn late and sends nothing (its answer is not stored, its sends are fenced).
+A node whose Chat page follows a bot it then takes over shows the answer once.
 """
 
 from __future__ import annotations
@@ -262,6 +263,84 @@ async def test_a_node_paused_past_its_lease_sends_nothing_when_it_wakes(
         # It rejoins: the two bots split again and both answer.
         await split_and_serving(fakes, nodes, db, 3)
         no_answer_twice(fakes)
+    finally:
+        await db.close()
+
+
+TAKEN_OVER = "T1-3-2"
+# The answer to it, as the fake model words it: after its tool call, or straight away.
+TAKEN_OVER_ANSWER = re.compile(rf"(?:Answer to {TAKEN_OVER}\.|Read it\. {TAKEN_OVER} done\.)")
+
+
+async def answers_seen(stream: aiohttp.ClientResponse, bot: str, timeout: float) -> list[str]:
+    """The finished messages of `bot` the page's event stream brings that answer TAKEN_OVER,
+    until three seconds past the first (a second showing would come by then: a follow reads
+    the rows every 0.3 s)."""
+    seen: list[str] = []
+    ends = time.monotonic() + timeout
+    while time.monotonic() < ends:
+        try:
+            line = await asyncio.wait_for(stream.content.readline(), 0.2)
+        except TimeoutError:
+            continue
+        text = line.decode()
+        if not text.startswith("data:") or not text[5:].strip().startswith("{"):
+            continue
+        event = json.loads(text[5:])
+        answer = event.get("part") == "message" and TAKEN_OVER_ANSWER.search(event["html"])
+        if event.get("bot") == bot and answer:
+            seen.append(event["html"])
+            if len(seen) == 1:
+                ends = time.monotonic() + 3.0
+    return seen
+
+
+@pytest.mark.postgres
+async def test_a_dashboard_chat_followed_by_the_node_that_takes_the_bot_over_shows_it_once(
+    tmp_path: Path, fakes: Fakes, postgres_url: str, nodes: list[Node]
+) -> None:
+    """Node b's Chat page sends a message to bot 1, held by node a; b follows a's sent rows.
+    a is paused past its lease while the turn waits on the model: b takes the bot over and its
+    recovery answers. b's page shows that answer once, on its event stream and on reload (its
+    own channel shows it as it sends it; the follow skips rows b sent itself)."""
+    home = tmp_path / "home"
+    env = home_with_nodes(fakes, home, postgres_url)
+    await start_nodes(env, tmp_path, nodes)
+    db = await asyncpg.connect(postgres_url)
+    try:
+        held = await split_and_serving(fakes, nodes, db, 1)
+        paused = next(node for node in nodes if node.name == held[bot_name(1)])
+        other = next(node for node in nodes if node.name != paused.name)
+        base = f"http://127.0.0.1:{other.port}"
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as web:
+            async with web.post(f"{base}/login", data={"token": issue_login_token(home)}) as login:
+                assert login.status == 200, await login.text()
+            async with web.get(f"{base}/") as page:
+                csrf = CSRF.search(await page.text()).group(1)  # type: ignore[union-attr]
+            stream = await web.get(f"{base}/events", headers={"Accept": "text/event-stream"})
+            said = {"text": f"{TAKEN_OVER} [tool] read note.txt", "csrf": csrf}
+            async with web.post(f"{base}/chat/{bot_name(1)}", data=said) as sent:
+                assert sent.status == 200, await sent.text()
+
+            async def asked() -> bool:
+                return TAKEN_OVER in fakes.model.first_request_at
+
+            await until(asked, 30, "the holder's turn reached the model")
+            paused.signal(signal.SIGSTOP)
+            seen = await answers_seen(stream, bot_name(1), TAKEOVER + 30)
+            stream.close()
+            assert (await holders(db)).get(bot_name(1)) == other.name
+            assert len(seen) == 1, seen
+            async with web.get(f"{base}/chat/{bot_name(1)}") as page:
+                reloaded = await page.text()
+            assert len(TAKEN_OVER_ANSWER.findall(reloaded)) == 1, reloaded
+        sent_rows = await db.fetch(
+            "SELECT text FROM outbox WHERE bot = $1 AND channel = 'dashboard' "
+            "AND state = 'delivered' ORDER BY id",
+            bot_name(1),
+        )
+        answers = [row["text"] for row in sent_rows if TAKEN_OVER_ANSWER.search(row["text"])]
+        assert len(answers) == 1, sent_rows
     finally:
         await db.close()
 
