@@ -14,6 +14,7 @@ A node whose Chat page follows a bot it then takes over shows the answer once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -24,6 +25,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import asyncpg
@@ -169,6 +171,22 @@ def no_answer_twice(fakes: Fakes) -> None:
     assert replies and all(count == 1 for count in replies.values()), replies
 
 
+@contextlib.asynccontextmanager
+async def logged_in(home: Path, node: Node) -> AsyncIterator[tuple[aiohttp.ClientSession, str]]:
+    """A browser's session on `node`'s dashboard, logged in through a login link as a person
+    is: the session and the dashboard's address."""
+    base = f"http://127.0.0.1:{node.port}"
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as web:
+        async with web.post(f"{base}/login", data={"token": issue_login_token(home)}) as login:
+            assert login.status == 200, await login.text()
+        yield web, base
+
+
+async def csrf_of(web: aiohttp.ClientSession, base: str) -> str:
+    async with web.get(f"{base}/") as page:
+        return CSRF.search(await page.text()).group(1)  # type: ignore[union-attr]
+
+
 @pytest.mark.postgres
 async def test_a_killed_nodes_bot_is_taken_over_and_its_waiting_message_answered_once(
     tmp_path: Path, fakes: Fakes, postgres_url: str, nodes: list[Node]
@@ -272,6 +290,20 @@ TAKEN_OVER = "T1-3-2"
 TAKEN_OVER_ANSWER = re.compile(rf"(?:Answer to {TAKEN_OVER}\.|Read it\. {TAKEN_OVER} done\.)")
 
 
+async def next_event(stream: aiohttp.ClientResponse) -> dict[str, Any] | None:
+    """The next JSON event of a page's event stream; None when none came within 0.2 s (or the
+    line was not one: a keep-alive, an event's name)."""
+    try:
+        line = await asyncio.wait_for(stream.content.readline(), 0.2)
+    except TimeoutError:
+        return None
+    text = line.decode()
+    if not text.startswith("data:") or not text[5:].strip().startswith("{"):
+        return None
+    event: dict[str, Any] = json.loads(text[5:])
+    return event
+
+
 async def answers_seen(stream: aiohttp.ClientResponse, bot: str, timeout: float) -> list[str]:
     """The finished messages of `bot` the page's event stream brings that answer TAKEN_OVER,
     until three seconds past the first (a second showing would come by then: a follow reads
@@ -279,14 +311,9 @@ async def answers_seen(stream: aiohttp.ClientResponse, bot: str, timeout: float)
     seen: list[str] = []
     ends = time.monotonic() + timeout
     while time.monotonic() < ends:
-        try:
-            line = await asyncio.wait_for(stream.content.readline(), 0.2)
-        except TimeoutError:
+        event = await next_event(stream)
+        if event is None:
             continue
-        text = line.decode()
-        if not text.startswith("data:") or not text[5:].strip().startswith("{"):
-            continue
-        event = json.loads(text[5:])
         answer = event.get("part") == "message" and TAKEN_OVER_ANSWER.search(event["html"])
         if event.get("bot") == bot and answer:
             seen.append(event["html"])
@@ -311,12 +338,8 @@ async def test_a_dashboard_chat_followed_by_the_node_that_takes_the_bot_over_sho
         held = await split_and_serving(fakes, nodes, db, 1)
         paused = next(node for node in nodes if node.name == held[bot_name(1)])
         other = next(node for node in nodes if node.name != paused.name)
-        base = f"http://127.0.0.1:{other.port}"
-        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as web:
-            async with web.post(f"{base}/login", data={"token": issue_login_token(home)}) as login:
-                assert login.status == 200, await login.text()
-            async with web.get(f"{base}/") as page:
-                csrf = CSRF.search(await page.text()).group(1)  # type: ignore[union-attr]
+        async with logged_in(home, other) as (web, base):
+            csrf = await csrf_of(web, base)
             stream = await web.get(f"{base}/events", headers={"Accept": "text/event-stream"})
             said = {"text": f"{TAKEN_OVER} [tool] read note.txt", "csrf": csrf}
             async with web.post(f"{base}/chat/{bot_name(1)}", data=said) as sent:
@@ -390,15 +413,8 @@ async def chat_seen(stream: aiohttp.ClientResponse, bot: str) -> list[tuple[str,
     seen: list[tuple[str, str]] = []
     until: float | None = None
     while until is None or time.monotonic() < until:
-        try:
-            line = await asyncio.wait_for(stream.content.readline(), 0.2)
-        except TimeoutError:
-            continue
-        text = line.decode()
-        if not text.startswith("data:") or not text[5:].strip().startswith("{"):
-            continue
-        event = json.loads(text[5:])
-        if event.get("bot") != bot:
+        event = await next_event(stream)
+        if event is None or event.get("bot") != bot:
             continue
         seen.append((event["part"], event["html"]))
         if event["part"] == "message" and LIVE_ANSWER in event["html"] and until is None:
@@ -493,14 +509,9 @@ async def test_routines_and_message_agent_between_nodes(
         # holder; this node's Chat page shows the reply as it is written (relayed by the
         # holder, word by word), then the finished message once, from the conversation's rows.
         other = next(node for node in nodes if node.name != held[bot_name(1)])
-        base = f"http://127.0.0.1:{other.port}"
         fakes.model.script.append(Scripted(text=LIVE_ANSWER, pace=0.25))
-        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as web:
-            token = issue_login_token(home)
-            async with web.post(f"{base}/login", data={"token": token}) as login:
-                assert login.status == 200, await login.text()
-            async with web.get(f"{base}/") as page:
-                csrf = CSRF.search(await page.text()).group(1)  # type: ignore[union-attr]
+        async with logged_in(home, other) as (web, base):
+            csrf = await csrf_of(web, base)
             stream = await web.get(f"{base}/events", headers={"Accept": "text/event-stream"})
             said = {"text": "T1-3-1 hello from the dashboard", "csrf": csrf}
             async with web.post(f"{base}/chat/{bot_name(1)}", data=said) as sent:
@@ -555,11 +566,8 @@ async def test_an_approval_is_answered_on_the_other_nodes_dashboard(
         fakes.model.script.append(Scripted(calls=[("write_file", write)]))
         telegram = fakes.telegrams[1]
         await telegram.push(telegram.message("T1-0-5 write it", user_id=FIRST_CHAT))
-        base = f"http://127.0.0.1:{other.port}"
         form = re.compile(r'action="/waiting/([0-9a-f]+)/approval"')
-        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as web:
-            async with web.post(f"{base}/login", data={"token": issue_login_token(home)}) as login:
-                assert login.status == 200
+        async with logged_in(home, other) as (web, base):
             found: list[str] = []
 
             async def listed() -> bool:
@@ -617,14 +625,9 @@ async def test_a_question_set_is_answered_once_on_the_other_nodes_dashboard(
         form = re.compile(r'action="/waiting/([0-9a-f]+)/questions"')
         htmx = {"HX-Request": "true"}
         async with (
-            aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as web,
-            aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as web_holder,
+            logged_in(home, other) as (web, base),
+            logged_in(home, holder) as (web_holder, holder_base),
         ):
-            base, holder_base = f"http://127.0.0.1:{other.port}", f"http://127.0.0.1:{holder.port}"
-            for session, url in ((web, base), (web_holder, holder_base)):
-                token = {"token": issue_login_token(home)}
-                async with session.post(f"{url}/login", data=token) as login:
-                    assert login.status == 200
             found: list[str] = []
 
             async def listed() -> bool:
