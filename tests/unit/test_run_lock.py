@@ -136,3 +136,25 @@ async def test_a_released_lock_is_not_taken_again(postgres_url: str) -> None:
     await asyncio.sleep(0.1)
     assert lock.regained == 0 and lost == []
     assert await _cut_lock_connections(postgres_url) == 0
+
+
+async def test_the_lock_session_is_dropped_by_the_server_when_its_client_vanishes(
+    postgres_url: str,
+) -> None:
+    """A machine that vanished without closing (power lost) must not hold the lock for the
+    system's two hours of TCP keepalive: the server probes the session's client soon."""
+    lock = RunLock(PgServer(postgres_url))
+    await lock.take(None)
+    try:
+        assert lock._conn is not None
+        settings = {
+            name: await lock._conn.fetchval(f"SHOW {name}")
+            for name in ("tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count")
+        }
+        assert settings == {
+            "tcp_keepalives_idle": "10",
+            "tcp_keepalives_interval": "5",
+            "tcp_keepalives_count": "3",
+        }
+    finally:
+        await lock.release()

@@ -25,6 +25,16 @@ log = logging.getLogger(__name__)
 _UNREACHABLE = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 # Any fixed number: every Atlas process takes the same lock around schema changes.
 _SCHEMA_LOCK = 0x41544C53  # "ATLS"
+# For the sessions that hold something for a process's life (the run lock, LISTEN): the
+# server probes an idle client after 10 s, every 5 s, and ends the session after 3 unanswered
+# probes. A machine that vanished without closing its connection (power lost, network cut)
+# then frees its lock within about 25 s, not after the system's default of two hours. Over a
+# Unix socket the server ignores them.
+SESSION_KEEPALIVE = {
+    "tcp_keepalives_idle": "10",
+    "tcp_keepalives_interval": "5",
+    "tcp_keepalives_count": "3",
+}
 _VERSION_TABLE = (
     "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
     "name TEXT NOT NULL, applied_at TEXT NOT NULL)"
@@ -148,7 +158,9 @@ class PgServer:
         """A connection of its own, outside the pool, for what lives as long as a session (a
         lock held for the process's life); a server out of reach raises as `open` does."""
         try:
-            return await asyncpg.connect(self.url, password=self.password)
+            return await asyncpg.connect(
+                self.url, password=self.password, server_settings=SESSION_KEEPALIVE
+            )
         except _UNREACHABLE as exc:
             raise self._unreachable(exc) from exc
 
