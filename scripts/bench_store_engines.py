@@ -130,7 +130,7 @@ async def bench(messages: int, url: str, folder: Path, explain: bool) -> dict[st
         results["sqlite_index_seconds"] = _progress(
             "the rest of SQLite's FTS5 indexes filled", began
         )
-    async with PgServer(url) as server:
+    async with PgServer(url, idle_in_transaction=None) as server:  # copy_bot: one long copy
         async with server.pool.acquire() as conn:
             began = time.perf_counter()
             await copy_bot(conn, "bench", path)

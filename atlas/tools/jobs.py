@@ -87,7 +87,11 @@ def signal_group(pgid: int, sig: int) -> None:
 def _kill_children(pid: int) -> None:
     """SIGKILL the children of bwrap's outer process: the sandbox's pid 1, which a SIGTERM from
     outside cannot reach, and which bwrap may leave stuck if it dies while starting."""
-    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+    try:  # the process may exit meanwhile: its /proc folder goes, and with it its children
+        tasks = list(Path(f"/proc/{pid}/task").glob("*/children"))
+    except OSError:
+        return
+    for task in tasks:
         with contextlib.suppress(OSError):
             for child in task.read_text().split():
                 with contextlib.suppress(ProcessLookupError):

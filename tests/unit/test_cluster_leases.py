@@ -149,3 +149,32 @@ async def test_a_takeover_waits_for_a_fenced_send_in_flight(server: PgServer) ->
     sent_at = await server.pool.fetchval("SELECT at FROM sends")
     acquired_at = await server.pool.fetchval("SELECT acquired_at FROM leases")
     assert sent_at < acquired_at
+
+
+async def test_a_paused_holders_open_fence_holds_a_takeover_back_only_briefly(
+    postgres_url: str,
+) -> None:
+    """A holder paused (SIGSTOP) inside a fenced transaction leaves it open, its row lock held:
+    the server ends that idle session after the pool's bound, so the takeover goes on rather
+    than waiting for as long as the pause lasts."""
+    async with (
+        PgServer(postgres_url, idle_in_transaction=0.5) as holder_side,
+        PgServer(postgres_url) as other_side,
+    ):
+        old = await Leases(holder_side).acquire("bot:x", "a", 0.3)
+        assert old is not None
+        inside = asyncio.Event()
+        paused = asyncio.Event()  # never set: the holder does nothing more, as when stopped
+
+        async def send_then_pause() -> None:
+            async with fenced(holder_side, old.fence):
+                inside.set()
+                await paused.wait()
+
+        sending = asyncio.create_task(send_then_pause())
+        await inside.wait()
+        await asyncio.sleep(0.4)  # the lease has run out; the fence's row lock is still held
+        new = await asyncio.wait_for(Leases(other_side).acquire("bot:x", "b", 10), 5)
+        assert new is not None and new.epoch == old.epoch + 1
+        sending.cancel()
+        await asyncio.gather(sending, return_exceptions=True)

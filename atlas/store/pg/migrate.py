@@ -303,7 +303,8 @@ async def migrate_home(home: Any, url: str, password: str | None) -> MigrateRepo
     outboxes = []
     conversation_ids: dict[str, dict[int, int]] = {}
     message_ids: dict[str, dict[int, int]] = {}
-    async with PgServer(url, password) as server, server.pool.acquire() as conn:
+    copying = PgServer(url, password, idle_in_transaction=None)  # rows built between statements
+    async with copying as server, server.pool.acquire() as conn:
         for name, bot in sorted(home.bots.items()):
             if not bot.db_path.exists():
                 continue  # a bot that never talked has no file, and nothing to copy

@@ -35,6 +35,12 @@ SESSION_KEEPALIVE = {
     "tcp_keepalives_interval": "5",
     "tcp_keepalives_count": "3",
 }
+# A pooled session idle inside a transaction this long is ended by the server. Atlas's own
+# transactions wait on nothing but the database (a send to a platform happens between them), so
+# one idle for seconds belongs to a process that is paused or stuck; its row locks would hold
+# back the others meanwhile: a lease's takeover waits on a paused holder's fence (FOR SHARE),
+# for as long as the pause lasts. Its transaction rolls back; the work is the next owner's.
+IDLE_IN_TRANSACTION = 5.0
 _VERSION_TABLE = (
     "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
     "name TEXT NOT NULL, applied_at TEXT NOT NULL)"
@@ -114,10 +120,20 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 class PgServer:
     """The pool to one database, its schema brought up to date when opened."""
 
-    def __init__(self, url: str, password: str | None = None, *, max_connections: int = 10):
+    def __init__(
+        self,
+        url: str,
+        password: str | None = None,
+        *,
+        max_connections: int = 10,
+        idle_in_transaction: float | None = IDLE_IN_TRANSACTION,
+    ):
+        """`idle_in_transaction`: seconds (see IDLE_IN_TRANSACTION); None for a copy that
+        builds its rows between statements of one long transaction (`atlas store migrate`)."""
         self.url = url
         self.password = password
         self.max_connections = max_connections
+        self.idle_in_transaction = idle_in_transaction
         self._pool: asyncpg.Pool | None = None
 
     @property
@@ -141,6 +157,7 @@ class PgServer:
                 min_size=1,
                 max_size=self.max_connections,
                 reset=_keep_session,
+                server_settings=self._session_settings(),
             )
         except _UNREACHABLE as exc:
             raise self._unreachable(exc) from exc
@@ -153,6 +170,11 @@ class PgServer:
                 raise
             if applied:
                 log.info("%s: applied schema steps %s", self.where, applied)
+
+    def _session_settings(self) -> dict[str, str]:
+        if self.idle_in_transaction is None:
+            return {}
+        return {"idle_in_transaction_session_timeout": str(int(self.idle_in_transaction * 1000))}
 
     async def connect_alone(self) -> asyncpg.Connection:
         """A connection of its own, outside the pool, for what lives as long as a session (a
