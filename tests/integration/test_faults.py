@@ -14,6 +14,7 @@ import pytest
 
 from atlas.channels.base import Address
 from atlas.channels.manager import start_channels, stop_channels
+from atlas.channels.telegram import inbound as telegram_inbound
 from atlas.dispatch import Dispatcher, Inbound
 from atlas.home import Home
 from atlas.runtime import Runtime
@@ -172,6 +173,8 @@ async def telegram(
             + "poll_timeout = 1\n"
         )
         monkeypatch.setenv("TELEGRAM_BOT_TOKEN", fake.token)
+        # A failed poll is retried after 1 s, doubling: the same path, sooner.
+        monkeypatch.setattr(telegram_inbound, "POLL_RETRY_FIRST", 0.05)
         home = Home(home.root)
         runtime = Runtime(home)
         dispatcher = Dispatcher(runtime, {})

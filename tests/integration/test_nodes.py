@@ -42,6 +42,9 @@ PASSWORD = "pw-not-in-any-message"
 LEASE, HEARTBEAT = 3.0, 0.5
 # A takeover: the lease runs out, the next round takes it, the channel starts and polls.
 TAKEOVER = LEASE + HEARTBEAT + 12.0
+# The model's latency in a test that kills or pauses a node while its turn waits on the model:
+# time for the signal to land before the answer does.
+MID_TURN = 1.0
 
 
 class Node:
@@ -88,7 +91,7 @@ class Node:
 
 @pytest.fixture
 async def fakes() -> AsyncIterator[Fakes]:
-    async with Fakes(bots=2, latency=1.0) as made:  # latency: a kill lands mid-turn
+    async with Fakes(bots=2, latency=0.2) as made:  # a test that kills mid-turn sets MID_TURN
         yield made
 
 
@@ -191,6 +194,7 @@ async def csrf_of(web: aiohttp.ClientSession, base: str) -> str:
 async def test_a_killed_nodes_bot_is_taken_over_and_its_waiting_message_answered_once(
     tmp_path: Path, fakes: Fakes, postgres_url: str, nodes: list[Node]
 ) -> None:
+    fakes.model.latency = MID_TURN
     home = tmp_path / "home"
     env = home_with_nodes(fakes, home, postgres_url)
     await start_nodes(env, tmp_path, nodes)
@@ -246,6 +250,7 @@ async def test_a_killed_nodes_bot_is_taken_over_and_its_waiting_message_answered
 async def test_a_node_paused_past_its_lease_sends_nothing_when_it_wakes(
     tmp_path: Path, fakes: Fakes, postgres_url: str, nodes: list[Node]
 ) -> None:
+    fakes.model.latency = MID_TURN
     home = tmp_path / "home"
     env = home_with_nodes(fakes, home, postgres_url)
     await start_nodes(env, tmp_path, nodes)
@@ -330,6 +335,7 @@ async def test_a_dashboard_chat_followed_by_the_node_that_takes_the_bot_over_sho
     a is paused past its lease while the turn waits on the model: b takes the bot over and its
     recovery answers. b's page shows that answer once, on its event stream and on reload (its
     own channel shows it as it sends it; the follow skips rows b sent itself)."""
+    fakes.model.latency = MID_TURN
     home = tmp_path / "home"
     env = home_with_nodes(fakes, home, postgres_url)
     await start_nodes(env, tmp_path, nodes)

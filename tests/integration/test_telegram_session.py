@@ -86,3 +86,30 @@ async def test_two_bots_share_one_session_until_the_last_one_stops(
         await stop_channels(channels)
         await runtime.close()
         await api.stop()
+
+
+async def test_a_session_closes_its_connections_over_plain_http_and_tls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Closing skips aiogram's TLS wait only for a plain-HTTP server; either way the pool of
+    connections is closed (a leak would show as an unclosed aiohttp session)."""
+    import asyncio
+
+    from atlas.channels.telegram.session import release_session, shared_session
+
+    waits: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def recorded_sleep(delay: float, *args: object) -> object:
+        waits.append(delay)
+        return await real_sleep(0, *args)
+
+    for base, tls_wait in (("http://127.0.0.1:9", []), ("https://127.0.0.1:9", [0.25])):
+        session = shared_session(base)
+        client = await session.create_session()
+        monkeypatch.setattr(asyncio, "sleep", recorded_sleep)
+        await release_session(session)
+        monkeypatch.setattr(asyncio, "sleep", real_sleep)
+        assert client.closed, base
+        assert waits == tls_wait, base
+        waits.clear()
