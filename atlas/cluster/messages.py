@@ -25,8 +25,7 @@ from typing import Any
 import asyncpg
 
 from atlas.cluster.leases import Fence, FenceError, fenced
-from atlas.errors import AtlasError
-from atlas.store.pg.server import PgServer
+from atlas.store.pg.server import PgServer, until_reached
 
 log = logging.getLogger(__name__)
 
@@ -172,16 +171,9 @@ class Inbox:
     async def _listen_again(self) -> None:
         """Until the server answers again: meanwhile the sweep still finds every message, every
         `sweep_seconds`; notices sent in the gap are lost, so every held bot is looked at."""
-        while True:
-            try:
-                await self._open_listener()
-            except (AtlasError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                log.info("inbox %s: not listening yet (%s)", self.messages.node, exc)
-                await asyncio.sleep(RELISTEN_PAUSE)
-                continue
-            log.warning("inbox %s: listening again", self.messages.node)
-            self.wake(*self.held_bots())
-            return
+        await until_reached(self._open_listener, RELISTEN_PAUSE, f"inbox {self.messages.node}")
+        log.warning("inbox %s: listening again", self.messages.node)
+        self.wake(*self.held_bots())
 
     async def stop(self) -> None:
         for task in (self._task, self._relistening):

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import asyncpg
 
 from atlas.errors import AtlasError
-from atlas.store.pg.server import PgServer
+from atlas.store.pg.server import PgServer, until_reached
 
 # Any fixed number every Atlas takes: "ATLR". Other than the schema's (atlas/store/pg/server.py).
 RUN_LOCK = 0x41544C52
@@ -89,23 +89,17 @@ class RunLock:
         self._regaining = asyncio.get_running_loop().create_task(self._regain())
 
     async def _regain(self) -> None:
-        while True:
-            try:
-                conn = await self._try(self._node)
-            except RunLockHeld as exc:
-                why = f"this process lost the home's run lock and could not take it again: {exc}"
-                log.error("%s", why)
-                if self.on_lost is not None:
-                    self.on_lost(why)
-                return
-            except (AtlasError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                log.info("run lock: the store is not back yet (%s); trying again", exc)
-                await asyncio.sleep(REGAIN_PAUSE)
-                continue
-            self._hold(conn)
-            self.regained += 1
-            log.warning("the run lock is held again")
+        try:
+            conn = await until_reached(lambda: self._try(self._node), REGAIN_PAUSE, "run lock")
+        except RunLockHeld as exc:
+            why = f"this process lost the home's run lock and could not take it again: {exc}"
+            log.error("%s", why)
+            if self.on_lost is not None:
+                self.on_lost(why)
             return
+        self._hold(conn)
+        self.regained += 1
+        log.warning("the run lock is held again")
 
     def _refusal(self, node: str | None, modes: set[str]) -> RunLockHeld:
         where = self.server.where

@@ -8,10 +8,13 @@ refused, as a newer SQLite file is.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
+from typing import TypeVar
 
 import asyncpg
 
@@ -41,10 +44,26 @@ SESSION_KEEPALIVE = {
 # back the others meanwhile: a lease's takeover waits on a paused holder's fence (FOR SHARE),
 # for as long as the pause lasts. Its transaction rolls back; the work is the next owner's.
 IDLE_IN_TRANSACTION = 5.0
+T = TypeVar("T")
 _VERSION_TABLE = (
     "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
     "name TEXT NOT NULL, applied_at TEXT NOT NULL)"
 )
+
+
+class StoreUnreachable(AtlasError):
+    """The server cannot be reached, or refused the connection."""
+
+
+async def until_reached(attempt: Callable[[], Awaitable[T]], pause: float, what: str) -> T:
+    """`attempt()` again every `pause` seconds while the server cannot be reached or drops the
+    connection midway (a restart, a cut network); any other error is the caller's."""
+    while True:
+        try:
+            return await attempt()
+        except (StoreUnreachable, *_UNREACHABLE) as exc:
+            log.info("%s: the PostgreSQL store is not back yet (%s); trying again", what, exc)
+            await asyncio.sleep(pause)
 
 
 async def applied_steps(conn: asyncpg.Connection) -> set[int]:
@@ -186,8 +205,8 @@ class PgServer:
         except _UNREACHABLE as exc:
             raise self._unreachable(exc) from exc
 
-    def _unreachable(self, exc: BaseException) -> AtlasError:
-        return AtlasError(f"cannot reach the PostgreSQL store {self.where}: {exc}")
+    def _unreachable(self, exc: BaseException) -> StoreUnreachable:
+        return StoreUnreachable(f"cannot reach the PostgreSQL store {self.where}: {exc}")
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
