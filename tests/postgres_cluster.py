@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from atlas.run_files import pid_alive
+
 SUPERUSER = "atlas"
 
 
@@ -85,16 +87,6 @@ TEST_SETTINGS = (
 OWNER_FILE = "owner.pid"  # the pid of the process that made the cluster, beside its data
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_orphans(bin_dir: Path) -> list[Path]:
     """Stop and remove the throwaway clusters whose maker is gone (a pytest or a script killed
     before its cleanup ran), so a killed run leaves no server running for long: the next one
@@ -105,7 +97,7 @@ def sweep_orphans(bin_dir: Path) -> list[Path]:
             owner = int((top / OWNER_FILE).read_text())
         except (OSError, ValueError):
             continue  # being made right now, or not ours
-        if _alive(owner):
+        if pid_alive(owner):
             continue
         Cluster(bin_dir, top / "data", 0).stop()
         removed.append(top)

@@ -62,6 +62,19 @@ def a_home() -> Any:
     return SimpleNamespace(bots={"b": None, "c": None}, settings=settings)
 
 
+def a_node(server: PgServer, store: PgRoutineStore, turns: Turns) -> HomeNode:
+    """Node n1 over `turns` (a dispatcher's stand-in), no channels, no scheduler."""
+    return HomeNode(
+        a_home(),
+        server,
+        "n1",
+        turns,  # type: ignore[arg-type]
+        RunningChannels(),
+        make_scheduler=lambda: None,  # type: ignore[arg-type,return-value]
+        routine_store=store,
+    )
+
+
 def handed(message_id: int, bot: str, routine_id: int, run_id: int) -> NodeMessage:
     body = {"routine": routine_id, "run": run_id, "due": None}
     return NodeMessage(message_id, bot, ROUTINE_RUN, body, "s", datetime.now(UTC))
@@ -71,15 +84,7 @@ async def test_a_lost_bot_s_run_is_stopped_and_another_bot_s_goes_on(postgres_ur
     async with PgServer(postgres_url) as server:
         store = PgRoutineStore(server)
         turns = Turns(server)
-        node = HomeNode(
-            a_home(),
-            server,
-            "n1",
-            turns,  # type: ignore[arg-type]
-            RunningChannels(),
-            make_scheduler=lambda: None,  # type: ignore[arg-type,return-value]
-            routine_store=store,
-        )
+        node = a_node(server, store, turns)
         runs: dict[str, int] = {}
         for number, bot in enumerate(("b", "c"), start=1):
             target = Target("fake", "chat-1") if bot == "b" else None
@@ -124,15 +129,7 @@ async def test_a_run_stopped_by_the_node_s_stop_says_atlas_shut_down(postgres_ur
     async with PgServer(postgres_url) as server:
         store = PgRoutineStore(server)
         turns = Turns(server)
-        node = HomeNode(
-            a_home(),
-            server,
-            "n1",
-            turns,  # type: ignore[arg-type]
-            RunningChannels(),
-            make_scheduler=lambda: None,  # type: ignore[arg-type,return-value]
-            routine_store=store,
-        )
+        node = a_node(server, store, turns)
         routine = await store.create("c", "news", "Tell the news.", "every 1h", None)
         run_id = await store.start_run(routine, "manual", None)
         node._taken([handed(1, "c", routine.id, run_id)])
